@@ -1,0 +1,36 @@
+package envplan
+
+// Spec is everything Build needs from the user: the parsed command line, the
+// resolved hosts and the head's environment.
+type Spec struct {
+	CommandLine
+	// Hosts in launch order; empty means one local node (plain torchrun mode).
+	Hosts []Host
+	// Environ is the head's environment (os.Environ as a map). Variables the
+	// user exported that matter to the job (NCCL_*, GLOO_*, TORCH_*, ...) are
+	// carried to every node and marked source "user".
+	Environ map[string]string
+}
+
+// Facts are what preflight learned, reduced to what the plan needs, keyed by
+// Host.Name. A host missing from the map (or a nil map) means "not known yet":
+// the plan then says which decisions wait for preflight.
+type Facts map[string]NodeFacts
+
+// NodeFacts describe one node.
+type NodeFacts struct {
+	Hostname  string   // what the node calls itself
+	CPUs      string   // CPUs the job may use there (sched_getaffinity), cpulist form
+	GPUs      []GPU    // in NVML / PCI bus order
+	Interface string   // the network interface that routes to the master address
+	Address   string   // this node's address on Interface
+	IBPorts   []string // ACTIVE RDMA ports as "mlx5_0:1"; nil when none
+}
+
+// GPU is one GPU as the plan sees it.
+type GPU struct {
+	Index    int    // NVML index (= CUDA ordinal under CUDA_DEVICE_ORDER=PCI_BUS_ID)
+	BusID    string // sysfs form, "0000:18:00.0"
+	NUMANode int    // -1 when unknown
+	CPUs     string // local_cpulist of the GPU's PCI device; "" when unknown
+}

@@ -1,0 +1,54 @@
+package sshexec
+
+import (
+	"context"
+	"io"
+	"time"
+)
+
+// Job is a command to run on a node under the agent. Env is the complete
+// set of variables to add to (or override in) the agent's environment; it
+// travels inside the job spec, never through sshd's Setenv.
+type Job struct {
+	Argv []string          `json:"argv"`
+	Env  map[string]string `json:"env"`
+	Dir  string            `json:"dir"` // working directory; "" keeps the agent's
+	// Heartbeat is how long the agent waits for a sign of life from the head
+	// before it tears the job down; 0 uses DefaultHeartbeatTimeout.
+	Heartbeat time.Duration `json:"heartbeat"`
+	// Grace is how long a stop waits between SIGTERM and SIGKILL; 0 uses
+	// DefaultGrace.
+	Grace time.Duration `json:"grace"`
+}
+
+// Defaults for Job.
+const (
+	DefaultHeartbeatTimeout = 6 * time.Second
+	DefaultGrace            = 3 * time.Second
+	HeartbeatInterval       = time.Second
+)
+
+// Runner reaches one node.
+type Runner interface {
+	// Node names the node ("node1", or "localhost").
+	Node() string
+	// Output runs a short command (no agent) and returns its stdout.
+	Output(ctx context.Context, argv []string) ([]byte, error)
+	// Start starts job under the node agent. Its stdout and stderr are copied
+	// to the given writers as they arrive; Start returns once the job runs.
+	Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error)
+	// Close releases the connection. Processes started through it are stopped.
+	Close() error
+}
+
+// Process is a job started by Runner.Start.
+type Process interface {
+	// Wait blocks until the job's whole process tree is gone and the output
+	// has been copied, and returns its exit status. err is non-nil when the
+	// node was lost (connection dropped, agent gone) rather than the job
+	// exiting by itself; then code is -1.
+	Wait() (code int, err error)
+	// Stop asks the agent to stop the whole tree: SIGTERM, grace, SIGKILL.
+	// With now set it skips the grace. Stop does not wait; call Wait.
+	Stop(now bool)
+}
