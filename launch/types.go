@@ -19,7 +19,10 @@ type Node struct {
 type Options struct {
 	// Attempt returns the nodes to start for attempt k (0 first). It is
 	// called before every attempt, so a restart can pick a fresh master port
-	// and export the attempt number to the workers.
+	// and export the attempt number to the workers: launch adds nothing to
+	// a Job's environment, so GORUN_RESTART_COUNT=k (the group-wide
+	// counterpart of torchrun's per-node TORCHELASTIC_RESTART_COUNT) is set
+	// by the caller in the Jobs it returns here.
 	Attempt func(ctx context.Context, k int) ([]Node, error)
 	// MaxRestarts is how many times the whole group may be restarted.
 	MaxRestarts int
@@ -41,7 +44,23 @@ type Failure struct {
 	Node      string
 	LocalRank int    // -1 when unknown
 	Rank      int    // -1 when unknown
-	Code      int    // the worker's exit code where torchrun named it, else torchrun's; -1 if the node was lost
-	Reason    string // "exited with 1", "connection lost: ..."
+	// Code is the worker's own exit code where torchrun's "Root Cause"
+	// summary names it (128+N for a worker killed by signal N, as a shell
+	// reports it), else torchrun's exit code; -1 when the node was lost or
+	// never started.
+	Code int
+	// Reason says what happened in words: "exit 1: worker rank 3 (local
+	// rank 1) exited with 7", "node lost: ...", "start: ...".
+	Reason string
+	// LastLines are the last lines the node printed, prefixed as on Out and
+	// without colour, oldest first.
 	LastLines []string
+}
+
+// Result says how a run went. Attempts counts the attempts started (1 when
+// the first attempt succeeded); Failure is the last failure seen, nil when
+// the last attempt succeeded.
+type Result struct {
+	Attempts int
+	Failure  *Failure
 }

@@ -1,0 +1,409 @@
+package launch
+
+import (
+	"bytes"
+	"io"
+	"strconv"
+	"sync"
+	"unicode/utf8"
+)
+
+// Limits on held output.
+const (
+	// maxLine is the longest line held whole; a longer one is written in
+	// pieces of this size, each continuation marked with contMarker.
+	maxLine = 64 << 10
+	// tailLines is how many last lines per node the failure summary keeps.
+	tailLines = 20
+	// tailLineBytes bounds each kept line; longer ones are cut with "…".
+	tailLineBytes = 512
+	// batchBytes is the size past which a Write hands its lines to the
+	// writer goroutine before it has read all its input.
+	batchBytes = 64 << 10
+)
+
+// contMarker follows the prefix of every piece of an over-long line after the
+// first: "[node1 0]+ ...".
+const contMarker = '+'
+
+// sink is the one goroutine that writes to Out and Diag, so whole lines from
+// any number of streams never interleave, and gorun's own messages land in
+// order with the lines before them.
+type sink struct {
+	ch   chan sinkMsg
+	done chan struct{}
+	pool sync.Pool
+}
+
+type sinkMsg struct {
+	w io.Writer
+	b *[]byte
+}
+
+func newSink() *sink {
+	s := &sink{ch: make(chan sinkMsg, 64), done: make(chan struct{})}
+	s.pool.New = func() any { b := make([]byte, 0, 4096); return &b }
+	go func() {
+		defer close(s.done)
+		for m := range s.ch {
+			// A failing terminal or pipe must not stop supervision; the
+			// lines are dropped.
+			_, _ = m.w.Write(*m.b)
+			s.put(m.b)
+		}
+	}()
+	return s
+}
+
+func (s *sink) get() *[]byte { return s.pool.Get().(*[]byte) }
+
+func (s *sink) put(b *[]byte) {
+	if cap(*b) > 4*batchBytes {
+		return // let an outsized buffer go rather than pin it
+	}
+	*b = (*b)[:0]
+	s.pool.Put(b)
+}
+
+// send hands b to the writer goroutine, which owns it from then on.
+func (s *sink) send(w io.Writer, b *[]byte) {
+	if len(*b) == 0 {
+		s.put(b)
+		return
+	}
+	s.ch <- sinkMsg{w: w, b: b}
+}
+
+// message writes msg (ending in a newline) to w after the output already
+// sent.
+func (s *sink) message(w io.Writer, msg string) {
+	b := s.get()
+	*b = append(*b, msg...)
+	s.send(w, b)
+}
+
+// close waits until everything sent has been written. Nothing may be sent
+// after close.
+func (s *sink) close() {
+	close(s.ch)
+	<-s.done
+}
+
+// ANSI colours for node prefixes, picked by node index; no red, which reads
+// as an error.
+var nodeColors = [...]string{"\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x1b[34m", "\x1b[96m", "\x1b[93m", "\x1b[92m"}
+
+const colorReset = "\x1b[0m"
+
+// nodeLog is what one node's streams share: its name and colour, its last
+// lines and what torchrun said about the root cause.
+type nodeLog struct {
+	name  string
+	color string // "" for no colour
+
+	mu    sync.Mutex
+	tail  [tailLines]tailLine
+	next  int // slot the next line goes to
+	count int
+	cause causeParser
+}
+
+type tailLine struct {
+	rank int
+	text []byte
+}
+
+func newNodeLog(name string, index int, color bool) *nodeLog {
+	l := &nodeLog{name: name}
+	if color {
+		l.color = nodeColors[index%len(nodeColors)]
+	}
+	return l
+}
+
+// record keeps a finished line (text without prefix); rank is its worker's
+// local rank, -1 for torchrun's own lines, which also feed the Root Cause
+// parser.
+func (l *nodeLog) record(rank int, text []byte) {
+	l.mu.Lock()
+	t := &l.tail[l.next]
+	t.rank = rank
+	if len(text) > tailLineBytes {
+		t.text = append(append(t.text[:0], truncUTF8(text, tailLineBytes)...), "…"...)
+	} else {
+		t.text = append(t.text[:0], text...)
+	}
+	l.next = (l.next + 1) % tailLines
+	if l.count < tailLines {
+		l.count++
+	}
+	if rank < 0 {
+		l.cause.feed(text)
+	}
+	l.mu.Unlock()
+}
+
+// lastLines returns the kept lines, oldest first, prefixed as on Out without
+// colour.
+func (l *nodeLog) lastLines() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	out := make([]string, 0, l.count)
+	for i := range l.count {
+		t := l.tail[(l.next-l.count+i+tailLines)%tailLines]
+		p := appendPrefix(nil, l.name, "", t.rank, false)
+		out = append(out, string(append(p, t.text...)))
+	}
+	return out
+}
+
+func (l *nodeLog) rootCause() (rootCause, bool) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.cause.result()
+}
+
+// appendPrefix appends "[node1 3] " (rank -1: "[node1] "), with the
+// continuation marker after the bracket when cont is set.
+func appendPrefix(dst []byte, name, color string, rank int, cont bool) []byte {
+	dst = append(dst, color...)
+	dst = append(dst, '[')
+	dst = append(dst, name...)
+	if rank >= 0 {
+		dst = append(dst, ' ')
+		dst = strconv.AppendInt(dst, int64(rank), 10)
+	}
+	dst = append(dst, ']')
+	if cont {
+		dst = append(dst, contMarker)
+	}
+	if color != "" {
+		dst = append(dst, colorReset...)
+	}
+	return append(dst, ' ')
+}
+
+// lineWriter is one stream (stdout or stderr) of one node. It holds a partial
+// line until its newline and hands complete, prefixed lines to the sink in
+// batches, one batch per Write. It is safe for concurrent use, though a
+// runner writes each stream from one goroutine.
+type lineWriter struct {
+	log  *nodeLog
+	sink *sink
+	out  io.Writer
+
+	mu       sync.Mutex
+	partial  []byte
+	cont     bool // the held line has already been written in part
+	contRank int
+	closed   bool
+	prefixes [][]byte // cached prefixes by local rank; index 0 is torchrun's own
+}
+
+func newLineWriter(log *nodeLog, s *sink, out io.Writer) *lineWriter {
+	return &lineWriter{log: log, sink: s, out: out}
+}
+
+// Write never fails: output after close is dropped, since the process it
+// came from has been waited for.
+func (w *lineWriter) Write(p []byte) (int, error) {
+	n := len(p)
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return n, nil
+	}
+	b := w.sink.get()
+	for len(p) > 0 {
+		i := bytes.IndexByte(p, '\n')
+		if i < 0 {
+			w.partial = append(w.partial, p...)
+			*b = w.cutLong(*b)
+			break
+		}
+		line := p[:i]
+		if len(w.partial) > 0 {
+			w.partial = append(w.partial, line...)
+			line = w.partial
+		}
+		*b = w.endLine(*b, line)
+		w.partial = w.partial[:0]
+		p = p[i+1:]
+		if len(*b) >= batchBytes {
+			w.sink.send(w.out, b)
+			b = w.sink.get()
+		}
+	}
+	w.sink.send(w.out, b)
+	return n, nil
+}
+
+// close flushes a partial last line with a newline; later writes are dropped.
+func (w *lineWriter) close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.closed {
+		return
+	}
+	w.closed = true
+	if len(w.partial) > 0 || w.cont {
+		b := w.sink.get()
+		*b = w.endLine(*b, w.partial)
+		w.partial = nil
+		w.sink.send(w.out, b)
+	}
+}
+
+// cutLong writes the held partial line in pieces while it is longer than
+// maxLine, keeping the rest.
+func (w *lineWriter) cutLong(b []byte) []byte {
+	if len(w.partial) <= maxLine {
+		return b
+	}
+	off := 0
+	for len(w.partial)-off > maxLine {
+		cut := cutPoint(w.partial[off : off+maxLine])
+		b = w.piece(b, w.partial[off:off+cut])
+		off += cut
+	}
+	rest := copy(w.partial, w.partial[off:])
+	w.partial = w.partial[:rest]
+	if cap(w.partial) > 4*maxLine {
+		w.partial = append([]byte(nil), w.partial...)
+	}
+	return b
+}
+
+// endLine writes the end of a line: the whole line, or the last piece of one
+// already written in part.
+func (w *lineWriter) endLine(b, line []byte) []byte {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	for len(line) > maxLine {
+		cut := cutPoint(line[:maxLine])
+		b = w.piece(b, line[:cut])
+		line = line[cut:]
+	}
+	if w.cont {
+		w.cont = false
+		if len(line) == 0 {
+			return b
+		}
+		b = append(b, w.prefix(w.contRank, true)...)
+		b = append(b, line...)
+		return append(b, '\n')
+	}
+	rank, text := splitWorkerPrefix(line)
+	w.log.record(rank, text)
+	b = append(b, w.prefix(rank, false)...)
+	b = append(b, text...)
+	return append(b, '\n')
+}
+
+// piece writes one piece of an over-long line.
+func (w *lineWriter) piece(b, seg []byte) []byte {
+	if w.cont {
+		b = append(b, w.prefix(w.contRank, true)...)
+		b = append(b, seg...)
+		return append(b, '\n')
+	}
+	rank, text := splitWorkerPrefix(seg)
+	w.log.record(rank, text)
+	w.cont, w.contRank = true, rank
+	b = append(b, w.prefix(rank, false)...)
+	b = append(b, text...)
+	return append(b, '\n')
+}
+
+// prefix returns the prefix for rank, cached for the common small ranks.
+func (w *lineWriter) prefix(rank int, cont bool) []byte {
+	if cont || rank >= 255 {
+		return appendPrefix(nil, w.log.name, w.log.color, rank, cont)
+	}
+	i := rank + 1
+	for len(w.prefixes) <= i {
+		w.prefixes = append(w.prefixes, nil)
+	}
+	if w.prefixes[i] == nil {
+		w.prefixes[i] = appendPrefix(nil, w.log.name, w.log.color, rank, false)
+	}
+	return w.prefixes[i]
+}
+
+// cutPoint is where to cut a piece of at most len(b) bytes: before a
+// trailing '\r' (so a CRLF split across pieces is still stripped) and not
+// inside a UTF-8 sequence.
+func cutPoint(b []byte) int {
+	n := len(b)
+	for k := 1; k <= utf8.UTFMax && k <= n; k++ {
+		if utf8.RuneStart(b[n-k]) {
+			if !utf8.FullRune(b[n-k:]) {
+				n -= k
+			}
+			break
+		}
+	}
+	if n == 0 {
+		n = len(b)
+	}
+	if n > 1 && b[n-1] == '\r' {
+		n--
+	}
+	return n
+}
+
+// truncUTF8 returns at most n bytes of b, not ending inside a UTF-8 sequence.
+func truncUTF8(b []byte, n int) []byte {
+	if len(b) <= n {
+		return b
+	}
+	for n > 0 && !utf8.RuneStart(b[n]) {
+		n--
+	}
+	return b[:n]
+}
+
+// splitWorkerPrefix recognises the "[<role><local_rank>]:" that torchrun
+// --tee puts before every worker line ("[default0]:hello") and returns the
+// local rank and the rest; a line without it is torchrun's own (rank -1).
+// The role is a name (letters, digits, '_', '-', '.') starting with a letter
+// or '_'; all trailing digits are read as the rank, so a role that itself
+// ends in a digit (--role=trainer1) cannot be told apart.
+func splitWorkerPrefix(line []byte) (int, []byte) {
+	if len(line) < 4 || line[0] != '[' {
+		return -1, line
+	}
+	const maxInner = 64
+	end := -1
+	for i := 1; i < len(line) && i <= maxInner+1; i++ {
+		c := line[i]
+		if c == ']' {
+			end = i
+			break
+		}
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '_' || c == '-' || c == '.') {
+			return -1, line
+		}
+	}
+	if end < 0 || end+1 >= len(line) || line[end+1] != ':' {
+		return -1, line
+	}
+	inner := line[1:end]
+	if c := inner[0]; !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c == '_') {
+		return -1, line
+	}
+	d := len(inner)
+	for d > 0 && inner[d-1] >= '0' && inner[d-1] <= '9' {
+		d--
+	}
+	digits := inner[d:]
+	if len(digits) == 0 || len(digits) > 6 || len(digits) > 1 && digits[0] == '0' {
+		return -1, line
+	}
+	rank := 0
+	for _, c := range digits {
+		rank = rank*10 + int(c-'0')
+	}
+	return rank, line[end+2:]
+}
