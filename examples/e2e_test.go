@@ -1,0 +1,486 @@
+// End-to-end tests: the real gorun binary, real torchrun (Debian's, through
+// the shim in testcluster/), real training processes, and for multi-node
+// tests real OpenSSH sshd nodes in network namespaces (testcluster/).
+//
+// Local tests need python3-torch; cluster tests need GORUN_TESTCLUSTER to
+// name the cluster's state directory (.ci/test brings one up). They skip
+// when what they need is missing, except under GORUN_E2E=1 (CI), where a
+// missing part is a failure.
+package examples
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+var gorunBin string // built once in TestMain
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorun-e2e-")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gorunBin = filepath.Join(dir, "gorun")
+	build := exec.Command("go", "build", "-o", gorunBin, "github.com/gorun/gorun")
+	build.Stdout, build.Stderr = os.Stderr, os.Stderr
+	if err := build.Run(); err != nil {
+		fmt.Fprintln(os.Stderr, "build gorun:", err)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// need skips (or, under GORUN_E2E=1, fails) when a prerequisite is missing.
+func need(t *testing.T, ok bool, what string) {
+	t.Helper()
+	if ok {
+		return
+	}
+	if os.Getenv("GORUN_E2E") == "1" {
+		t.Fatalf("GORUN_E2E=1 but %s", what)
+	}
+	t.Skipf("skipping: %s", what)
+}
+
+func absPath(t *testing.T, rel string) string {
+	t.Helper()
+	p, err := filepath.Abs(rel)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func needTorch(t *testing.T) {
+	t.Helper()
+	_, err := os.Stat("/usr/lib/python3/dist-packages/torch/version.py")
+	need(t, err == nil, "python3-torch is not installed")
+}
+
+type cluster struct {
+	state string
+	nodes []string
+}
+
+func needCluster(t *testing.T, n int) cluster {
+	t.Helper()
+	needTorch(t)
+	state := os.Getenv("GORUN_TESTCLUSTER")
+	need(t, state != "", "GORUN_TESTCLUSTER is not set (run examples/testcluster/netns-cluster.sh up 3)")
+	data, err := os.ReadFile(filepath.Join(state, "hosts"))
+	need(t, err == nil, "no test cluster at "+state)
+	c := cluster{state: state}
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		if f := strings.Fields(line); len(f) == 2 {
+			c.nodes = append(c.nodes, f[1])
+		}
+	}
+	need(t, len(c.nodes) >= n, fmt.Sprintf("the test cluster has %d nodes, want %d", len(c.nodes), n))
+	c.nodes = c.nodes[:n]
+	return c
+}
+
+// hostsFlag gives every node the same number of slots.
+func (c cluster) hostsFlag(slots int) string {
+	parts := make([]string, len(c.nodes))
+	for i, n := range c.nodes {
+		parts[i] = fmt.Sprintf("%s:%d", n, slots)
+	}
+	return strings.Join(parts, ",")
+}
+
+func (c cluster) sshArgs() []string {
+	return []string{"--ssh-config", filepath.Join(c.state, "ssh_config")}
+}
+
+// marker tags every process of one test run, so "nothing left behind" can
+// be checked across all namespaces by scanning /proc from the root one.
+func marker(t *testing.T) string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return "gorun-e2e-" + hex.EncodeToString(b)
+}
+
+// run is a started gorun with its output collected line by line.
+type run struct {
+	cmd   *exec.Cmd
+	mu    sync.Mutex
+	lines []string
+	seen  chan string
+	done  chan struct{}
+	err   error
+}
+
+func startGorun(t *testing.T, env []string, args ...string) *run {
+	t.Helper()
+	cmd := exec.Command(gorunBin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	cmd.Env = append(cmd.Env, "NO_COLOR=1", "PYTHONUNBUFFERED=1")
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	r := &run{cmd: cmd, seen: make(chan string, 4096), done: make(chan struct{})}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			r.mu.Lock()
+			r.lines = append(r.lines, sc.Text())
+			r.mu.Unlock()
+			select {
+			case r.seen <- sc.Text():
+			default:
+			}
+		}
+	}()
+	go func() {
+		r.err = cmd.Wait()
+		pw.Close()
+		close(r.done)
+	}()
+	t.Cleanup(func() {
+		r.cmd.Process.Kill()
+		<-r.done
+	})
+	return r
+}
+
+// waitLine waits for a line matching re.
+func (r *run) waitLine(t *testing.T, re string, timeout time.Duration) string {
+	t.Helper()
+	rx := regexp.MustCompile(re)
+	deadline := time.After(timeout)
+	for {
+		select {
+		case l := <-r.seen:
+			if rx.MatchString(l) {
+				return l
+			}
+		case <-r.done:
+			t.Fatalf("gorun exited before a line matched %q:\n%s", re, r.output())
+		case <-deadline:
+			t.Fatalf("no line matched %q within %v:\n%s", re, timeout, r.output())
+		}
+	}
+}
+
+func (r *run) wait(t *testing.T, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-r.done:
+	case <-time.After(timeout):
+		t.Fatalf("gorun still running after %v:\n%s", timeout, r.output())
+	}
+	if ee, ok := r.err.(*exec.ExitError); ok {
+		return ee.ExitCode()
+	} else if r.err != nil {
+		t.Fatal(r.err)
+	}
+	return 0
+}
+
+func (r *run) output() string {
+	time.Sleep(50 * time.Millisecond) // let the reader drain the pipe
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return strings.Join(r.lines, "\n")
+}
+
+// leftovers lists processes (in any namespace) whose command line or
+// environment carries the marker.
+func leftovers(mark string) []string {
+	var found []string
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' || pid == fmt.Sprint(os.Getpid()) {
+			continue
+		}
+		for _, f := range []string{"cmdline", "environ"} {
+			b, err := os.ReadFile(filepath.Join("/proc", pid, f))
+			if err == nil && bytes.Contains(b, []byte(mark)) {
+				stat, _ := os.ReadFile(filepath.Join("/proc", pid, "stat"))
+				if strings.Contains(string(stat), ") Z ") {
+					continue // a zombie holds no resources; its parent reaps it
+				}
+				cmd, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+				found = append(found, pid+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+				break
+			}
+		}
+	}
+	return found
+}
+
+// noneLeft waits up to timeout for every marked process to be gone.
+func noneLeft(t *testing.T, mark string, timeout time.Duration) time.Duration {
+	t.Helper()
+	start := time.Now()
+	for {
+		left := leftovers(mark)
+		if len(left) == 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > timeout {
+			t.Fatalf("%d processes left after %v:\n%s", len(left), timeout, strings.Join(left, "\n"))
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func shim(t *testing.T) string   { return absPath(t, "testcluster/torchrun-debian-shim") }
+func script(t *testing.T) string { return absPath(t, "testcluster/train_ddp.py") }
+
+func TestLocalGlooRun(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark},
+		"--torchrun", shim(t), "--nproc-per-node", "2", script(t), "--tag", mark)
+	if code := r.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	out := r.output()
+	if n := strings.Count(out, "params-in-sync OK"); n != 2 {
+		t.Fatalf("want 2 ranks in sync, got %d:\n%s", n, out)
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+func TestLocalWorkerExitCode(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "CRASH_RANK=1", "CRASH_ON_ATTEMPT=0", "CRASH_CODE=7"},
+		"--torchrun", shim(t), "--nproc-per-node", "2", script(t), "--tag", mark)
+	if code := r.wait(t, 3*time.Minute); code != 7 {
+		t.Fatalf("exit %d, want the worker's 7:\n%s", code, r.output())
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+func TestLocalCtrlCLeavesNothing(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"},
+		"--torchrun", shim(t), "--nproc-per-node", "2", script(t), "--tag", mark)
+	r.waitLine(t, `step=2 `, 2*time.Minute)
+	r.cmd.Process.Signal(syscall.SIGINT)
+	if code := r.wait(t, 10*time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, r.output())
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+func TestBadInputExits2(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		want string
+	}{
+		{"nnodes three parts", []string{"--nnodes", "2:20:30", "train.py"}, "--nnodes"},
+		{"module and no-python", []string{"-m", "--no-python", "train.py"}, "--no-python"},
+		{"missing script", []string{"--nproc-per-node", "2"}, "script"},
+		{"bad start method", []string{"--start-method", "thread", "train.py"}, "--start-method"},
+		{"unknown nproc word", []string{"--nproc-per-node", "gpus", "train.py"}, "--nproc-per-node"},
+		{"bad hosts", []string{"--hosts", "a:x", "train.py"}, "--hosts"},
+		{"include and exclude", []string{"--hosts", "a:2", "--include", "a:0", "--exclude", "a:1", "train.py"}, "clude"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command(gorunBin, tc.args...)
+			out, err := cmd.CombinedOutput()
+			ee, ok := err.(*exec.ExitError)
+			if !ok || ee.ExitCode() != 2 {
+				t.Fatalf("err %v, want exit 2; output:\n%s", err, out)
+			}
+			if !strings.Contains(string(out), tc.want) {
+				t.Fatalf("message does not name %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func TestClusterDDP(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	if code := r.wait(t, 4*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	out := r.output()
+	if n := strings.Count(out, "params-in-sync OK"); n != 6 {
+		t.Fatalf("want 6 ranks in sync, got %d:\n%s", n, out)
+	}
+	for _, node := range c.nodes {
+		if !strings.Contains(out, "["+node) {
+			t.Errorf("no line prefixed with %s", node)
+		}
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+func TestClusterRestartAfterCrash(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	env := []string{"GORUN_MARK=" + mark}
+	crash := []string{"--env", "CRASH_RANK=3", "--env", "CRASH_ON_ATTEMPT=0", "--env", "CRASH_CODE=9"}
+	base := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t))
+	t.Run("restarted", func(t *testing.T) {
+		args := append(append(append([]string{}, base...), crash...), "--max-restarts", "1", script(t), "--tag", mark)
+		r := startGorun(t, env, args...)
+		if code := r.wait(t, 5*time.Minute); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, r.output())
+		}
+		out := r.output()
+		if n := strings.Count(out, "params-in-sync OK"); n != 6 {
+			t.Fatalf("want 6 ranks in sync after the restart, got %d:\n%s", n, out)
+		}
+		if !strings.Contains(out, "restart=") || !strings.Contains(out, "restarting") {
+			t.Fatalf("no restart reported:\n%s", out)
+		}
+	})
+	t.Run("no restarts left", func(t *testing.T) {
+		args := append(append(append([]string{}, base...), crash...), "--max-restarts", "0", script(t), "--tag", mark)
+		r := startGorun(t, env, args...)
+		if code := r.wait(t, 3*time.Minute); code != 9 {
+			t.Fatalf("exit %d, want the worker's 9:\n%s", code, r.output())
+		}
+	})
+	noneLeft(t, mark, 5*time.Second)
+}
+
+func TestClusterCtrlC(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"},
+		args...)
+	r.waitLine(t, `step=2 `, 3*time.Minute)
+	r.cmd.Process.Signal(syscall.SIGINT)
+	took := noneLeft(t, mark, 5*time.Second)
+	if code := r.wait(t, 10*time.Second); code != 130 {
+		t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, r.output())
+	}
+	t.Logf("every process gone %v after SIGINT", took)
+}
+
+func TestClusterHeadKilled(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	r.waitLine(t, `step=2 `, 3*time.Minute)
+	r.cmd.Process.Kill()
+	took := noneLeft(t, mark, 10*time.Second)
+	t.Logf("every process gone %v after SIGKILL of gorun", took)
+}
+
+func TestClusterLinkCut(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	r.waitLine(t, `step=2 `, 3*time.Minute)
+	veth := "gorun-v2" // node2's link to the bridge
+	if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {
+		t.Fatalf("cut the link: %v %s", err, out)
+	}
+	t.Cleanup(func() { exec.Command("ip", "link", "set", veth, "up").Run() })
+	cut := time.Now()
+	code := r.wait(t, 30*time.Second)
+	noticed := time.Since(cut)
+	if code == 0 {
+		t.Fatalf("exit 0 after a cut link:\n%s", r.output())
+	}
+	if noticed > 20*time.Second {
+		t.Fatalf("took %v to notice the cut link", noticed)
+	}
+	if !strings.Contains(r.output(), "node2") {
+		t.Fatalf("the error does not name node2:\n%s", r.output())
+	}
+	// node2's own agent tears its tree down when the heartbeat stops.
+	noneLeft(t, mark, 15*time.Second)
+	t.Logf("noticed after %v", noticed)
+}
+
+func TestClusterUnreachableHostStartsNothing(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.nodes[0]+":1,10.77.0.250:1", "--torchrun", shim(t), script(t), "--tag", mark)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	cmd.Env = append(os.Environ(), "GORUN_MARK="+mark)
+	out, err := cmd.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 {
+		t.Fatalf("err %v, want exit 2:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "10.77.0.250") {
+		t.Fatalf("the error does not name the host:\n%s", out)
+	}
+	if left := leftovers(mark); len(left) > 0 {
+		t.Fatalf("something started: %v", left)
+	}
+}
+
+func TestClusterEnvByteForByte(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	weird := "it's \"quoted\" $(echo no) `echo no` $HOME \\ tab\there\nsecond line ünïcødé"
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--torchrun", shim(t),
+		"--env", "WEIRD="+weird, absPath(t, "testcluster/print_env.py"), "WEIRD", mark)
+	r := startGorun(t, nil, args...)
+	if code := r.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	want := "WEIRD=" + hex.EncodeToString([]byte(weird))
+	got := 0
+	for _, l := range r.lines {
+		if i := strings.Index(l, "ENV "); i >= 0 {
+			got++
+			if !strings.HasSuffix(l, want) {
+				t.Fatalf("value changed on the way:\n got %s\nwant suffix %s", l[i:], want)
+			}
+		}
+	}
+	if got != 2 {
+		t.Fatalf("want 2 ranks reporting, got %d:\n%s", got, r.output())
+	}
+}
+
+func TestClusterRepeatedCycles(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	for i := 0; i < 10; i++ {
+		args := append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--preflight", "off", "--torchrun", shim(t),
+			"--no-python", "/bin/sh", "-c", "echo cycle-ok; sleep 0.2", mark)
+		r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+		if code := r.wait(t, time.Minute); code != 0 {
+			t.Fatalf("cycle %d: exit %d:\n%s", i, code, r.output())
+		}
+		if n := strings.Count(r.output(), "cycle-ok"); n != 2 {
+			t.Fatalf("cycle %d: want 2 lines, got %d:\n%s", i, n, r.output())
+		}
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
