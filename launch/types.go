@@ -42,8 +42,8 @@ type Options struct {
 // Failure says which part of the group failed last, and how.
 type Failure struct {
 	Node      string
-	LocalRank int    // -1 when unknown
-	Rank      int    // -1 when unknown
+	LocalRank int // -1 when unknown
+	Rank      int // -1 when unknown
 	// Code is the worker's own exit code where torchrun's "Root Cause"
 	// summary names it (128+N for a worker killed by signal N, as a shell
 	// reports it), else torchrun's exit code; -1 when the node was lost or

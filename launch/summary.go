@@ -1,0 +1,43 @@
+package launch
+
+import (
+	"fmt"
+	"strings"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+)
+
+// renderSummary is the closing report of a failed job on Diag: which node and
+// rank failed, with what code and why, and the last lines that node printed.
+func renderSummary(f Failure, attempts int) string {
+	var b strings.Builder
+	tries := "1 attempt"
+	if attempts != 1 {
+		tries = fmt.Sprintf("%d attempts", attempts)
+	}
+	fmt.Fprintf(&b, "gorun: job failed after %s\n", tries)
+	fmt.Fprintf(&b, "  node:   %s\n", f.Node)
+	if r := strings.TrimSpace(rankWords(f.Rank, f.LocalRank)); r != "" {
+		fmt.Fprintf(&b, "  worker: %s\n", r)
+	}
+	if f.Code >= 0 {
+		fmt.Fprintf(&b, "  code:   %d\n", f.Code)
+	}
+	fmt.Fprintf(&b, "  reason: %s\n", f.Reason)
+	if len(f.LastLines) > 0 {
+		fmt.Fprintf(&b, "  last %d lines from %s:\n", len(f.LastLines), f.Node)
+		for _, l := range f.LastLines {
+			fmt.Fprintf(&b, "    %s\n", l)
+		}
+	}
+	return b.String()
+}
+
+// signalName is "SIGKILL" for 9, or "signal 9" for a number it does not know.
+func signalName(n int) string {
+	if s := unix.SignalName(syscall.Signal(n)); s != "" {
+		return s
+	}
+	return fmt.Sprintf("signal %d", n)
+}
