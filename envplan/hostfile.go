@@ -1,0 +1,140 @@
+package envplan
+
+import (
+	"fmt"
+	"strings"
+)
+
+// ParseHostfile parses a hostfile named name (used only in error locations)
+// with contents data. Two forms are accepted, and may be mixed line by line:
+//
+//   - DeepSpeed's: "host slots=N" on every line (deepspeed --hostfile).
+//   - Open MPI's: "host", "host:N", "host slots=N", "host slots=N max_slots=M"
+//     (max-slots is accepted too). A line without a count gives Slots 0,
+//     not stated.
+//
+// DeepSpeed's form is a subset of Open MPI's, so every line is read by the
+// Open MPI rules. '#' starts a comment anywhere on a line; blank lines and
+// CRLF endings are fine. A duplicate host, a stray word, a missing or zero
+// count, max_slots below slots, or a file without any host is an InputError
+// located as "name:line:col".
+func ParseHostfile(name string, data []byte) ([]Host, error) {
+	var hosts []Host
+	seen := make(map[string]int) // host key → line of first sight
+	lines := strings.Split(string(data), "\n")
+	for i, line := range lines {
+		lineNo := i + 1
+		line = strings.TrimSuffix(line, "\r")
+		if c := strings.IndexByte(line, '#'); c >= 0 {
+			line = line[:c]
+		}
+		where := func(col int) string { return fmt.Sprintf("%s:%d:%d", name, lineNo, col) }
+		h, ok, err := parseHostfileLine(line, where)
+		if err != nil {
+			return nil, err
+		}
+		if !ok {
+			continue
+		}
+		key := hostKey(h.Name)
+		if first, dup := seen[key]; dup {
+			return nil, &InputError{
+				Where:   where(firstField(line)),
+				Problem: fmt.Sprintf("duplicate host %q (first on line %d)", h.Name, first),
+				Fix:     "list each host once with its total slots",
+			}
+		}
+		seen[key] = lineNo
+		hosts = append(hosts, h)
+	}
+	if len(hosts) == 0 {
+		return nil, &InputError{
+			Where:   name,
+			Problem: "hostfile lists no hosts",
+			Fix:     `write one "host slots=N" per line`,
+		}
+	}
+	return hosts, nil
+}
+
+// field is one whitespace-separated word of a line and its 1-based column.
+type field struct {
+	text string
+	col  int
+}
+
+// fields splits a line on spaces and tabs, keeping columns.
+func fields(line string) []field {
+	var out []field
+	for i := 0; i < len(line); {
+		if line[i] == ' ' || line[i] == '\t' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(line) && line[j] != ' ' && line[j] != '\t' {
+			j++
+		}
+		out = append(out, field{text: line[i:j], col: i + 1})
+		i = j
+	}
+	return out
+}
+
+func firstField(line string) int {
+	if f := fields(line); len(f) > 0 {
+		return f[0].col
+	}
+	return 1
+}
+
+// parseHostfileLine parses one line with its comment removed. ok is false
+// for a blank line.
+func parseHostfileLine(line string, where func(col int) string) (h Host, ok bool, err error) {
+	words := fields(line)
+	if len(words) == 0 {
+		return Host{}, false, nil
+	}
+	h, err = parseHostItem(words[0].text, words[0].col, where)
+	if err != nil {
+		return Host{}, false, err
+	}
+	countInName := h.Slots != 0
+	var slots, maxSlots *field
+	for k := range words[1:] {
+		w := &words[1+k]
+		key, _, hasEq := strings.Cut(w.text, "=")
+		switch {
+		case hasEq && key == "slots":
+			if slots != nil || countInName {
+				return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: slots given twice", h.Name), Fix: "give the count once"}
+			}
+			slots = w
+		case hasEq && (key == "max_slots" || key == "max-slots"):
+			if maxSlots != nil {
+				return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: max_slots given twice", h.Name), Fix: "give max_slots once"}
+			}
+			maxSlots = w
+		default:
+			return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %q", w.text), Fix: `write "host slots=N"`}
+		}
+	}
+	if slots != nil {
+		n, err := parseSlots(strings.TrimPrefix(slots.text, "slots="))
+		if err != nil {
+			return Host{}, false, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %q: %v", h.Name, err), Fix: `write "host slots=N" with N at least 1`}
+		}
+		h.Slots = n
+	}
+	if maxSlots != nil {
+		_, value, _ := strings.Cut(maxSlots.text, "=")
+		m, err := parseSlots(value)
+		if err != nil {
+			return Host{}, false, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots: %v", h.Name, err), Fix: "write max_slots=M with M at least slots"}
+		}
+		if h.Slots > m {
+			return Host{}, false, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots=%d is below slots=%d", h.Name, m, h.Slots), Fix: "raise max_slots or lower slots"}
+		}
+	}
+	return h, true, nil
+}

@@ -1,0 +1,222 @@
+package envplan
+
+import (
+	"fmt"
+	"net/netip"
+	"strconv"
+	"strings"
+)
+
+// maxSlots bounds the process count of one host. No node runs this many
+// workers; the bound keeps arithmetic on slot counts far from overflow.
+const maxSlots = 1 << 16
+
+// ResolveHosts turns what the user gave into the job's hosts, in launch
+// order. It is the one entry point main uses. Precedence:
+//
+//  1. --hosts and --hostfile are mutually exclusive; giving both is an
+//     InputError. hostfileName non-empty means --hostfile was given, and
+//     hostfileData holds its contents.
+//  2. Otherwise, inside a Slurm allocation (SLURM_JOB_NODELIST or
+//     SLURM_NODELIST set), the allocation's nodes, with slots from the
+//     Slurm GPU or task counts (see HostsFromSlurm).
+//  3. Otherwise no hosts: ResolveHosts returns nil, nil and gorun runs on
+//     this machine alone, as plain torchrun does.
+//
+// --include / --exclude (DeepSpeed syntax) then filter whichever list was
+// chosen; they need a list, so giving them in local mode is an InputError.
+// getenv is the head's environment lookup (os.Getenv in main).
+func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, exclude string, getenv func(string) string) ([]Host, error) {
+	if hostsFlag != "" && hostfileName != "" {
+		return nil, &InputError{
+			Where:   "--hosts",
+			Problem: "--hosts and --hostfile both given",
+			Fix:     "give one of them",
+		}
+	}
+	var (
+		hosts []Host
+		err   error
+	)
+	switch {
+	case hostsFlag != "":
+		hosts, err = ParseHosts(hostsFlag)
+	case hostfileName != "":
+		hosts, err = ParseHostfile(hostfileName, hostfileData)
+	default:
+		hosts, err = HostsFromSlurm(getenv)
+	}
+	if err != nil {
+		return nil, err
+	}
+	if hosts == nil {
+		if include != "" || exclude != "" {
+			flag := "--include"
+			if include == "" {
+				flag = "--exclude"
+			}
+			return nil, &InputError{
+				Where:   flag,
+				Problem: flag + " needs a host list, and none was given",
+				Fix:     "add --hosts or --hostfile, or set CUDA_VISIBLE_DEVICES to pick GPUs on this machine",
+			}
+		}
+		return nil, nil
+	}
+	hosts, err = ApplyIncludeExclude(hosts, include, exclude)
+	if err != nil {
+		return nil, err
+	}
+	if len(hosts) == 0 {
+		// nil would mean local mode; a filter that removed every host
+		// must not silently turn into a run on the head.
+		return nil, &InputError{Where: "--exclude", Problem: "--exclude removed every host", Fix: "keep at least one host"}
+	}
+	return hosts, nil
+}
+
+// ParseHosts parses the --hosts flag: a comma-separated list of hosts, each
+// with an optional slot count, "h1:8,h2:8,h3". A host is a name, an IPv4
+// address, or an IPv6 address in brackets ("[fe80::1]:8"). A host without a
+// count gets Slots 0 (not stated). Empty items, bad or zero counts and
+// duplicate hosts are InputErrors whose Where gives the 1-based column.
+func ParseHosts(list string) ([]Host, error) {
+	const flag = "--hosts"
+	if strings.TrimSpace(list) == "" {
+		return nil, &InputError{Where: flag, Problem: "empty host list", Fix: "write --hosts h1:8,h2:8"}
+	}
+	var hosts []Host
+	seen := make(map[string]int) // host key → column of first sight
+	for start := 0; start <= len(list); {
+		end := strings.IndexByte(list[start:], ',')
+		if end < 0 {
+			end = len(list)
+		} else {
+			end += start
+		}
+		item := list[start:end]
+		col := start + 1 + (len(item) - len(strings.TrimLeft(item, " \t")))
+		item = strings.TrimSpace(item)
+		if item == "" {
+			return nil, &InputError{Where: at(flag, col), Problem: "empty item in host list", Fix: "remove the extra comma"}
+		}
+		h, err := parseHostItem(item, col, func(c int) string { return at(flag, c) })
+		if err != nil {
+			return nil, err
+		}
+		key := hostKey(h.Name)
+		if first, dup := seen[key]; dup {
+			return nil, &InputError{
+				Where:   at(flag, col),
+				Problem: fmt.Sprintf("duplicate host %q (first at col %d)", h.Name, first),
+				Fix:     "list each host once with its total slots",
+			}
+		}
+		seen[key] = col
+		hosts = append(hosts, h)
+		start = end + 1
+	}
+	return hosts, nil
+}
+
+// parseHostItem parses one "host[:N]" item that starts at column col; where
+// renders the location of a column for errors.
+func parseHostItem(item string, col int, where func(col int) string) (Host, error) {
+	name, slotText, slotCol := item, "", 0
+	if strings.HasPrefix(item, "[") {
+		closing := strings.IndexByte(item, ']')
+		if closing < 0 {
+			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("unclosed '[' in %q", item), Fix: "write IPv6 addresses as [fe80::1]:8"}
+		}
+		name = item[1:closing]
+		rest := item[closing+1:]
+		if _, err := netip.ParseAddr(name); err != nil || !strings.Contains(name, ":") {
+			return Host{}, &InputError{Where: where(col + 1), Problem: fmt.Sprintf("%q in brackets is not an IPv6 address", name), Fix: "use brackets only around IPv6 addresses"}
+		}
+		switch {
+		case rest == "":
+		case rest[0] == ':':
+			slotText, slotCol = rest[1:], col+closing+2
+		default:
+			return Host{}, &InputError{Where: where(col + closing + 1), Problem: fmt.Sprintf("unexpected %q after ']'", rest), Fix: "write [ADDRESS]:SLOTS"}
+		}
+	} else if i := strings.IndexByte(item, ':'); i >= 0 {
+		name, slotText, slotCol = item[:i], item[i+1:], col+i+1
+		if strings.Contains(slotText, ":") {
+			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("%q has more than one ':'", item), Fix: "write HOST:SLOTS; put IPv6 addresses in brackets, [fe80::1]:8"}
+		}
+		if name == "" {
+			return Host{}, &InputError{Where: where(col), Problem: "missing host name before ':'", Fix: "write HOST:SLOTS"}
+		}
+	}
+	if !strings.HasPrefix(item, "[") {
+		if err := checkHostName(name); err != nil {
+			return Host{}, &InputError{Where: where(col), Problem: err.Error(), Fix: "use a host name, an IPv4 address or [IPv6]"}
+		}
+	}
+	h := Host{Name: name}
+	if slotCol != 0 {
+		n, err := parseSlots(slotText)
+		if err != nil {
+			return Host{}, &InputError{Where: where(slotCol), Problem: fmt.Sprintf("host %q: %v", name, err), Fix: "write HOST:N with N at least 1"}
+		}
+		h.Slots = n
+	}
+	return h, nil
+}
+
+// parseSlots parses a slot count: decimal digits only, 1..maxSlots.
+func parseSlots(s string) (int, error) {
+	if s == "" {
+		return 0, fmt.Errorf("missing slot count")
+	}
+	for _, c := range s {
+		if c < '0' || c > '9' {
+			return 0, fmt.Errorf("slot count %q is not a number", s)
+		}
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n > maxSlots {
+		return 0, fmt.Errorf("slot count %q is too large (at most %d)", s, maxSlots)
+	}
+	if n == 0 {
+		return 0, fmt.Errorf("slot count is 0")
+	}
+	return n, nil
+}
+
+// checkHostName accepts DNS-style names, IPv4 addresses and the underscores
+// some clusters use. A leading '-' is refused so that no host name can be
+// read as an option by ssh.
+func checkHostName(name string) error {
+	if name == "" {
+		return fmt.Errorf("empty host name")
+	}
+	if name[0] == '-' {
+		return fmt.Errorf("host name %q starts with '-'", name)
+	}
+	for i := 0; i < len(name); i++ {
+		if !hostNameByte(name[i]) {
+			return fmt.Errorf("host name %q has invalid character %q", name, name[i])
+		}
+	}
+	return nil
+}
+
+func hostNameByte(c byte) bool {
+	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_'
+}
+
+// hostKey is the identity used to find duplicates: host names are case
+// insensitive (DNS), and one address may be spelled several ways.
+func hostKey(name string) string {
+	if a, err := netip.ParseAddr(name); err == nil {
+		return a.String()
+	}
+	return strings.ToLower(name)
+}
+
+// at renders a Where with a 1-based column.
+func at(where string, col int) string {
+	return fmt.Sprintf("%s (col %d)", where, col)
+}
