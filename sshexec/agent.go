@@ -1,0 +1,465 @@
+package sshexec
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// Exit codes of the agent itself, when the job never ran.
+const (
+	// AgentExitBadSpec: the job line was missing, unreadable or invalid.
+	AgentExitBadSpec = 125
+	// AgentExitNoStart: the job could not be started (exec failed).
+	AgentExitNoStart = 127
+)
+
+// maxJobLine bounds the job line so a confused head cannot exhaust memory.
+const maxJobLine = 16 << 20
+
+// killRepeat is how often the agent re-scans /proc and SIGKILLs what is
+// left once it has escalated, until the last descendant is reaped.
+const killRepeat = 50 * time.Millisecond
+
+// ServeAgent runs the node agent, `gorun _agent`, and returns its exit code.
+//
+// It reads one JSON line (a Job) from stdin, starts the job in a new session
+// with stdin /dev/null and stdout/stderr on its own stdout/stderr, and then
+// reads control bytes from stdin: 'h' heartbeat, 't' graceful stop, 'k'
+// kill now. EOF on stdin, a missed heartbeat (Job.Heartbeat), SIGTERM,
+// SIGINT, SIGHUP or ctx being cancelled stop the job gracefully: SIGTERM to
+// every descendant, Job.Grace, then SIGKILL until none is left. The agent is
+// a child subreaper, so workers that their parent left behind (torchrun's
+// workers run in sessions of their own) are reparented to it and are killed
+// too. When the job's main process exits by itself, leftovers are stopped
+// the same way. The agent reaps every child and returns only when its whole
+// tree is gone.
+//
+// The result is the job's exit code, or 128+signal if it died by a signal,
+// also after a stop (the head knows it asked). AgentExitNoStart (127) means
+// the job could not start, AgentExitBadSpec (125) that the job line was
+// bad. Nothing but the job's output goes to stdout; the agent's own messages
+// go to stderr prefixed "gorun agent: ".
+func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+	a := &agent{stderr: stderr, self: os.Getpid()}
+
+	// Caught, not ignored, so that the job gets default dispositions back
+	// on exec. SIGPIPE is caught so that a write to a closed stderr (the
+	// head is gone) cannot kill the agent before it has cleaned up.
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	defer signal.Stop(sigs)
+
+	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
+		a.logf("become child subreaper: %v", err)
+		return AgentExitBadSpec
+	}
+
+	done := make(chan struct{})
+	defer close(done)
+	jobc := make(chan jobOrErr, 1)
+	ctl := make(chan byte, 16)
+	go readControl(stdin, jobc, ctl, done)
+
+	var job Job
+	specTimer := time.NewTimer(DefaultHeartbeatTimeout)
+	select {
+	case r := <-jobc:
+		specTimer.Stop()
+		if r.err != nil {
+			a.logf("read job: %v", r.err)
+			return AgentExitBadSpec
+		}
+		job = r.job
+	case <-specTimer.C:
+		a.logf("read job: nothing received for %v", DefaultHeartbeatTimeout)
+		return AgentExitBadSpec
+	case <-ctx.Done():
+		specTimer.Stop()
+		return AgentExitBadSpec
+	}
+	if len(job.Argv) == 0 || job.Argv[0] == "" {
+		a.logf("read job: empty argv")
+		return AgentExitBadSpec
+	}
+
+	out, err := startJob(job, stdout, stderr)
+	if err != nil {
+		a.logf("start %s: %v", job.Argv[0], err)
+		return AgentExitNoStart
+	}
+	r := newReaper(out.pid)
+	go r.run()
+	code := a.supervise(ctx, job, r, ctl, sigs)
+	out.wait()
+	return code
+}
+
+// agent holds what the supervision loop shares.
+type agent struct {
+	stderr io.Writer
+	self   int
+}
+
+func (a *agent) logf(format string, args ...any) {
+	// Errors are ignored: stderr may be a pipe to a head that is gone.
+	_, _ = fmt.Fprintf(a.stderr, "gorun agent: "+format+"\n", args...)
+}
+
+// supervise runs until every descendant is reaped and returns the job's
+// exit code.
+func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan byte, sigs <-chan os.Signal) int {
+	heartbeat := job.Heartbeat
+	if heartbeat <= 0 {
+		heartbeat = DefaultHeartbeatTimeout
+	}
+	grace := job.Grace
+	if grace <= 0 {
+		grace = DefaultGrace
+	}
+
+	hb := time.NewTimer(heartbeat)
+	defer hb.Stop()
+	var (
+		stopping, killing bool
+		graceC            <-chan time.Time
+		killC             <-chan time.Time
+		mainDone          = r.mainDone
+		ctxDone           = ctx.Done()
+		graceTimer        *time.Timer
+		killTicker        *time.Ticker
+	)
+	defer func() {
+		if graceTimer != nil {
+			graceTimer.Stop()
+		}
+		if killTicker != nil {
+			killTicker.Stop()
+		}
+	}()
+	terminate := func(why string) {
+		if stopping {
+			return
+		}
+		stopping = true
+		hb.Stop()
+		n, err := signalTree(a.self, syscall.SIGTERM)
+		if err != nil {
+			a.logf("stop: %v", err)
+		}
+		if why != "" && n > 0 {
+			a.logf("%s; sending SIGTERM to %d processes", why, n)
+		}
+		graceTimer = time.NewTimer(grace)
+		graceC = graceTimer.C
+	}
+	kill := func(why string) {
+		stopping = true
+		hb.Stop()
+		if !killing {
+			killing = true
+			graceC = nil
+			killTicker = time.NewTicker(killRepeat)
+			killC = killTicker.C
+		}
+		n, err := signalTree(a.self, syscall.SIGKILL)
+		if err != nil {
+			a.logf("kill: %v", err)
+		}
+		if why != "" && n > 0 {
+			a.logf("%s; sending SIGKILL to %d processes", why, n)
+		}
+	}
+
+	for {
+		select {
+		case <-r.allGone:
+			return r.exitCode()
+		case <-mainDone:
+			mainDone = nil
+			terminate("job exited, leaving processes behind")
+		case b, ok := <-ctl:
+			if !ok {
+				ctl = nil
+				terminate("head gone (stdin closed)")
+				continue
+			}
+			if !stopping {
+				hb.Reset(heartbeat)
+			}
+			switch b {
+			case ctlTerm:
+				terminate("")
+			case ctlKill:
+				kill("")
+			}
+		case <-hb.C:
+			terminate(fmt.Sprintf("no heartbeat from head for %v", heartbeat))
+		case <-graceC:
+			kill(fmt.Sprintf("still running after grace of %v", grace))
+		case <-killC:
+			kill("")
+		case s := <-sigs:
+			if s == syscall.SIGPIPE {
+				continue
+			}
+			terminate(fmt.Sprintf("got %v", s))
+		case <-ctxDone:
+			ctxDone = nil
+			terminate("cancelled")
+		}
+	}
+}
+
+type jobOrErr struct {
+	job Job
+	err error
+}
+
+// readControl reads the job line, then control bytes until EOF, when it
+// closes ctl. It gives up when done is closed.
+func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- byte, done <-chan struct{}) {
+	defer close(ctl)
+	br := bufio.NewReader(stdin)
+	line, err := readLine(br, maxJobLine)
+	if err != nil {
+		jobc <- jobOrErr{err: err}
+		return
+	}
+	var job Job
+	if err := json.Unmarshal(line, &job); err != nil {
+		jobc <- jobOrErr{err: fmt.Errorf("decode job: %w", err)}
+		return
+	}
+	jobc <- jobOrErr{job: job}
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return // EOF, or any read error: the head is gone either way
+		}
+		select {
+		case ctl <- b:
+		case <-done:
+			return
+		}
+	}
+}
+
+// readLine reads up to and excluding '\n', refusing lines over limit bytes.
+func readLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > limit {
+			return nil, fmt.Errorf("job line longer than %d bytes", limit)
+		}
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("stdin closed before the job line ended: %w", io.ErrUnexpectedEOF)
+		default:
+			return nil, fmt.Errorf("read job line: %w", err)
+		}
+	}
+}
+
+// startedJob is a job whose main process runs.
+type startedJob struct {
+	pid    int
+	copies sync.WaitGroup
+}
+
+// wait waits for the output copies, if any were needed; they end once the
+// last process holding the pipes is gone.
+func (s *startedJob) wait() { s.copies.Wait() }
+
+// startJob forks and execs the job in a new session. Stdout and stderr are
+// passed as they are when they are files, so the agent copies nothing;
+// other writers get a pipe and a copying goroutine.
+func startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
+	env, err := mergeEnv(os.Environ(), job.Env)
+	if err != nil {
+		return nil, err
+	}
+	path, err := lookPath(job.Argv[0], envValue(env, "PATH"), job.Dir)
+	if err != nil {
+		return nil, err
+	}
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return nil, err
+	}
+	defer devnull.Close()
+
+	s := &startedJob{}
+	var closeAfterFork []*os.File
+	fd := func(w io.Writer) (uintptr, error) {
+		if f, ok := w.(*os.File); ok {
+			return f.Fd(), nil
+		}
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return 0, err
+		}
+		closeAfterFork = append(closeAfterFork, pw)
+		s.copies.Add(1)
+		go func() {
+			defer s.copies.Done()
+			defer pr.Close()
+			_, _ = io.Copy(w, pr)
+		}()
+		return pw.Fd(), nil
+	}
+	outFd, err := fd(stdout)
+	if err == nil {
+		var errFd uintptr
+		errFd, err = fd(stderr)
+		if err == nil {
+			s.pid, err = syscall.ForkExec(path, job.Argv, &syscall.ProcAttr{
+				Dir:   job.Dir,
+				Env:   env,
+				Files: []uintptr{devnull.Fd(), outFd, errFd},
+				Sys:   &syscall.SysProcAttr{Setsid: true},
+			})
+		}
+	}
+	for _, f := range closeAfterFork {
+		f.Close()
+	}
+	if err != nil {
+		s.copies.Wait() // the write ends are closed, so the copies end
+		return nil, err
+	}
+	return s, nil
+}
+
+// mergeEnv returns base with the variables of over added or replaced, over
+// sorted by name so the result does not depend on map order.
+func mergeEnv(base []string, over map[string]string) ([]string, error) {
+	keys := make([]string, 0, len(over))
+	for k, v := range over {
+		if k == "" || strings.ContainsAny(k, "=\x00") {
+			return nil, fmt.Errorf("environment variable name %q is invalid", k)
+		}
+		if strings.ContainsRune(v, 0) {
+			// The value may be a secret: name the variable only.
+			return nil, fmt.Errorf("environment variable %s contains a NUL byte", k)
+		}
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	env := make([]string, 0, len(base)+len(keys))
+	for _, kv := range base {
+		k, _, _ := strings.Cut(kv, "=")
+		if _, ok := over[k]; ok {
+			continue
+		}
+		env = append(env, kv)
+	}
+	for _, k := range keys {
+		env = append(env, k+"="+over[k])
+	}
+	return env, nil
+}
+
+// envValue returns the last value of name in env, as the C library does
+// not promise which one but a shell export of it wins.
+func envValue(env []string, name string) string {
+	val := ""
+	for _, kv := range env {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == name {
+			val = v
+		}
+	}
+	return val
+}
+
+// lookPath finds file the way a shell would with the job's own PATH (not
+// the agent's); names with a slash are used as they are, relative to dir.
+func lookPath(file, pathEnv, dir string) (string, error) {
+	if strings.Contains(file, "/") {
+		return file, nil
+	}
+	for _, d := range filepath.SplitList(pathEnv) {
+		if d == "" {
+			d = "."
+		}
+		p := filepath.Join(d, file)
+		check := p
+		if !filepath.IsAbs(p) && dir != "" {
+			check = filepath.Join(dir, p)
+		}
+		if fi, err := os.Stat(check); err == nil && fi.Mode().IsRegular() && unix.Access(check, unix.X_OK) == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("executable file not found in $PATH: %w", os.ErrNotExist)
+}
+
+// reaper waits for every child of the agent. Because the agent is a child
+// subreaper, every descendant ends up its child once its parent is gone, so
+// "no child left" means the whole tree is gone.
+type reaper struct {
+	main     int
+	mainDone chan struct{} // closed when the job's main process is reaped
+	allGone  chan struct{} // closed when the agent has no child left
+	status   unix.WaitStatus
+	reaped   bool
+}
+
+func newReaper(main int) *reaper {
+	return &reaper{main: main, mainDone: make(chan struct{}), allGone: make(chan struct{})}
+}
+
+func (r *reaper) run() {
+	defer close(r.allGone)
+	for {
+		var ws unix.WaitStatus
+		// __WALL: also children that report with a signal other than SIGCHLD.
+		pid, err := unix.Wait4(-1, &ws, unix.WALL, nil)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			if !r.reaped {
+				close(r.mainDone)
+			}
+			return // ECHILD
+		}
+		if pid == r.main {
+			r.status, r.reaped = ws, true
+			close(r.mainDone)
+		}
+	}
+}
+
+// exitCode is the job's exit code; valid once allGone is closed.
+func (r *reaper) exitCode() int {
+	switch {
+	case !r.reaped:
+		return AgentExitBadSpec
+	case r.status.Exited():
+		return r.status.ExitStatus()
+	case r.status.Signaled():
+		return 128 + int(r.status.Signal())
+	default:
+		return 255
+	}
+}

@@ -1,0 +1,95 @@
+package sshexec
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"sync"
+)
+
+// agentProcess is the head's side of one agent: it feeds the agent's stdin
+// and copies its output. It implements Process.
+type agentProcess struct {
+	ctl  *controlWriter
+	done chan struct{} // closed when the agent exited and output is copied
+	code int
+	err  error
+}
+
+var _ Process = (*agentProcess)(nil)
+
+// attachAgent speaks the agent protocol over an agent's stdin, stdout and
+// stderr, whichever transport started it. It writes the job line, sends a
+// heartbeat every HeartbeatInterval and copies stdout to outW and stderr to
+// errW. wait must block until the agent has exited and return its exit code,
+// or -1 and an error when the agent or the node was lost.
+//
+// Once wait returns, stdin is closed; stdout and stderr are closed too, if
+// they are io.Closers, after their copies end. On error the agent is told
+// to go (its stdin is closed) and reaped in the background; the caller need
+// not clean up.
+func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
+	outW, errW io.Writer, wait func() (int, error)) (Process, error) {
+	line, err := json.Marshal(job)
+	if err != nil {
+		err = fmt.Errorf("encode job: %w", err)
+	} else if _, err = stdin.Write(append(line, '\n')); err != nil {
+		err = fmt.Errorf("send job to agent: %w", err)
+	}
+	if err != nil {
+		_ = stdin.Close()
+		go func() {
+			var wg sync.WaitGroup
+			copyAndClose(&wg, io.Discard, stdout)
+			copyAndClose(&wg, io.Discard, stderr)
+			_, _ = wait()
+			wg.Wait()
+		}()
+		return nil, err
+	}
+
+	p := &agentProcess{
+		ctl:  newControlWriter(stdin, HeartbeatInterval),
+		done: make(chan struct{}),
+	}
+	var copies sync.WaitGroup
+	copyAndClose(&copies, outW, stdout)
+	copyAndClose(&copies, errW, stderr)
+	go func() {
+		code, err := wait()
+		p.ctl.close()
+		// Closing also unblocks a heartbeat write stuck on a hung agent.
+		_ = stdin.Close()
+		copies.Wait()
+		p.code, p.err = code, err
+		close(p.done)
+	}()
+	return p, nil
+}
+
+// copyAndClose copies r to w in a goroutine, then closes r if it can be
+// closed. When w fails, the rest is discarded: the agent's output must keep
+// draining or the job would block on a full pipe.
+func copyAndClose(wg *sync.WaitGroup, w io.Writer, r io.Reader) {
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		if _, err := io.Copy(w, r); err != nil && w != io.Discard {
+			_, _ = io.Copy(io.Discard, r)
+		}
+		if c, ok := r.(io.Closer); ok {
+			_ = c.Close()
+		}
+	}()
+}
+
+// Wait implements Process.
+func (p *agentProcess) Wait() (int, error) {
+	<-p.done
+	return p.code, p.err
+}
+
+// Stop implements Process. It never blocks.
+func (p *agentProcess) Stop(now bool) {
+	p.ctl.stop(now)
+}

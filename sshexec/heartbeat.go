@@ -1,0 +1,109 @@
+package sshexec
+
+import (
+	"io"
+	"sync"
+	"time"
+)
+
+// Control bytes the head sends to the agent after the job line.
+const (
+	ctlHeartbeat = 'h' // the head is alive
+	ctlTerm      = 't' // stop the job: SIGTERM, grace, SIGKILL
+	ctlKill      = 'k' // SIGKILL the job's whole tree now
+)
+
+// Stop levels a controlWriter has been asked for, in increasing order.
+const (
+	stopNone = iota
+	stopTerm
+	stopKill
+)
+
+// controlWriter owns the agent's stdin on the head side. One goroutine does
+// every write, so a write that blocks (a full SSH window, a hung agent)
+// never blocks the callers of stop or close.
+type controlWriter struct {
+	w        io.Writer
+	interval time.Duration
+
+	mu        sync.Mutex
+	requested int // highest stop level asked for
+
+	wake chan struct{} // capacity 1: a stop level was raised
+	quit chan struct{} // closed by close
+	done chan struct{} // closed when the goroutine returns
+	once sync.Once
+}
+
+// newControlWriter starts the writer goroutine: a heartbeat every interval
+// and the stop bytes asked for through stop.
+func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
+	c := &controlWriter{
+		w:        w,
+		interval: interval,
+		wake:     make(chan struct{}, 1),
+		quit:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	go c.run()
+	return c
+}
+
+// stop asks the agent to stop the job, without waiting. Asking twice for
+// the same level sends one byte; a kill after a term still goes out.
+func (c *controlWriter) stop(now bool) {
+	level := stopTerm
+	if now {
+		level = stopKill
+	}
+	c.mu.Lock()
+	raised := level > c.requested
+	if raised {
+		c.requested = level
+	}
+	c.mu.Unlock()
+	if raised {
+		select {
+		case c.wake <- struct{}{}:
+		default: // a wake-up is already pending; run reads the latest level
+		}
+	}
+}
+
+// close stops the heartbeat. It does not wait for a write in progress.
+func (c *controlWriter) close() {
+	c.once.Do(func() { close(c.quit) })
+}
+
+func (c *controlWriter) run() {
+	defer close(c.done)
+	tick := time.NewTicker(c.interval)
+	defer tick.Stop()
+	sent := stopNone
+	for {
+		select {
+		case <-c.quit:
+			return
+		case <-c.wake:
+			c.mu.Lock()
+			level := c.requested
+			c.mu.Unlock()
+			if level <= sent {
+				continue
+			}
+			b := byte(ctlTerm)
+			if level == stopKill {
+				b = ctlKill
+			}
+			if _, err := c.w.Write([]byte{b}); err != nil {
+				return // agent gone; Wait reports it
+			}
+			sent = level
+		case <-tick.C:
+			if _, err := c.w.Write([]byte{ctlHeartbeat}); err != nil {
+				return
+			}
+		}
+	}
+}

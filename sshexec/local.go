@@ -1,0 +1,168 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Local runs commands on this machine. Jobs run under a local agent, the
+// same program the head uploads to remote nodes, so a local job is torn
+// down exactly like a remote one.
+type Local struct {
+	agentBinary string
+	// agentEnv is the agent's environment; nil inherits this process's.
+	agentEnv []string
+
+	mu     sync.Mutex
+	closed bool
+	procs  map[*agentProcess]struct{}
+}
+
+var _ Runner = (*Local)(nil)
+
+// ErrClosed is returned by a Runner used after Close.
+var ErrClosed = errors.New("runner closed")
+
+// outputWaitDelay bounds how long Output waits for the output pipes after
+// its command was killed, in case a grandchild still holds them.
+const outputWaitDelay = 2 * time.Second
+
+// NewLocal returns a Runner for this machine. agentBinary is the gorun
+// binary to run as `<agentBinary> _agent` (main passes os.Executable()).
+func NewLocal(agentBinary string) *Local {
+	return &Local{agentBinary: agentBinary, procs: map[*agentProcess]struct{}{}}
+}
+
+// Node implements Runner.
+func (l *Local) Node() string { return "localhost" }
+
+// Output implements Runner. The command runs in its own process group,
+// which is killed when ctx is cancelled or when this process dies.
+func (l *Local) Output(ctx context.Context, argv []string) ([]byte, error) {
+	if len(argv) == 0 {
+		return nil, errors.New("localhost: run: empty command")
+	}
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = outputWaitDelay
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		if msg := strings.TrimSpace(stderr.String()); msg != "" {
+			return out, fmt.Errorf("localhost: run %s: %w: %s", argv[0], err, msg)
+		}
+		return out, fmt.Errorf("localhost: run %s: %w", argv[0], err)
+	}
+	return out, nil
+}
+
+// Start implements Runner. The agent is put in a process group of its own,
+// so a Ctrl-C at the terminal reaches the head only, which then decides how
+// to stop the job. It deliberately has no parent-death signal: when the
+// head dies, the agent sees EOF on stdin and tears the job down itself.
+// ctx bounds starting only; it does not stop a started job (use Stop).
+func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, fmt.Errorf("localhost: start agent: %w", err)
+	}
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil, fmt.Errorf("localhost: start agent: %w", ErrClosed)
+	}
+
+	outR, outW, err := os.Pipe()
+	if err != nil {
+		return nil, fmt.Errorf("localhost: start agent: %w", err)
+	}
+	errR, errW, err := os.Pipe()
+	if err != nil {
+		outR.Close()
+		outW.Close()
+		return nil, fmt.Errorf("localhost: start agent: %w", err)
+	}
+	cmd := exec.Command(l.agentBinary, "_agent")
+	cmd.Env = l.agentEnv
+	cmd.Stdout, cmd.Stderr = outW, errW
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	stdin, err := cmd.StdinPipe()
+	if err == nil {
+		err = cmd.Start()
+	}
+	// The agent holds its own copies of the write ends.
+	outW.Close()
+	errW.Close()
+	if err != nil {
+		outR.Close()
+		errR.Close()
+		if stdin != nil {
+			stdin.Close()
+		}
+		return nil, fmt.Errorf("localhost: start agent: %w", err)
+	}
+
+	var self *agentProcess
+	wait := func() (int, error) {
+		err := cmd.Wait()
+		l.mu.Lock()
+		delete(l.procs, self)
+		l.mu.Unlock()
+		return agentExit(err)
+	}
+	// wait takes l.mu, which Start holds, so it cannot deregister before
+	// the process is registered below.
+	p, err := attachAgent(job, stdin, outR, errR, stdout, stderr, wait)
+	if err != nil {
+		return nil, fmt.Errorf("localhost: start agent: %w", err)
+	}
+	self = p.(*agentProcess)
+	l.procs[self] = struct{}{}
+	return p, nil
+}
+
+// agentExit turns the agent's wait result into Process.Wait's.
+func agentExit(err error) (int, error) {
+	if err == nil {
+		return 0, nil
+	}
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return -1, fmt.Errorf("localhost: agent killed by %v", ws.Signal())
+		}
+		return ee.ExitCode(), nil
+	}
+	return -1, fmt.Errorf("localhost: wait for agent: %w", err)
+}
+
+// Close implements Runner: it stops every job started through l, gracefully,
+// and waits until they are gone.
+func (l *Local) Close() error {
+	l.mu.Lock()
+	l.closed = true
+	procs := make([]*agentProcess, 0, len(l.procs))
+	for p := range l.procs {
+		procs = append(procs, p)
+	}
+	l.mu.Unlock()
+	for _, p := range procs {
+		p.Stop(false)
+	}
+	for _, p := range procs {
+		_, _ = p.Wait()
+	}
+	return nil
+}
