@@ -1,0 +1,651 @@
+package envplan
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// localHost names the single node of local mode (no hosts given). Facts for
+// it are looked up under this name too.
+const localHost = "localhost"
+
+// defaultMasterPort is torchrun's --master-port default.
+const defaultMasterPort = 29500
+
+// Build turns the user's spec and what preflight learned into a Plan. It is
+// pure and deterministic: maps are walked in sorted order and notes come out
+// in the order the decisions are made. Facts may be nil or partial; the plan
+// then says which decisions wait for preflight.
+//
+// With no hosts, Build plans plain torchrun on this machine ("local mode"):
+// the command is torchrun with the user's options as given. With hosts
+// ("head-node mode") it decides per node what torchrun cannot know on its
+// own: --nnodes, --node-rank, --master-addr and --master-port (static
+// rendezvous), --nproc-per-node from the host's slots, and --max-restarts=0,
+// since gorun restarts the whole group itself.
+//
+// Errors caused by the spec are *InputError.
+func Build(spec Spec, facts Facts) (Plan, error) {
+	b, err := newBuilder(spec, facts)
+	if err != nil {
+		return Plan{}, err
+	}
+	return b.build()
+}
+
+// builder carries the job-wide decisions while the nodes are planned.
+type builder struct {
+	spec  Spec
+	cfg   Config
+	facts Facts
+	head  bool   // head-node mode: gorun starts torchrun on every host
+	hosts []Host // the nodes, in node-rank order
+
+	static     bool // torchrun's static rendezvous: ranks follow --node-rank
+	endpoint   bool // the user gave --rdzv-endpoint
+	nnodesMin  int
+	nnodesMax  int
+	masterAddr Var // MASTER_ADDR as torchrun will set it; Value "" when the rendezvous decides
+	masterPort Var
+
+	userEnv map[string]Var // --env and the carried exported variables
+	carried []string       // exported names carried to the nodes (head-node mode)
+	notes   []Note
+	// Hosts whose decisions wait for preflight or contradict the user,
+	// gathered so that each becomes one note rather than one per node.
+	pendingIface []string
+	slotsOver    []string
+	override     map[string]*overridden // variable → where a user value replaced gorun's
+}
+
+func newBuilder(spec Spec, facts Facts) (*builder, error) {
+	b := &builder{
+		spec:     spec,
+		cfg:      copyConfig(spec.Torchrun),
+		facts:    facts,
+		head:     len(spec.Hosts) > 0,
+		hosts:    spec.Hosts,
+		override: map[string]*overridden{},
+	}
+	if !b.head {
+		b.hosts = []Host{{Name: localHost}}
+	}
+	if spec.Torchrun.TrainingScript == "" {
+		return nil, &InputError{
+			Where:   "training_script",
+			Problem: "no training script given",
+			Fix:     "name the script (or module, with -m) after the options: gorun [options] train.py [args]",
+		}
+	}
+	if err := b.decideRendezvous(); err != nil {
+		return nil, err
+	}
+	b.headNotes()
+	if err := b.collectUserEnv(); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// copyConfig returns c with its slice and map copied and never nil, so the
+// plan shares nothing with the caller and renders [] and {} rather than null.
+func copyConfig(c Config) Config {
+	c.TrainingScriptArgs = append([]string{}, c.TrainingScriptArgs...)
+	rc := make(map[string]string, len(c.RdzvConfigs))
+	maps.Copy(rc, c.RdzvConfigs)
+	c.RdzvConfigs = rc
+	return c
+}
+
+func (b *builder) note(level, format string, args ...any) {
+	b.notes = append(b.notes, Note{Level: level, Message: fmt.Sprintf(format, args...)})
+}
+
+// decideRendezvous settles the job-wide torchrun settings: how many nodes,
+// whether ranks are static, and where the master is.
+func (b *builder) decideRendezvous() error {
+	c := &b.cfg
+	b.static = c.RdzvBackend == "static" && !c.Standalone
+	b.endpoint = c.RdzvEndpoint != ""
+	b.nnodesMin, b.nnodesMax = c.NNodesMin, c.NNodesMax
+	n := len(b.hosts)
+
+	if b.head {
+		if c.Standalone && n > 1 {
+			return &InputError{
+				Where:   "--standalone",
+				Problem: fmt.Sprintf("--standalone runs a single-node job, but %d hosts were given", n),
+				Fix:     "drop --standalone, or give one host",
+			}
+		}
+		if b.spec.Set("nnodes") {
+			if err := b.checkNNodes(n); err != nil {
+				return err
+			}
+		} else {
+			b.nnodesMin, b.nnodesMax = n, n
+		}
+		c.NNodesMin, c.NNodesMax = b.nnodesMin, b.nnodesMax
+	}
+
+	port := c.MasterPort
+	if port == 0 {
+		port = defaultMasterPort
+	}
+	portReason := "torchrun's default --master-port"
+	if b.spec.Set("master_port") {
+		portReason = "--master-port"
+	}
+	switch {
+	case c.Standalone:
+		b.note(NoteInfo, "--standalone: torchrun runs its own c10d rendezvous on localhost with a free port; MASTER_ADDR and MASTER_PORT come from it")
+	case !b.static:
+		b.note(NoteInfo, "rendezvous %s at %s decides MASTER_ADDR (the first agent's host name unless --local-addr is set) and the group ranks", c.RdzvBackend, orNone(c.RdzvEndpoint))
+	case b.endpoint:
+		// torchrun's static rendezvous takes its store address from
+		// --rdzv-endpoint when given and ignores --master-addr/--master-port.
+		host, p := splitEndpoint(c.RdzvEndpoint)
+		b.masterAddr = Var{Value: host, Reason: "host of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
+		b.masterPort = Var{Value: p, Reason: "port of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
+	case b.spec.Set("master_addr") || !b.head:
+		reason := "--master-addr"
+		if !b.spec.Set("master_addr") {
+			reason = "torchrun's default --master-addr"
+			if c.MasterAddr == "" {
+				c.MasterAddr = "127.0.0.1"
+			}
+		}
+		b.masterAddr = Var{Value: c.MasterAddr, Reason: reason, Source: SourceTorchrun}
+		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: SourceTorchrun}
+	default:
+		addr, known := b.address(b.hosts[0].Name)
+		reason := fmt.Sprintf("address of node 0 (%s)", b.hosts[0].Name)
+		if iface := b.facts[b.hosts[0].Name].Interface; known && iface != "" {
+			reason = fmt.Sprintf("address of node 0 (%s) on %s", b.hosts[0].Name, iface)
+		}
+		if !known {
+			reason = "host name of node 0 until preflight finds its address"
+		}
+		c.MasterAddr = addr
+		b.masterAddr = Var{Value: addr, Reason: reason, Source: SourceTorchrun}
+		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: SourceTorchrun}
+	}
+	if b.static && !b.endpoint {
+		c.MasterPort = port
+	}
+	return nil
+}
+
+// checkNNodes verifies a user --nnodes against the host count in head-node
+// mode, where a mismatch would leave torchrun waiting for nodes that never
+// come.
+func (b *builder) checkNNodes(n int) error {
+	lo, hi := b.nnodesMin, b.nnodesMax
+	given := strconv.Itoa(hi)
+	if lo != hi {
+		given = fmt.Sprintf("%d:%d", lo, hi)
+	}
+	switch {
+	case lo == hi && hi != n:
+		return &InputError{
+			Where:   "--nnodes",
+			Problem: fmt.Sprintf("--nnodes=%s but %d hosts were given", given, n),
+			Fix:     "drop --nnodes (gorun sets it from the hosts) or give that many hosts",
+		}
+	case b.static && hi != n:
+		return &InputError{
+			Where:   "--nnodes",
+			Problem: fmt.Sprintf("static rendezvous waits for --nnodes maximum %d, but %d hosts were given", hi, n),
+			Fix:     "use --rdzv-backend=c10d for an elastic range, or give a fixed --nnodes",
+		}
+	case n < lo:
+		return &InputError{
+			Where:   "--nnodes",
+			Problem: fmt.Sprintf("--nnodes=%s needs at least %d nodes, but %d hosts were given", given, lo, n),
+			Fix:     "give more hosts or lower the minimum",
+		}
+	case n > hi:
+		b.note(NoteWarn, "--nnodes=%s admits at most %d nodes; the other %d hosts wait as spares", given, hi, n-hi)
+	}
+	return nil
+}
+
+// address returns the address other nodes use to reach host, and whether
+// preflight has found it; until then it is the host name itself.
+func (b *builder) address(host string) (string, bool) {
+	if a := b.facts[host].Address; a != "" {
+		return a, true
+	}
+	return host, false
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(no endpoint)"
+	}
+	return s
+}
+
+// splitEndpoint splits "host:port" as torchrun does (the port is optional).
+func splitEndpoint(ep string) (host, port string) {
+	if strings.HasPrefix(ep, "[") {
+		if i := strings.Index(ep, "]"); i > 0 {
+			return ep[1:i], strings.TrimPrefix(ep[i+1:], ":")
+		}
+	}
+	if i := strings.LastIndex(ep, ":"); i >= 0 && strings.Count(ep, ":") == 1 {
+		return ep[:i], ep[i+1:]
+	}
+	return ep, ""
+}
+
+func (b *builder) build() (Plan, error) {
+	p := Plan{Config: b.cfg, Nodes: make([]NodePlan, 0, len(b.hosts))}
+	var pendingAddr []string
+	single := b.nnodesMin == 1 && b.nnodesMax == 1
+	base := 0 // global rank of the next node's local rank 0; -1 once unknown
+	for i, h := range b.hosts {
+		n := NodePlan{Host: h.Name, NodeRank: i, Env: map[string]Var{}, Ranks: []RankPlan{}}
+		addr, known := b.address(h.Name)
+		switch {
+		case !b.head:
+			n.NodeRank = b.cfg.NodeRank
+			if !known {
+				addr = localHost
+			}
+		case !known:
+			pendingAddr = append(pendingAddr, h.Name)
+		}
+		n.Address = addr
+		nproc, nprocKnown := b.nproc(h)
+		n.Command = b.command(h, i, nproc, nprocKnown)
+		if nprocKnown {
+			start := base
+			if !b.head {
+				// Local mode sees one node of the job; torchrun's static
+				// rendezvous gives node k the ranks from k*nproc.
+				start = b.cfg.NodeRank * nproc
+			}
+			if !b.static && !single {
+				start = -1
+			}
+			n.Ranks = b.ranks(h, nproc, start)
+		}
+		if base >= 0 && nprocKnown {
+			base += nproc
+		} else {
+			base = -1
+		}
+		b.env(&n, h, nproc, nprocKnown)
+		p.Nodes = append(p.Nodes, n)
+	}
+	if len(pendingAddr) > 0 {
+		b.note(NotePending, "address of %s waits for preflight (route to the master)", listHosts(pendingAddr))
+	}
+	if len(b.pendingIface) > 0 {
+		b.note(NotePending, "interface selection (NCCL_SOCKET_IFNAME, GLOO_SOCKET_IFNAME) waits for preflight on %s", listHosts(b.pendingIface))
+	}
+	if len(b.slotsOver) > 0 {
+		b.note(NoteWarn, "--nproc-per-node=%s is replaced by the slots the host list gives %s", b.cfg.NProcPerNode, listHosts(b.slotsOver))
+	}
+	b.closingNotes()
+	p.Notes = b.notes
+	if p.Notes == nil {
+		p.Notes = []Note{}
+	}
+	return p, nil
+}
+
+// nproc returns how many workers torchrun starts on h, when that can be
+// known before the node runs: the host's slots, an integer
+// --nproc-per-node, or the node's GPU count for "gpu" and "auto".
+func (b *builder) nproc(h Host) (int, bool) {
+	if h.Slots > 0 {
+		return h.Slots, true
+	}
+	word := b.cfg.NProcPerNode
+	if word == "" {
+		word = "1"
+	}
+	if n, err := strconv.Atoi(word); err == nil {
+		return n, n > 0
+	}
+	f, known := b.facts[h.Name]
+	if !known || (word != "gpu" && word != "auto") {
+		return 0, false
+	}
+	if vis, ok := b.visibleGPUs(h); ok && vis != nil {
+		return len(vis), len(vis) > 0
+	}
+	if word == "auto" && len(f.GPUs) == 0 {
+		return 0, false // falls back to os.cpu_count() on the node
+	}
+	return len(f.GPUs), len(f.GPUs) > 0
+}
+
+// visibleGPUs returns the physical GPU indices a node's workers see, in
+// CUDA ordinal order: CUDA_VISIBLE_DEVICES as the user set it, else the
+// host's --include/--exclude restriction. nil with ok true means no
+// restriction; ok false means a restriction gorun cannot read (UUIDs).
+func (b *builder) visibleGPUs(h Host) ([]int, bool) {
+	if v, set := b.userEnv["CUDA_VISIBLE_DEVICES"]; set {
+		var ids []int
+		for f := range strings.SplitSeq(v.Value, ",") {
+			id, err := strconv.Atoi(strings.TrimSpace(f))
+			if err != nil || id < 0 {
+				return nil, false
+			}
+			ids = append(ids, id)
+		}
+		return ids, true
+	}
+	return h.GPUs, true
+}
+
+// ranks plans the workers of one node. base is the global rank of local
+// rank 0, or -1 when the rendezvous decides.
+func (b *builder) ranks(h Host, nproc, base int) []RankPlan {
+	ranks := make([]RankPlan, nproc)
+	gpus := b.rankGPUs(h, nproc)
+	for l := range ranks {
+		r := RankPlan{Rank: -1, LocalRank: l, GPU: gpus[l]}
+		if base >= 0 {
+			r.Rank = base + l
+		}
+		ranks[l] = r
+	}
+	b.bindCPUs(h, ranks)
+	return ranks
+}
+
+// rankGPUs returns each local rank's physical GPU, nil where unknown.
+func (b *builder) rankGPUs(h Host, nproc int) []*int {
+	out := make([]*int, nproc)
+	if b.cfg.NProcPerNode == "cpu" {
+		return out
+	}
+	vis, ok := b.visibleGPUs(h)
+	if !ok {
+		return out
+	}
+	if vis == nil {
+		f, known := b.facts[h.Name]
+		if !known {
+			return out
+		}
+		for _, g := range f.GPUs {
+			vis = append(vis, g.Index)
+		}
+	}
+	// Copied, so the plan shares no memory with the caller's hosts.
+	own := slices.Clone(vis[:min(nproc, len(vis))])
+	for l := range own {
+		out[l] = &own[l]
+	}
+	return out
+}
+
+// bindCPUs gives every rank of a node a disjoint CPU set when the facts
+// allow: ranks split the allowed CPUs local to their GPUs, ranks sharing a
+// NUMA node splitting that node's share evenly; without GPU locality, and
+// with more than one rank, the node's allowed CPUs are split evenly.
+func (b *builder) bindCPUs(h Host, ranks []RankPlan) {
+	if b.cfg.RunPath || b.cfg.NumaBinding != "" || b.spec.Set("numa_binding") {
+		return // noted once in closingNotes
+	}
+	f, known := b.facts[h.Name]
+	if !known || f.CPUs == "" {
+		return
+	}
+	allowed, err := ParseCPUList(f.CPUs)
+	if err != nil || len(allowed) == 0 {
+		b.note(NoteWarn, "%s: CPUs %q from preflight are unreadable; ranks are not bound", h.Name, f.CPUs)
+		return
+	}
+	sets, why := gpuLocalSplit(f, allowed, ranks)
+	if sets == nil && why == "" && len(ranks) > 1 {
+		sets = splitCPUs(allowed, len(ranks))
+		if sets == nil {
+			why = fmt.Sprintf("%d allowed CPUs cannot be split among %d ranks", len(allowed), len(ranks))
+		}
+	}
+	if why != "" {
+		b.note(NoteWarn, "%s: %s; ranks are not bound", h.Name, why)
+		return
+	}
+	for i := range sets {
+		ranks[i].CPUs = FormatCPUList(sets[i])
+	}
+}
+
+// gpuLocalSplit splits the CPUs local to the ranks' GPUs. It returns nil
+// and no reason when the GPUs or their locality are unknown, so the caller
+// falls back to splitting the node's CPUs.
+func gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, string) {
+	byIndex := make(map[int]GPU, len(f.GPUs))
+	for _, g := range f.GPUs {
+		byIndex[g.Index] = g
+	}
+	// Group ranks by their GPU's NUMA node (or, without one, by the
+	// GPU's local cpulist), in order of first appearance.
+	type group struct {
+		pool  []int
+		ranks []int
+	}
+	var order []string
+	groups := map[string]*group{}
+	parsed := map[string][]int{}
+	for i, r := range ranks {
+		if r.GPU == nil {
+			return nil, ""
+		}
+		g, ok := byIndex[*r.GPU]
+		if !ok || g.CPUs == "" {
+			return nil, ""
+		}
+		local, seen := parsed[g.CPUs]
+		if !seen {
+			var err error
+			if local, err = ParseCPUList(g.CPUs); err != nil {
+				return nil, fmt.Sprintf("GPU %d local CPUs %q are unreadable", g.Index, g.CPUs)
+			}
+			parsed[g.CPUs] = local
+		}
+		key := "cpus " + g.CPUs
+		if g.NUMANode >= 0 {
+			key = "numa " + strconv.Itoa(g.NUMANode)
+		}
+		gr := groups[key]
+		if gr == nil {
+			gr = &group{}
+			groups[key] = gr
+			order = append(order, key)
+		}
+		if !seen || len(gr.ranks) == 0 {
+			gr.pool = union(gr.pool, local)
+		}
+		gr.ranks = append(gr.ranks, i)
+	}
+	sets := make([][]int, len(ranks))
+	var taken []int
+	for _, key := range order {
+		gr := groups[key]
+		pool := subtractCPUs(intersectCPUs(gr.pool, allowed), taken)
+		parts := splitCPUs(pool, len(gr.ranks))
+		if parts == nil {
+			return nil, fmt.Sprintf("%d CPUs near the GPUs of %s cannot be split among %d ranks", len(pool), key, len(gr.ranks))
+		}
+		for j, ri := range gr.ranks {
+			sets[ri] = parts[j]
+		}
+		taken = union(taken, pool)
+	}
+	return sets, ""
+}
+
+// union merges two sorted distinct lists.
+func union(a, b []int) []int {
+	if len(a) == 0 {
+		return b
+	}
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]int, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case a[i] > b[j]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// listHosts names up to eight hosts and counts the rest, so a note stays
+// one readable line on a thousand-node job.
+func listHosts(hosts []string) string {
+	const show = 8
+	if len(hosts) <= show {
+		return strings.Join(hosts, ", ")
+	}
+	return fmt.Sprintf("%s and %d more", strings.Join(hosts[:show], ", "), len(hosts)-show)
+}
+
+// closingNotes records the job-wide remarks that do not belong to one
+// decision above.
+func (b *builder) closingNotes() {
+	if b.cfg.RunPath {
+		b.note(NoteWarn, "--run-path runs the script inside torchrun's own process, so per-rank CPU binding cannot be applied in the worker; ranks are not bound")
+	} else if b.spec.Set("numa_binding") || b.cfg.NumaBinding != "" {
+		b.note(NoteInfo, "--numa-binding=%s: torchrun binds each rank's CPUs itself, so gorun does not", b.cfg.NumaBinding)
+	}
+	b.leftToNCCLNotes()
+	b.overrideNotes()
+	if b.head {
+		b.note(NoteInfo, "GORUN_RESTART_COUNT (the attempt number of the whole group, 0 first) is set on every node when the group starts; torchrun's TORCHELASTIC_RESTART_COUNT stays 0")
+	}
+}
+
+// overrideNotes warns, once per variable, where a user value replaced a
+// value gorun would have set.
+func (b *builder) overrideNotes() {
+	for _, name := range slices.Sorted(maps.Keys(b.override)) {
+		o := b.override[name]
+		u := b.userEnv[name]
+		b.note(NoteWarn, "%s=%s (%s) overrides gorun's %s=%s (%s) on %s", name, u.Value, u.Reason, name, o.gorun.Value, o.gorun.Reason, listHosts(o.hosts))
+	}
+}
+
+// overridden records the nodes where a user value replaced gorun's decision,
+// and gorun's value on the first of them.
+type overridden struct {
+	hosts []string
+	gorun Var
+}
+
+// command returns the torchrun argv of node i. Local mode passes the
+// user's options through as given; head-node mode first writes what gorun
+// decides per node, then the user's other options untouched, in their
+// order, and ends with the script and its arguments.
+func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
+	argv := strings.Fields(b.spec.Gorun.Torchrun)
+	if len(argv) == 0 {
+		argv = []string{"torchrun"}
+	}
+	if !b.head {
+		for _, a := range b.spec.Given {
+			if !a.FromEnv { // torchrun reads PET_* from the inherited environment itself
+				argv = appendArg(argv, a)
+			}
+		}
+		return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
+	}
+
+	decided := map[string]bool{"nnodes": true, "max_restarts": true}
+	nnodes := strconv.Itoa(b.nnodesMax)
+	if b.nnodesMin != b.nnodesMax {
+		nnodes = fmt.Sprintf("%d:%d", b.nnodesMin, b.nnodesMax)
+	}
+	argv = append(argv, "--nnodes="+nnodes)
+	if h.Slots > 0 {
+		decided["nproc_per_node"] = true
+		argv = append(argv, "--nproc-per-node="+strconv.Itoa(h.Slots))
+		if b.spec.Set("nproc_per_node") && b.cfg.NProcPerNode != strconv.Itoa(h.Slots) {
+			b.slotsOver = append(b.slotsOver, h.Name)
+		}
+	}
+	if b.static {
+		decided["node_rank"] = true
+		argv = append(argv, "--node-rank="+strconv.Itoa(i))
+		if !b.endpoint {
+			decided["master_addr"], decided["master_port"] = true, true
+			argv = append(argv, "--master-addr="+b.masterAddr.Value, "--master-port="+b.masterPort.Value)
+		}
+	}
+	argv = append(argv, "--max-restarts=0")
+	if b.addTee() {
+		argv = append(argv, "--tee=3")
+	}
+	for _, a := range b.spec.Given {
+		if !decided[a.Dest] {
+			argv = appendArg(argv, a)
+		}
+	}
+	return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
+}
+
+// addTee reports whether gorun adds --tee=3: in head-node mode, unless the
+// user chose where worker output goes, so every line torchrun prints
+// carries the worker's local rank.
+func (b *builder) addTee() bool {
+	return b.head && !b.spec.Set("tee") && !b.spec.Set("redirects")
+}
+
+// appendArg appends one user option in canonical form: "--name=value" for
+// long options (a value starting with '-' stays attached), "-x value" for
+// short ones (argparse would keep the '=' of "-x=value").
+func appendArg(argv []string, a Arg) []string {
+	name := a.Name
+	if name == "" {
+		name = "--" + strings.ReplaceAll(a.Dest, "_", "-")
+	}
+	switch {
+	case a.IsFlag:
+		return append(argv, name)
+	case strings.HasPrefix(name, "--"):
+		return append(argv, name+"="+a.Value)
+	default:
+		return append(argv, name, a.Value)
+	}
+}
+
+// headNotes explains the head-node mode decisions that argv cannot.
+func (b *builder) headNotes() {
+	if !b.head {
+		return
+	}
+	b.note(NoteInfo, "each torchrun runs with --max-restarts=0: gorun stops and restarts the whole group when any node fails, up to --max-restarts=%d times", b.cfg.MaxRestarts)
+	if b.addTee() {
+		b.cfg.Tee = "3"
+		b.note(NoteInfo, "--tee=3 added so torchrun prefixes every worker line with its local rank (\"[default0]:\"), which gorun turns into node:local_rank")
+	}
+	if b.static && b.spec.Set("node_rank") {
+		b.note(NoteWarn, "--node-rank=%d is replaced by each node's position in the host list", b.cfg.NodeRank)
+	}
+	if !b.static && len(b.hosts) > 1 {
+		b.note(NoteInfo, "ranks are decided by the rendezvous when the nodes join, so the plan shows them as -1")
+	}
+}

@@ -1,0 +1,267 @@
+package envplan
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// carriedPrefixes and carriedNames select the head's exported variables that
+// reach every node in head-node mode. Only variables about the job's
+// libraries travel: PATH, LD_LIBRARY_PATH, CUDA_HOME and the like describe
+// the head's own installation and would be wrong elsewhere, and the head's
+// CUDA_VISIBLE_DEVICES says nothing about another node's GPUs.
+var (
+	carriedPrefixes = []string{"NCCL_", "GLOO_", "TORCH_", "PYTORCH_"}
+	carriedNames    = []string{
+		"OMP_NUM_THREADS",
+		"CUDA_DEVICE_ORDER",
+		"CUDA_DEVICE_MAX_CONNECTIONS",
+		"CUDA_LAUNCH_BLOCKING",
+		"CUDA_MODULE_LOADING",
+	}
+)
+
+// leftToNCCL are the NCCL knobs gorun never sets: NCCL picks them from the
+// topology it detects, and a fixed value is wrong somewhere (GID tables
+// differ per node; NVLS depends on the fabric; the rest are debugging
+// switches that NCCL's documentation keeps out of production).
+var leftToNCCL = []string{
+	"NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
+	"NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_IB_HCA",
+	"NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_NVLS_ENABLE",
+}
+
+// ncclDebugKnobs are the "Debugging" variables of NCCL's env.rst among
+// leftToNCCL: kept when the user sets them, with a warning.
+var ncclDebugKnobs = map[string]bool{
+	"NCCL_ALGO": true, "NCCL_PROTO": true, "NCCL_P2P_DISABLE": true,
+	"NCCL_P2P_LEVEL": true, "NCCL_SHM_DISABLE": true, "NCCL_IB_DISABLE": true,
+	"NCCL_NET_GDR_LEVEL": true,
+}
+
+// carried reports whether an exported variable reaches the nodes.
+func carried(name string) bool {
+	for _, p := range carriedPrefixes {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return slices.Contains(carriedNames, name)
+}
+
+// collectUserEnv gathers the user's variables: the exported ones that matter
+// to the job, then --env in order (a later --env wins). In local mode
+// torchrun inherits the whole environment anyway; the plan lists the same
+// set there (plus CUDA_VISIBLE_DEVICES) so gorun's rules can defer to them.
+func (b *builder) collectUserEnv() error {
+	b.userEnv = map[string]Var{}
+	for _, name := range slices.Sorted(maps.Keys(b.spec.Environ)) {
+		value := b.spec.Environ[name]
+		switch {
+		case carried(name):
+			reason := "exported; torchrun passes it on"
+			if b.head {
+				reason = "exported on the head node"
+				b.carried = append(b.carried, name)
+			}
+			b.userEnv[name] = Var{Value: value, Reason: reason, Source: SourceUser}
+		case name == "CUDA_VISIBLE_DEVICES" && !b.head:
+			b.userEnv[name] = Var{Value: value, Reason: "exported; torchrun passes it on", Source: SourceUser}
+		case name == "CUDA_VISIBLE_DEVICES":
+			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", value)
+		}
+	}
+	for _, e := range b.spec.Gorun.Env {
+		name, value, ok := strings.Cut(e, "=")
+		if !ok || !validEnvName(name) {
+			// Only the name is shown: the value may be a secret.
+			return &InputError{
+				Where:   "--env",
+				Problem: fmt.Sprintf("%q is not a variable assignment", name),
+				Fix:     "write --env NAME=VALUE, NAME made of letters, digits and _ and not starting with a digit",
+			}
+		}
+		b.userEnv[name] = Var{Value: value, Reason: "--env", Source: SourceUser}
+	}
+	if b.head {
+		what := "none were exported"
+		if len(b.carried) > 0 {
+			what = strings.Join(b.carried, ", ")
+		}
+		b.note(NoteInfo, "carried from the head's environment to every node: %s (the rule: NCCL_*, GLOO_*, TORCH_*, PYTORCH_*, %s; anything else needs --env)", what, strings.Join(carriedNames, ", "))
+	}
+	return nil
+}
+
+// validEnvName reports whether s is a POSIX shell variable name, the only
+// names every shell and `env` accept.
+func validEnvName(s string) bool {
+	if s == "" || ('0' <= s[0] && s[0] <= '9') {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if c != '_' && !('a' <= c && c <= 'z') && !('A' <= c && c <= 'Z') && !('0' <= c && c <= '9') {
+			return false
+		}
+	}
+	return true
+}
+
+// nodeEnv collects one node's variables while its rules run.
+type nodeEnv struct {
+	b    *builder
+	host string
+	env  map[string]Var
+}
+
+// decide records a value gorun or torchrun will set, unless the user set
+// the variable: the user's value stays, and a contradicted gorun decision is
+// remembered for a warning.
+func (e nodeEnv) decide(name string, v Var) {
+	if u, set := e.b.userEnv[name]; set {
+		if v.Source == SourceGorun && u.Value != v.Value {
+			o := e.b.override[name]
+			if o == nil {
+				o = &overridden{gorun: v}
+				e.b.override[name] = o
+			}
+			o.hosts = append(o.hosts, e.host)
+		}
+		return
+	}
+	e.env[name] = v
+}
+
+// env plans one node's environment: the user's variables, then gorun's
+// rules, each only where a fact or the user's request justifies it.
+func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool) {
+	maps.Copy(n.Env, b.userEnv)
+	e := nodeEnv{b: b, host: h.Name, env: n.Env}
+	f, known := b.facts[h.Name]
+
+	if b.masterAddr.Value != "" {
+		e.decide("MASTER_ADDR", b.masterAddr)
+	}
+	if b.masterPort.Value != "" {
+		e.decide("MASTER_PORT", b.masterPort)
+	}
+
+	usesGPUs := h.GPUs != nil || b.cfg.NProcPerNode == "gpu"
+	if known {
+		usesGPUs = len(f.GPUs) > 0
+	}
+	if usesGPUs && b.cfg.NProcPerNode != "cpu" {
+		e.decide("CUDA_DEVICE_ORDER", Var{
+			Value:  "PCI_BUS_ID",
+			Reason: "CUDA ordinals then match the nvidia-smi/NVML GPU indices this plan uses",
+			Source: SourceGorun,
+		})
+	}
+	if h.GPUs != nil {
+		list := joinInts(h.GPUs)
+		e.decide("CUDA_VISIBLE_DEVICES", Var{
+			Value:  list,
+			Reason: fmt.Sprintf("--include/--exclude restricts %s to GPUs %s", h.Name, list),
+			Source: SourceGorun,
+		})
+	}
+
+	if b.head && len(b.hosts) > 1 {
+		b.interfaceRule(e, n, f)
+	}
+
+	b.ompRule(e, n, nproc, nprocKnown)
+}
+
+// interfaceRule pins NCCL's and Gloo's bootstrap sockets to the interface
+// that reaches the master, found by preflight on each node (names may
+// differ per node).
+func (b *builder) interfaceRule(e nodeEnv, n *NodePlan, f NodeFacts) {
+	if f.Interface == "" {
+		b.pendingIface = append(b.pendingIface, n.Host)
+		return
+	}
+	target := b.masterAddr.Value
+	if target == "" {
+		target = fmt.Sprintf("node 0 (%s)", b.hosts[0].Name)
+	}
+	reason := fmt.Sprintf("%s routes to MASTER_ADDR %s", f.Interface, target)
+	if n.NodeRank == 0 {
+		reason = fmt.Sprintf("%s carries MASTER_ADDR %s", f.Interface, target)
+	}
+	// NCCL reads a leading '=' as "exactly this name" (eth1 would also
+	// match eth10); Gloo takes plain interface names only.
+	e.decide("NCCL_SOCKET_IFNAME", Var{Value: "=" + f.Interface, Reason: reason, Source: SourceGorun})
+	e.decide("GLOO_SOCKET_IFNAME", Var{Value: f.Interface, Reason: reason, Source: SourceGorun})
+}
+
+// ompRule sizes OpenMP's pool to the CPUs bound to each rank, or shows
+// torchrun's own default when gorun binds nothing.
+func (b *builder) ompRule(e nodeEnv, n *NodePlan, nproc int, nprocKnown bool) {
+	fewest := -1
+	for _, r := range n.Ranks {
+		if r.CPUs == "" {
+			fewest = -1
+			break
+		}
+		c := cpuCount(r.CPUs)
+		if fewest < 0 || c < fewest {
+			fewest = c
+		}
+	}
+	switch {
+	case len(n.Ranks) > 0 && fewest > 0:
+		e.decide("OMP_NUM_THREADS", Var{
+			Value:  strconv.Itoa(fewest),
+			Reason: "CPUs bound to each rank (the smallest set on this node)",
+			Source: SourceGorun,
+		})
+	case nprocKnown && nproc > 1:
+		e.decide("OMP_NUM_THREADS", Var{
+			Value:  "1",
+			Reason: "torchrun's default when nproc_per_node > 1 and OMP_NUM_THREADS is unset",
+			Source: SourceTorchrun,
+		})
+	}
+}
+
+// cpuCount counts the CPUs of a cpulist this package formatted.
+func cpuCount(list string) int {
+	cpus, err := ParseCPUList(list)
+	if err != nil {
+		return 0
+	}
+	return len(cpus)
+}
+
+// leftToNCCLNotes says which NCCL knobs gorun leaves alone, and warns about
+// debugging knobs the user set.
+func (b *builder) leftToNCCLNotes() {
+	var left []string
+	for _, name := range leftToNCCL {
+		u, set := b.userEnv[name]
+		switch {
+		case !set:
+			left = append(left, name)
+		case ncclDebugKnobs[name]:
+			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, u.Value, u.Reason)
+		case name == "NCCL_IB_GID_INDEX":
+			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", u.Value, u.Reason)
+		}
+	}
+	if len(left) > 0 {
+		b.note(NoteInfo, "left to NCCL: %s; NCCL chooses these from the topology it finds (export or --env one to override)", strings.Join(left, ", "))
+	}
+}
+
+func joinInts(ids []int) string {
+	s := make([]string, len(ids))
+	for i, id := range ids {
+		s[i] = strconv.Itoa(id)
+	}
+	return strings.Join(s, ",")
+}
