@@ -304,7 +304,7 @@ func slurmSlots(getenv func(string) string, n int) ([]int, error) {
 
 // slurmCount parses a plain count from a Slurm variable.
 func slurmCount(name, v string, zeroOK bool) (int, error) {
-	if zeroOK && strings.Trim(v, "0") == "" {
+	if zeroOK && v != "" && strings.Trim(v, "0") == "" {
 		return 0, nil
 	}
 	c, err := parseSlots(v)

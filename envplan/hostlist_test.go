@@ -1,0 +1,213 @@
+package envplan
+
+import (
+	"encoding/json"
+	"errors"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+// wantInputError fails unless err is an *InputError at where whose message
+// contains each of words.
+func wantInputError(t *testing.T, err error, where string, words ...string) {
+	t.Helper()
+	var ie *InputError
+	if !errors.As(err, &ie) {
+		t.Fatalf("error = %v (%T), want *InputError", err, err)
+	}
+	if ie.Where != where {
+		t.Errorf("Where = %q, want %q (error: %v)", ie.Where, where, err)
+	}
+	for _, w := range words {
+		if !strings.Contains(err.Error(), w) {
+			t.Errorf("error %q does not mention %q", err, w)
+		}
+	}
+}
+
+func TestParseHosts(t *testing.T) {
+	tests := []struct {
+		name string
+		in   string
+		want []Host
+	}{
+		{"slots", "h1:8,h2:8", []Host{{Name: "h1", Slots: 8}, {Name: "h2", Slots: 8}}},
+		{"slots optional", "h1:8,h2:8,h3", []Host{{Name: "h1", Slots: 8}, {Name: "h2", Slots: 8}, {Name: "h3"}}},
+		{"single", "node-01.cluster", []Host{{Name: "node-01.cluster"}}},
+		{"ipv4", "10.0.0.1:4,10.0.0.2", []Host{{Name: "10.0.0.1", Slots: 4}, {Name: "10.0.0.2"}}},
+		{"ipv6", "[fe80::1]:8,[2001:db8::2]", []Host{{Name: "fe80::1", Slots: 8}, {Name: "2001:db8::2"}}},
+		{"spaces around items", " h1:2 , h2:2", []Host{{Name: "h1", Slots: 2}, {Name: "h2", Slots: 2}}},
+		{"underscore", "gpu_node_1:1", []Host{{Name: "gpu_node_1", Slots: 1}}},
+		{"leading zero count", "h1:08", []Host{{Name: "h1", Slots: 8}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseHosts(tt.in)
+			if err != nil {
+				t.Fatalf("ParseHosts(%q): %v", tt.in, err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ParseHosts(%q) = %+v, want %+v", tt.in, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestParseHostsErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		in    string
+		where string
+		words []string
+	}{
+		{"empty", "", "--hosts", []string{"empty host list"}},
+		{"blank", "  ", "--hosts", []string{"empty host list"}},
+		{"empty item middle", "h1,,h2", "--hosts (col 4)", []string{"empty item"}},
+		{"trailing comma", "h1:8,", "--hosts (col 6)", []string{"empty item"}},
+		{"leading comma", ",h1", "--hosts (col 1)", []string{"empty item"}},
+		{"duplicate", "h1:8,h2:8,h1:4", "--hosts (col 11)", []string{`duplicate host "h1"`, "col 1"}},
+		{"duplicate case", "h1,H1", "--hosts (col 4)", []string{"duplicate"}},
+		{"duplicate ipv6 spellings", "[fe80::1],[fe80:0::1]", "--hosts (col 11)", []string{"duplicate"}},
+		{"zero slots", "h1:0", "--hosts (col 4)", []string{"slot count is 0"}},
+		{"bad slots", "h1:eight", "--hosts (col 4)", []string{`"eight" is not a number`}},
+		{"negative slots", "h1:-1", "--hosts (col 4)", []string{"not a number"}},
+		{"missing slots", "h1:", "--hosts (col 4)", []string{"missing slot count"}},
+		{"huge slots", "h1:99999999999999999999", "--hosts (col 4)", []string{"too large"}},
+		{"missing name", ":8", "--hosts (col 1)", []string{"missing host name"}},
+		{"bare ipv6", "fe80::1:8", "--hosts (col 1)", []string{"more than one ':'"}},
+		{"unclosed bracket", "[fe80::1:8", "--hosts (col 1)", []string{"unclosed"}},
+		{"bracketed name", "[node1]:8", "--hosts (col 2)", []string{"not an IPv6 address"}},
+		{"bracketed ipv4", "[10.0.0.1]:8", "--hosts (col 2)", []string{"not an IPv6 address"}},
+		{"junk after bracket", "[fe80::1]x", "--hosts (col 10)", []string{`unexpected "x"`}},
+		{"option-like name", "h1,-oProxyCommand=x", "--hosts (col 4)", []string{"starts with '-'"}},
+		{"invalid char", "h1,h/2", "--hosts (col 4)", []string{"invalid character"}},
+		{"user at host", "me@h1", "--hosts (col 1)", []string{"invalid character"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ParseHosts(tt.in)
+			if err == nil {
+				t.Fatalf("ParseHosts(%q) = %+v, want error", tt.in, got)
+			}
+			wantInputError(t, err, tt.where, tt.words...)
+		})
+	}
+}
+
+func TestResolveHosts(t *testing.T) {
+	slurm := env(map[string]string{"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "4"})
+	noEnv := env(nil)
+	hostfile := []byte("w1 slots=2\nw2 slots=2\n")
+	tests := []struct {
+		name             string
+		hosts, file      string
+		data             []byte
+		include, exclude string
+		getenv           func(string) string
+		want             []Host
+	}{
+		{name: "nothing: local mode", getenv: noEnv, want: nil},
+		{name: "hosts flag", hosts: "a:2,b", getenv: noEnv, want: []Host{{Name: "a", Slots: 2}, {Name: "b"}}},
+		{name: "hostfile", file: "hf", data: hostfile, getenv: noEnv, want: []Host{{Name: "w1", Slots: 2}, {Name: "w2", Slots: 2}}},
+		{name: "slurm", getenv: slurm, want: []Host{{Name: "n1", Slots: 4}, {Name: "n2", Slots: 4}}},
+		{name: "flag wins over slurm", hosts: "a:1", getenv: slurm, want: []Host{{Name: "a", Slots: 1}}},
+		{name: "hostfile wins over slurm", file: "hf", data: hostfile, getenv: slurm, want: []Host{{Name: "w1", Slots: 2}, {Name: "w2", Slots: 2}}},
+		{name: "include on hosts", hosts: "a:4,b:4", include: "b:1,3", getenv: noEnv, want: []Host{{Name: "b", Slots: 2, GPUs: []int{1, 3}}}},
+		{name: "exclude on slurm", exclude: "n1", getenv: slurm, want: []Host{{Name: "n2", Slots: 4}}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveHosts(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
+			if err != nil {
+				t.Fatalf("ResolveHosts: %v", err)
+			}
+			if !reflect.DeepEqual(got, tt.want) {
+				t.Errorf("ResolveHosts = %#v, want %#v", got, tt.want)
+			}
+		})
+	}
+}
+
+func TestResolveHostsErrors(t *testing.T) {
+	noEnv := env(nil)
+	tests := []struct {
+		name             string
+		hosts, file      string
+		data             []byte
+		include, exclude string
+		getenv           func(string) string
+		where            string
+		words            []string
+	}{
+		{name: "hosts and hostfile", hosts: "a", file: "hf", data: []byte("a slots=1"), getenv: noEnv, where: "--hosts", words: []string{"--hostfile"}},
+		{name: "include and exclude", hosts: "a:2", include: "a", exclude: "a:1", getenv: noEnv, where: "--include", words: []string{"mutually exclusive"}},
+		{name: "include in local mode", include: "localhost:1", getenv: noEnv, where: "--include", words: []string{"needs a host list"}},
+		{name: "exclude in local mode", exclude: "localhost", getenv: noEnv, where: "--exclude", words: []string{"needs a host list"}},
+		{name: "exclude everything", hosts: "a:2", exclude: "a", getenv: noEnv, where: "--exclude", words: []string{"removed every host"}},
+		{name: "bad hosts flag", hosts: "a,,b", getenv: noEnv, where: "--hosts (col 3)"},
+		{name: "bad hostfile", file: "hf", data: []byte("a gpus=2"), getenv: noEnv, where: "hf:1:3"},
+		{name: "bad slurm", getenv: env(map[string]string{"SLURM_JOB_NODELIST": "n[2-1]"}), where: "SLURM_JOB_NODELIST (col 3)"},
+		{name: "unknown include host", hosts: "a", include: "b", getenv: noEnv, where: "--include (col 1)", words: []string{`"b"`}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got, err := ResolveHosts(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
+			if err == nil {
+				t.Fatalf("ResolveHosts = %+v, want error", got)
+			}
+			wantInputError(t, err, tt.where, tt.words...)
+		})
+	}
+}
+
+// TestHostJSON pins the JSON main prints for hosts: unknown GPUs are null,
+// known ones a list.
+func TestHostJSON(t *testing.T) {
+	hosts, err := ApplyIncludeExclude([]Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}, "a@b:0,1", "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := json.Marshal(hosts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := `[{"host":"a","slots":2,"gpus":null},{"host":"b","slots":2,"gpus":[0,1]}]`
+	if string(got) != want {
+		t.Errorf("json = %s, want %s", got, want)
+	}
+}
+
+// env returns a getenv over m.
+func env(m map[string]string) func(string) string {
+	return func(k string) string { return m[k] }
+}
+
+func FuzzParseHosts(f *testing.F) {
+	for _, s := range []string{"h1:8,h2:8,h3", "[fe80::1]:8", "a,,b", "h:0", "[x]:1", "10.0.0.1:4", "h1,H1", "-x"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, list string) {
+		hosts, err := ParseHosts(list)
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) || ie.Where == "" {
+				t.Fatalf("ParseHosts(%q): error %v is not an InputError with Where", list, err)
+			}
+			return
+		}
+		seen := map[string]bool{}
+		for _, h := range hosts {
+			if h.Name == "" || h.Slots < 0 || h.GPUs != nil || strings.HasPrefix(h.Name, "-") {
+				t.Fatalf("ParseHosts(%q): bad host %+v", list, h)
+			}
+			if seen[hostKey(h.Name)] {
+				t.Fatalf("ParseHosts(%q): duplicate %q accepted", list, h.Name)
+			}
+			seen[hostKey(h.Name)] = true
+		}
+		if len(hosts) != strings.Count(list, ",")+1 {
+			t.Fatalf("ParseHosts(%q) = %d hosts for %d items", list, len(hosts), strings.Count(list, ",")+1)
+		}
+	})
+}
