@@ -50,7 +50,7 @@ func collectRDMA(r sysReader) ([]RDMAPort, error) {
 
 func rdmaPort(r sysReader, dev, dir string, port, numa int, netdev string) RDMAPort {
 	p := RDMAPort{Device: dev, Port: port, NUMANode: numa, NetDev: netdev}
-	p.State = afterColon(r, dir+"/state")         // "4: ACTIVE"
+	p.State = afterColon(r, dir+"/state")          // "4: ACTIVE"
 	p.PhysState = afterColon(r, dir+"/phys_state") // "5: LinkUp"
 	p.LinkLayer, _ = r.read(dir + "/link_layer")
 	p.Rate, _ = r.read(dir + "/rate")
