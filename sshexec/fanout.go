@@ -1,0 +1,98 @@
+package sshexec
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/hashicorp/go-multierror"
+)
+
+// DefaultFanout bounds how many nodes are dialled at once: enough for a
+// large cluster to connect in seconds, few enough not to trip sshd's
+// MaxStartups (10:30:100 by default) on a shared jump host.
+const DefaultFanout = 32
+
+// HostError is one host's failure in a fan-out.
+type HostError struct {
+	Host string
+	Err  error
+}
+
+func (e *HostError) Error() string { return e.Err.Error() }
+func (e *HostError) Unwrap() error { return e.Err }
+
+// ForEach calls fn for every item, at most limit at a time (limit <= 0
+// means DefaultFanout), and returns a *multierror.Error with one *HostError
+// per failing item, in input order, or nil. It stops starting new calls
+// once ctx ends; the items not started fail with ctx's error.
+func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context.Context, host string) error) error {
+	if limit <= 0 {
+		limit = DefaultFanout
+	}
+	errs := make([]error, len(hosts))
+	sem := make(chan struct{}, limit)
+	var wg sync.WaitGroup
+	for i, h := range hosts {
+		select {
+		case sem <- struct{}{}:
+		case <-ctx.Done():
+			errs[i] = fmt.Errorf("node %s: %w", h, ctx.Err())
+			continue
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			defer func() { <-sem }()
+			errs[i] = fn(ctx, h)
+		}()
+	}
+	wg.Wait()
+	var all *multierror.Error
+	for i, err := range errs {
+		if err != nil {
+			all = multierror.Append(all, &HostError{Host: hosts[i], Err: err})
+		}
+	}
+	return all.ErrorOrNil()
+}
+
+// DialAll dials every host (duplicates once), at most limit at a time. It
+// returns the connections that succeeded, keyed by host, and an error
+// naming every host that failed (a *multierror.Error of *HostError). The
+// caller closes the returned Remotes, also when err is not nil, so it can
+// report on every node in one pass.
+func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[string]*Remote, error) {
+	var unique []string
+	seen := map[string]bool{}
+	for _, h := range hosts {
+		if !seen[h] {
+			seen[h] = true
+			unique = append(unique, h)
+		}
+	}
+	var mu sync.Mutex
+	remotes := make(map[string]*Remote, len(unique))
+	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
+		r, err := Dial(ctx, h, cfg)
+		if err != nil {
+			return err
+		}
+		mu.Lock()
+		remotes[h] = r
+		mu.Unlock()
+		return nil
+	})
+	return remotes, err
+}
+
+// CloseAll closes every Remote in parallel and gathers the errors.
+func CloseAll(remotes map[string]*Remote) error {
+	hosts := make([]string, 0, len(remotes))
+	for h := range remotes {
+		hosts = append(hosts, h)
+	}
+	return ForEach(context.Background(), hosts, len(hosts), func(_ context.Context, h string) error {
+		return remotes[h].Close()
+	})
+}

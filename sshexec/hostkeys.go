@@ -1,0 +1,241 @@
+package sshexec
+
+import (
+	"crypto/ed25519"
+	"errors"
+	"fmt"
+	"io/fs"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/knownhosts"
+	"golang.org/x/sys/unix"
+)
+
+// Host key failures. Match them with errors.Is; the concrete error is a
+// *HostKeyError with the details.
+var (
+	// ErrUnknownHost: the host has no key in any known_hosts file.
+	ErrUnknownHost = errors.New("unknown host key")
+	// ErrHostKeyChanged: known_hosts holds a different key for the host (or
+	// the key is revoked). Never accepted.
+	ErrHostKeyChanged = errors.New("host key changed")
+)
+
+// HostKeyError says which host offered which key and how to proceed.
+type HostKeyError struct {
+	Host        string // as looked up in known_hosts: "node1" or "[node1]:2222"
+	Key         ssh.PublicKey
+	Fingerprint string   // SHA256:...
+	Files       []string // the known_hosts files consulted
+	// Known lists the keys known_hosts holds for the host (file and line);
+	// empty for an unknown host.
+	Known []knownhosts.KnownKey
+	Kind  error // ErrUnknownHost or ErrHostKeyChanged
+}
+
+func (e *HostKeyError) Unwrap() error { return e.Kind }
+
+func (e *HostKeyError) Error() string {
+	host, port := e.Host, "22"
+	if h, p, err := net.SplitHostPort(strings.TrimPrefix(e.Host, "")); err == nil {
+		host, port = strings.Trim(h, "[]"), p
+	}
+	file := "~/.ssh/known_hosts"
+	if len(e.Files) > 0 {
+		file = e.Files[0]
+	}
+	if errors.Is(e.Kind, ErrHostKeyChanged) {
+		var was []string
+		for _, k := range e.Known {
+			was = append(was, fmt.Sprintf("%s:%d holds %s %s", k.Filename, k.Line, k.Key.Type(), ssh.FingerprintSHA256(k.Key)))
+		}
+		return fmt.Sprintf("HOST KEY CHANGED for %s: it offered %s %s but %s; someone may be intercepting the connection, or the host was reinstalled. "+
+			"If the change is expected, remove the old key (ssh-keygen -R %s -f %s) and connect again",
+			e.Host, e.Key.Type(), e.Fingerprint, strings.Join(was, "; "), Quote(e.Host), Quote(e.Known[0].Filename))
+	}
+	return fmt.Sprintf("unknown host key for %s: %s %s is not in %s. "+
+		"Check the fingerprint, then add it (ssh-keyscan -p %s -t %s %s >> %s) or run again with --ssh-accept-new",
+		e.Host, e.Key.Type(), e.Fingerprint, strings.Join(e.Files, ", "),
+		port, strings.TrimPrefix(e.Key.Type(), "ssh-"), Quote(host), Quote(file))
+}
+
+// hostKeys verifies host keys against known_hosts files, the way OpenSSH
+// does with StrictHostKeyChecking yes (or accept-new).
+type hostKeys struct {
+	userFiles   []string // UserKnownHostsFile; accept-new appends to the first
+	globalFiles []string // GlobalKnownHostsFile; read only
+	acceptNew   bool
+	hash        bool // HashKnownHosts: write hashed host names
+}
+
+// db reads the files that exist now (so keys written by a concurrent
+// accept-new are seen) into a knownhosts callback.
+func (h *hostKeys) db() (ssh.HostKeyCallback, []string, error) {
+	var files []string
+	for _, f := range append(append([]string{}, h.userFiles...), h.globalFiles...) {
+		if _, err := os.Stat(f); err == nil {
+			files = append(files, f)
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return nil, nil, fmt.Errorf("known_hosts: %w", err)
+		}
+	}
+	cb, err := knownhosts.New(files...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("known_hosts: %w", err)
+	}
+	return cb, files, nil
+}
+
+// algorithms returns the host key algorithms to offer for hostport: those
+// of the keys known_hosts holds for it, so the server cannot pick a type we
+// have no record of and look "changed". nil (library default) when none.
+func (h *hostKeys) algorithms(hostport string) ([]string, error) {
+	cb, _, err := h.db()
+	if err != nil {
+		return nil, err
+	}
+	// A key no host has: the lookup fails and lists what is known.
+	probe, err := ssh.NewPublicKey(ed25519.PublicKey(make([]byte, ed25519.PublicKeySize)))
+	if err != nil {
+		return nil, err
+	}
+	var ke *knownhosts.KeyError
+	if err := cb(hostport, probeAddr(hostport), probe); !errors.As(err, &ke) {
+		return nil, nil
+	}
+	var algos []string
+	seen := map[string]bool{}
+	add := func(a ...string) {
+		for _, x := range a {
+			if !seen[x] {
+				seen[x] = true
+				algos = append(algos, x)
+			}
+		}
+	}
+	for _, k := range ke.Want {
+		switch t := k.Key.Type(); t {
+		case ssh.KeyAlgoRSA:
+			add(ssh.KeyAlgoRSASHA512, ssh.KeyAlgoRSASHA256, ssh.KeyAlgoRSA)
+		default:
+			add(t)
+		}
+	}
+	return algos, nil
+}
+
+// callback returns the HostKeyCallback for one connection. hostport is the
+// name the key is recorded under (HostKeyAlias or HostName, with the port).
+func (h *hostKeys) callback(hostport string) ssh.HostKeyCallback {
+	return func(_ string, remote net.Addr, key ssh.PublicKey) error {
+		cb, files, err := h.db()
+		if err != nil {
+			return err
+		}
+		err = cb(hostport, remote, key)
+		if err == nil {
+			return nil
+		}
+		herr := &HostKeyError{
+			Host:        knownhosts.Normalize(hostport),
+			Key:         key,
+			Fingerprint: ssh.FingerprintSHA256(key),
+			Files:       h.userFiles,
+		}
+		var ke *knownhosts.KeyError
+		var re *knownhosts.RevokedError
+		switch {
+		case errors.As(err, &re):
+			herr.Kind = ErrHostKeyChanged
+			herr.Known = []knownhosts.KnownKey{re.Revoked}
+			return fmt.Errorf("%w (the key is marked @revoked)", herr)
+		case errors.As(err, &ke) && len(ke.Want) > 0:
+			herr.Kind = ErrHostKeyChanged
+			herr.Known = ke.Want
+			return herr
+		case errors.As(err, &ke):
+			herr.Kind = ErrUnknownHost
+			if len(files) > 0 {
+				herr.Files = files
+			}
+			if !h.acceptNew {
+				return herr
+			}
+			if err := h.record(hostport, key); err != nil {
+				return fmt.Errorf("%w; recording it (accept-new) failed: %w", herr, err)
+			}
+			return nil
+		default:
+			return fmt.Errorf("known_hosts: %w", err)
+		}
+	}
+}
+
+// record appends key for hostport to the first user known_hosts file, as
+// OpenSSH's accept-new does: "host" or "[host]:port", hashed when
+// HashKnownHosts is set. The write is one append under an flock, so
+// concurrent dials (and other gorun processes) do not interleave lines.
+func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
+	if len(h.userFiles) == 0 {
+		return errors.New("no known_hosts file to write")
+	}
+	file := h.userFiles[0]
+	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
+		return fmt.Errorf("lock %s: %w", file, err)
+	}
+	name := knownhosts.Normalize(hostport)
+	if h.hash {
+		name = knownhosts.HashHostname(name)
+	}
+	line := name + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
+	// Start on a fresh line even if the file lacks a final newline.
+	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+		if last, err := lastByte(file); err == nil && last != '\n' {
+			line = "\n" + line
+		}
+	}
+	if _, err := f.WriteString(line + "\n"); err != nil {
+		return fmt.Errorf("write %s: %w", file, err)
+	}
+	return nil
+}
+
+func lastByte(file string) (byte, error) {
+	f, err := os.Open(file)
+	if err != nil {
+		return 0, err
+	}
+	defer f.Close()
+	b := make([]byte, 1)
+	st, err := f.Stat()
+	if err != nil {
+		return 0, err
+	}
+	if _, err := f.ReadAt(b, st.Size()-1); err != nil {
+		return 0, err
+	}
+	return b[0], nil
+}
+
+// probeAddr makes a net.Addr for a lookup made before any connection exists.
+func probeAddr(hostport string) net.Addr {
+	host, port, err := net.SplitHostPort(hostport)
+	if err != nil {
+		return &net.TCPAddr{Port: 22}
+	}
+	p, _ := strconv.Atoi(port)
+	return &net.TCPAddr{IP: net.ParseIP(host), Port: p}
+}

@@ -1,0 +1,133 @@
+package sshexec
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+// uploadCache remembers, per Remote, where the agent binary went.
+type uploadCache struct {
+	mu    sync.Mutex // held for a whole upload: concurrent callers wait for it
+	local string     // the local binary it is for
+	path  string     // its path on the node
+}
+
+// agentPath is the gorun to run on the node: --remote-gorun, or what
+// EnsureAgent uploaded; "" if neither.
+func (r *Remote) agentPath() string {
+	if r.cfg.RemoteGorun != "" {
+		return r.cfg.RemoteGorun
+	}
+	r.upload.mu.Lock()
+	defer r.upload.mu.Unlock()
+	return r.upload.path
+}
+
+// unameArch maps `uname -m` to GOARCH.
+var unameArch = map[string]string{
+	"x86_64":  "amd64",
+	"amd64":   "amd64",
+	"aarch64": "arm64",
+	"arm64":   "arm64",
+	"ppc64le": "ppc64le",
+	"s390x":   "s390x",
+	"riscv64": "riscv64",
+	"i686":    "386",
+	"i386":    "386",
+}
+
+// EnsureAgent makes sure the node has localBinary (this gorun) and returns
+// its path there; Start then runs it as the agent. The copy is
+// content-addressed, $XDG_CACHE_HOME/gorun/gorun-<sha256[:16]> (default
+// ~/.cache/gorun), so nodes keep one copy per build and a second run
+// uploads nothing. The upload goes to a temporary name and is renamed into
+// place, so a node never runs a half-written binary. With
+// Config.RemoteGorun set, nothing is uploaded and that path is returned.
+// The result is cached in r.
+func (r *Remote) EnsureAgent(ctx context.Context, localBinary string) (string, error) {
+	if r.cfg.RemoteGorun != "" {
+		return r.cfg.RemoteGorun, nil
+	}
+	r.upload.mu.Lock()
+	defer r.upload.mu.Unlock()
+	if r.upload.path != "" && r.upload.local == localBinary {
+		return r.upload.path, nil
+	}
+	path, err := r.ensureAgent(ctx, localBinary)
+	if err != nil {
+		return "", fmt.Errorf("node %s: upload gorun: %w", r.node, err)
+	}
+	r.upload.local, r.upload.path = localBinary, path
+	return path, nil
+}
+
+func (r *Remote) ensureAgent(ctx context.Context, localBinary string) (string, error) {
+	f, err := os.Open(localBinary)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return "", fmt.Errorf("hash %s: %w", localBinary, err)
+	}
+	name := "gorun-" + hex.EncodeToString(h.Sum(nil))[:16]
+
+	// One round trip: architecture, cache dir, and the size of any copy
+	// already there (-1 if none). The script is a constant; name is hex.
+	probe := `uname -m && d="${XDG_CACHE_HOME:-$HOME/.cache}/gorun" && printf '%s\n' "$d" && ` +
+		`if [ -f "$d/$1" ]; then wc -c < "$d/$1"; else echo -1; fi`
+	out, err := r.output(ctx, []string{"sh", "-c", probe, "sh", name}, nil)
+	if err != nil {
+		return "", fmt.Errorf("probe node: %w", err)
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	if len(lines) != 3 {
+		return "", fmt.Errorf("probe node: unexpected answer %q", out)
+	}
+	arch := strings.TrimSpace(lines[0])
+	if goarch, ok := unameArch[arch]; !ok || goarch != runtime.GOARCH {
+		return "", fmt.Errorf("node is %s (uname -m) but this gorun is built for %s: build gorun for the node's architecture and pass it with --remote-gorun", arch, runtime.GOARCH)
+	}
+	dir := lines[1]
+	if !strings.HasPrefix(dir, "/") {
+		return "", fmt.Errorf("probe node: cache dir %q is not absolute (is $HOME set?)", dir)
+	}
+	final := dir + "/" + name
+	if have, err := strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64); err == nil && have == size {
+		return final, nil
+	}
+
+	if _, err := f.Seek(0, io.SeekStart); err != nil {
+		return "", err
+	}
+	var nonce [6]byte
+	if _, err := rand.Read(nonce[:]); err != nil {
+		return "", err
+	}
+	tmp := final + ".tmp." + hex.EncodeToString(nonce[:])
+	script := `mkdir -p "$1" && cat > "$2" && chmod 755 "$2" && mv -f "$2" "$3" && wc -c < "$3"`
+	out, err = r.output(ctx, []string{"sh", "-c", script, "sh", dir, tmp, final}, f)
+	if err != nil {
+		// Best effort: leave no partial file behind.
+		cctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+		_, _ = r.output(cctx, []string{"rm", "-f", tmp}, nil)
+		cancel()
+		return "", fmt.Errorf("copy to %s: %w", final, err)
+	}
+	if got, err := strconv.ParseInt(strings.TrimSpace(string(out)), 10, 64); err != nil || got != size {
+		return "", fmt.Errorf("copy to %s: node has %q bytes, want %d", final, strings.TrimSpace(string(out)), size)
+	}
+	return final, nil
+}
