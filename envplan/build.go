@@ -646,6 +646,6 @@ func (b *builder) headNotes() {
 		b.note(NoteWarn, "--node-rank=%d is replaced by each node's position in the host list", b.cfg.NodeRank)
 	}
 	if !b.static && len(b.hosts) > 1 {
-		b.note(NoteInfo, "ranks are decided by the rendezvous when the nodes join, so the plan shows them as -1")
+		b.note(NoteInfo, "global ranks are decided by the rendezvous when the nodes join (rank -1 in the plan)")
 	}
 }

@@ -165,7 +165,7 @@ func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool) {
 		list := joinInts(h.GPUs)
 		e.decide("CUDA_VISIBLE_DEVICES", Var{
 			Value:  list,
-			Reason: fmt.Sprintf("--include/--exclude restricts %s to GPUs %s", h.Name, list),
+			Reason: fmt.Sprintf("--include/--exclude restricts %s to GPU%s %s", h.Name, plural(len(h.GPUs)), list),
 			Source: SourceGorun,
 		})
 	}
@@ -185,13 +185,14 @@ func (b *builder) interfaceRule(e nodeEnv, n *NodePlan, f NodeFacts) {
 		b.pendingIface = append(b.pendingIface, n.Host)
 		return
 	}
-	target := b.masterAddr.Value
-	if target == "" {
-		target = fmt.Sprintf("node 0 (%s)", b.hosts[0].Name)
+	target := "MASTER_ADDR " + b.masterAddr.Value
+	if b.masterAddr.Value == "" {
+		addr, _ := b.address(b.hosts[0].Name)
+		target = "node 0's address " + addr
 	}
-	reason := fmt.Sprintf("%s routes to MASTER_ADDR %s", f.Interface, target)
+	reason := fmt.Sprintf("%s routes to %s", f.Interface, target)
 	if n.NodeRank == 0 {
-		reason = fmt.Sprintf("%s carries MASTER_ADDR %s", f.Interface, target)
+		reason = fmt.Sprintf("%s holds %s", f.Interface, target)
 	}
 	// NCCL reads a leading '=' as "exactly this name" (eth1 would also
 	// match eth10); Gloo takes plain interface names only.

@@ -1,0 +1,308 @@
+package envplan
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// tableWidth is the column RenderTable wraps at.
+const tableWidth = 80
+
+// RenderTable writes the plan for a person: the job, then per node its
+// host, node rank, address, command, environment (each variable with its
+// source and reason) and ranks, then the notes. Lines fit in 80 columns
+// except where one token (a long value) is wider by itself.
+func RenderTable(w io.Writer, p Plan) error {
+	bw := bufio.NewWriter(w)
+	t := tableWriter{w: bw}
+	t.header(p)
+	for _, n := range p.Nodes {
+		t.node(n)
+	}
+	if len(p.Notes) > 0 {
+		t.line("")
+		t.line("notes:")
+		for _, n := range p.Notes {
+			tag := "[" + n.Level + "]"
+			t.wrap("  "+tag+" ", strings.Repeat(" ", 3+len(tag)), n.Message)
+		}
+	}
+	return bw.Flush()
+}
+
+type tableWriter struct {
+	w *bufio.Writer
+}
+
+func (t tableWriter) line(s string) {
+	t.w.WriteString(s)
+	t.w.WriteByte('\n')
+}
+
+// wrap writes text as words filling lines up to tableWidth, the first line
+// after first and the others after indent. Runs of white space (newlines
+// in a user's value included) become one space, so no line escapes its
+// indent.
+func (t tableWriter) wrap(first, indent, text string) {
+	t.fill(first, indent, strings.Fields(text), " ", "")
+}
+
+// words writes shell words the same way, ending each continued line with
+// " \" as a shell would accept it.
+func (t tableWriter) words(first, indent string, words []string) {
+	t.fill(first, indent, words, " ", " \\")
+}
+
+// fill lays tokens out joined by sep, starting a new line (after cont) when
+// the next token would pass tableWidth. A token wider than a line gets a
+// line of its own.
+func (t tableWriter) fill(first, indent string, tokens []string, sep, cont string) {
+	cur := first
+	empty := true
+	for _, tok := range tokens {
+		if !empty && len(cur)+len(sep)+len(tok)+len(cont) > tableWidth {
+			t.line(cur + cont)
+			cur, empty = indent, true
+		}
+		if !empty {
+			cur += sep
+		}
+		cur += tok
+		empty = false
+	}
+	t.line(cur)
+}
+
+func (t tableWriter) header(p Plan) {
+	c := p.Config
+	ranks, same, known := 0, -1, true
+	for _, n := range p.Nodes {
+		if len(n.Ranks) == 0 {
+			known = false
+		}
+		if same == -1 {
+			same = len(n.Ranks)
+		} else if same != len(n.Ranks) {
+			same = -2
+		}
+		ranks += len(n.Ranks)
+	}
+	job := fmt.Sprintf("%d node%s", len(p.Nodes), plural(len(p.Nodes)))
+	switch {
+	case !known:
+		job += ", processes per node decided on each node (nproc_per_node=" + c.NProcPerNode + ")"
+	case same > 0:
+		job += fmt.Sprintf(" x %d process%s = %d rank%s", same, pluralES(same), ranks, plural(ranks))
+	default:
+		job += fmt.Sprintf(", %d ranks", ranks)
+	}
+	t.wrap("job:        ", "            ", job)
+
+	var rdzv string
+	switch {
+	case c.Standalone:
+		rdzv = "standalone (torchrun's own c10d on localhost)"
+	case c.RdzvBackend == "static" && c.RdzvEndpoint != "":
+		rdzv = "static, store at " + c.RdzvEndpoint
+	case c.RdzvBackend == "static":
+		rdzv = fmt.Sprintf("static, master %s:%d", c.MasterAddr, c.MasterPort)
+	default:
+		rdzv = fmt.Sprintf("%s at %s, id %s", c.RdzvBackend, orNone(c.RdzvEndpoint), c.RdzvID)
+	}
+	if c.NNodesMin != c.NNodesMax {
+		rdzv += fmt.Sprintf(", %d to %d nodes", c.NNodesMin, c.NNodesMax)
+	}
+	t.wrap("rendezvous: ", "            ", rdzv)
+	script := append([]string{c.TrainingScript}, c.TrainingScriptArgs...)
+	if c.Module {
+		script = append([]string{"-m"}, script...)
+	}
+	t.words("script:     ", "              ", displayWords(script))
+}
+
+func (t tableWriter) node(n NodePlan) {
+	t.line("")
+	t.wrap(fmt.Sprintf("node %d: ", n.NodeRank), "    ", displayWord(n.Host)+" (address "+displayWord(n.Address)+")")
+	t.line("  command:")
+	t.words("    ", "      ", displayWords(n.Command))
+	t.line("  env:")
+	if len(n.Env) == 0 {
+		t.line("    (none set)")
+	}
+	for _, name := range slices.Sorted(maps.Keys(n.Env)) {
+		v := n.Env[name]
+		t.line("    " + name + "=" + displayWord(v.Value) + "  [" + v.Source + "]")
+		t.wrap("        ", "        ", v.Reason)
+	}
+	if len(n.Ranks) == 0 {
+		t.line("  ranks: decided on the node")
+		return
+	}
+	t.line("  ranks:")
+	t.line("     rank  local   gpu  cpus")
+	for _, r := range n.Ranks {
+		rank := "?"
+		if r.Rank >= 0 {
+			rank = strconv.Itoa(r.Rank)
+		}
+		gpu := "-"
+		if r.GPU != nil {
+			gpu = strconv.Itoa(*r.GPU)
+		}
+		cpus := r.CPUs
+		if cpus == "" {
+			cpus = "-"
+		}
+		row := fmt.Sprintf("    %5s  %5d  %4s  ", rank, r.LocalRank, gpu)
+		// A fragmented cpulist may be long: break it after commas.
+		parts := strings.SplitAfter(cpus, ",")
+		t.fill(row, strings.Repeat(" ", len(row)), parts, "", "")
+	}
+}
+
+func plural(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "s"
+}
+
+func pluralES(n int) string {
+	if n == 1 {
+		return ""
+	}
+	return "es"
+}
+
+// displayWord shows a value in a table: shell-quoted, so its bounds are
+// clear, or Go-quoted when it holds control characters a terminal would act
+// on.
+func displayWord(s string) string {
+	for i := 0; i < len(s); i++ {
+		if s[i] < 0x20 || s[i] == 0x7f {
+			return strconv.Quote(s)
+		}
+	}
+	return shellQuote(s)
+}
+
+func displayWords(words []string) []string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		out[i] = displayWord(w)
+	}
+	return out
+}
+
+// RenderJSON writes the plan as indented JSON, the public
+// `--dry-run --format json` contract: fields in struct order, env names
+// sorted, and empty lists and maps written as [] and {} rather than null.
+func RenderJSON(w io.Writer, p Plan) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(normalize(p)); err != nil {
+		return fmt.Errorf("render plan as JSON: %w", err)
+	}
+	return nil
+}
+
+// normalize returns a copy of p with every nil list or map made empty.
+func normalize(p Plan) Plan {
+	if p.Config.TrainingScriptArgs == nil {
+		p.Config.TrainingScriptArgs = []string{}
+	}
+	if p.Config.RdzvConfigs == nil {
+		p.Config.RdzvConfigs = map[string]string{}
+	}
+	if p.Notes == nil {
+		p.Notes = []Note{}
+	}
+	nodes := make([]NodePlan, len(p.Nodes))
+	for i, n := range p.Nodes {
+		if n.Command == nil {
+			n.Command = []string{}
+		}
+		if n.Env == nil {
+			n.Env = map[string]Var{}
+		}
+		if n.Ranks == nil {
+			n.Ranks = []RankPlan{}
+		}
+		nodes[i] = n
+	}
+	p.Nodes = nodes
+	return p
+}
+
+// RenderShell writes one POSIX sh command per node, to be run on that node:
+// `env NAME=value ... torchrun ...`, preceded by a comment naming the host.
+// Only the variables gorun or the user set appear; torchrun sets the rest
+// itself.
+func RenderShell(w io.Writer, p Plan) error {
+	bw := bufio.NewWriter(w)
+	fmt.Fprintf(bw, "# gorun plan: %d node%s; run each command on the host named above it.\n", len(p.Nodes), plural(len(p.Nodes)))
+	for _, n := range p.Nodes {
+		fmt.Fprintf(bw, "# node %d: %s (address %s)\n", n.NodeRank, commentSafe(n.Host), commentSafe(n.Address))
+		var words []string
+		for _, name := range slices.Sorted(maps.Keys(n.Env)) {
+			v := n.Env[name]
+			if v.Source == SourceTorchrun {
+				continue
+			}
+			if !validEnvName(name) {
+				return fmt.Errorf("render plan as shell: node %s: %q is not a variable name", n.Host, name)
+			}
+			words = append(words, name+"="+shellQuote(v.Value))
+		}
+		if len(words) > 0 {
+			words = append([]string{"env"}, words...)
+		}
+		for _, a := range n.Command {
+			words = append(words, shellQuote(a))
+		}
+		bw.WriteString(strings.Join(words, " "))
+		bw.WriteByte('\n')
+	}
+	return bw.Flush()
+}
+
+// commentSafe keeps a value on its comment line.
+func commentSafe(s string) string {
+	return strings.Map(func(r rune) rune {
+		if r < 0x20 || r == 0x7f {
+			return '?'
+		}
+		return r
+	}, s)
+}
+
+// shellQuote returns s as one POSIX shell word. It follows the rule of
+// sshexec.Quote, the function that quotes everything gorun sends to a remote
+// shell; the two must agree on what a word means. Words of plain characters
+// stay bare for readability; '=' also stays bare in words starting with '-'
+// ("--nnodes=2"), which can never be read as an assignment. Anything else is
+// single-quoted, each ' written as '\''.
+func shellQuote(s string) string {
+	if s == "" {
+		return "''"
+	}
+	option := s[0] == '-'
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		switch {
+		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
+		case strings.IndexByte("@%+,./:_-", c) >= 0:
+		case c == '=' && option:
+		default:
+			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+		}
+	}
+	return s
+}

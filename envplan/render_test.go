@@ -1,0 +1,296 @@
+package envplan
+
+import (
+	"bytes"
+	"flag"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"unicode/utf8"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
+
+// goldenCase is one plan rendered in every format.
+type goldenCase struct {
+	name  string
+	spec  Spec
+	facts Facts
+}
+
+func goldenCases() []goldenCase {
+	local := newSpec([]string{"--nproc-per-node=2"}, "train.py", "--epochs", "1")
+	local.Environ = map[string]string{"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "HOME": "/root"}
+
+	static2 := newSpec([]string{"--max-restarts=3"}, "train.py", "--lr", "3e-4", "--name", "run one")
+	static2.Hosts = hosts("node1:8,node2:8")
+	static2.Environ = map[string]string{
+		"PATH":             "/opt/torch/bin:/usr/bin",
+		"LD_LIBRARY_PATH":  "/usr/local/nvidia/lib64",
+		"NCCL_NVLS_ENABLE": "0",
+		"NCCL_DEBUG":       "WARN",
+	}
+	static2.Gorun.Env = []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}
+
+	include3 := newSpec(nil, "train.py")
+	include3.Hosts = []Host{
+		{Name: "gpu-a", Slots: 2, GPUs: []int{0, 2}},
+		{Name: "gpu-b", Slots: 1, GPUs: []int{3}},
+		{Name: "gpu-c", Slots: 4},
+	}
+
+	c10d := newSpec([]string{"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
+		"--rdzv-endpoint=node1:29400", "--rdzv-id=job42", "--module"}, "trainer.main", "--config", "cfg.yaml")
+	c10d.Hosts = hosts("node1,node2")
+
+	pending := newSpec([]string{"--nproc-per-node=gpu"}, "train.py")
+	pending.Hosts = hosts("node1,node2")
+	pending.Environ = map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"}
+
+	return []goldenCase{
+		{"local", local, Facts{"localhost": smallFacts(2, "", "")}},
+		{"static2", static2, Facts{
+			"node1": dgxFacts("eth0", "10.0.0.1"),
+			"node2": dgxFacts("ens1", "10.0.0.2"),
+		}},
+		{"include3", include3, Facts{
+			"gpu-a": smallFacts(4, "eth0", "192.168.1.10"),
+			"gpu-b": smallFacts(4, "eth0", "192.168.1.11"),
+			"gpu-c": smallFacts(4, "eth1", "192.168.1.12"),
+		}},
+		{"c10d", c10d, Facts{
+			"node1": smallFacts(4, "ib0", "10.1.0.1"),
+			"node2": smallFacts(4, "ib0", "10.1.0.2"),
+		}},
+		{"pending", pending, nil},
+	}
+}
+
+var renderers = []struct {
+	ext    string
+	render func(*bytes.Buffer, Plan) error
+}{
+	{"table", func(b *bytes.Buffer, p Plan) error { return RenderTable(b, p) }},
+	{"json", func(b *bytes.Buffer, p Plan) error { return RenderJSON(b, p) }},
+	{"sh", func(b *bytes.Buffer, p Plan) error { return RenderShell(b, p) }},
+}
+
+func TestGolden(t *testing.T) {
+	for _, c := range goldenCases() {
+		p, err := Build(c.spec, c.facts)
+		if err != nil {
+			t.Fatalf("%s: Build: %v", c.name, err)
+		}
+		for _, r := range renderers {
+			t.Run(c.name+"."+r.ext, func(t *testing.T) {
+				var got bytes.Buffer
+				if err := r.render(&got, p); err != nil {
+					t.Fatal(err)
+				}
+				path := filepath.Join("testdata", "golden", c.name+"."+r.ext+".golden")
+				if *update {
+					if err := os.WriteFile(path, got.Bytes(), 0o644); err != nil {
+						t.Fatal(err)
+					}
+				}
+				want, err := os.ReadFile(path)
+				if err != nil {
+					t.Fatalf("%v (run go test -update to create it)", err)
+				}
+				if !bytes.Equal(got.Bytes(), want) {
+					t.Errorf("%s differs from the golden file; got:\n%s", path, got.String())
+				}
+			})
+		}
+	}
+}
+
+// TestTableWidth checks that every table line fits in 80 columns unless a
+// single token is wider by itself.
+func TestTableWidth(t *testing.T) {
+	cases := goldenCases()
+	long := newSpec([]string{"--nproc-per-node=3"}, "/very/long/path/to/the/training/script/that/goes/on/and/on/train.py",
+		strings.Split(strings.Repeat("--flag value ", 20), " ")...)
+	long.Hosts = hosts("a-rather-long-host-name-in-a-big-cluster-0001.example.org,b")
+	long.Gorun.Env = []string{"NCCL_DEBUG_SUBSYS=" + strings.Repeat("INIT,", 30) + "ENV", "X=multi\nline value"}
+	cases = append(cases, goldenCase{"long", long, Facts{"b": {CPUs: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48"}}})
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Build(c.spec, c.facts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := RenderTable(&b, p); err != nil {
+				t.Fatal(err)
+			}
+			for i, line := range strings.Split(strings.TrimSuffix(b.String(), "\n"), "\n") {
+				if utf8.RuneCountInString(line) <= tableWidth {
+					continue
+				}
+				// Allowed only for a token too long to fit on any line.
+				longest := 0
+				for _, f := range strings.Fields(line) {
+					longest = max(longest, utf8.RuneCountInString(f))
+				}
+				if longest < tableWidth-20 {
+					t.Errorf("line %d has %d columns:\n%s", i+1, utf8.RuneCountInString(line), line)
+				}
+			}
+		})
+	}
+}
+
+func TestShellParses(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	for _, c := range goldenCases() {
+		t.Run(c.name, func(t *testing.T) {
+			p, err := Build(c.spec, c.facts)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var b bytes.Buffer
+			if err := RenderShell(&b, p); err != nil {
+				t.Fatal(err)
+			}
+			cmd := exec.Command(sh, "-n")
+			cmd.Stdin = &b
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("sh -n: %v\n%s", err, out)
+			}
+		})
+	}
+}
+
+// TestShellRoundTrip runs each rendered command through a real shell with
+// the program replaced by a printer, and checks that the shell hands the
+// program exactly the planned words and environment.
+func TestShellRoundTrip(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	s := newSpec([]string{"--master-addr=$(touch /tmp/pwned)"}, "train.py", hostileWords...)
+	s.Hosts = hosts("n1:2,n2:2")
+	s.Gorun.Torchrun = "printf %s\\n"
+	s.Gorun.Env = []string{"A_VAR=it's \"x\" $HOME `id`", "EMPTY="}
+	p, err := Build(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := RenderShell(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	// Each command follows its "# node" comment; words may hold newlines.
+	blocks := strings.Split(b.String(), "\n# node ")[1:]
+	var cmds []string
+	for _, blk := range blocks {
+		_, cmd, _ := strings.Cut(blk, "\n")
+		cmds = append(cmds, strings.TrimSuffix(cmd, "\n"))
+	}
+	if len(cmds) != 2 {
+		t.Fatalf("want 2 commands, got %d:\n%s", len(cmds), b.String())
+	}
+	for i, line := range cmds {
+		// Run the command with printf as the program, then print the
+		// planned variables from inside the same environment.
+		script := strings.Replace(line, "printf '%s\\n'", `sh -c 'printf "%s\0" "$@" "$A_VAR" "${EMPTY-unset}"' x`, 1)
+		out, err := exec.Command(sh, "-c", script).Output()
+		if err != nil {
+			t.Fatalf("sh -c %q: %v", script, err)
+		}
+		got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+		want := append(append([]string{}, p.Nodes[i].Command[2:]...), "it's \"x\" $HOME `id`", "")
+		if strings.Join(got, "\x00") != strings.Join(want, "\x00") {
+			t.Errorf("node %d: shell gave\n%q\nwant\n%q", i, got, want)
+		}
+	}
+	if _, err := os.Stat("/tmp/pwned"); err == nil {
+		t.Error("a rendered command ran an embedded command substitution")
+	}
+}
+
+var hostileWords = []string{
+	"", " ", "a b", "it's", "'", "''", `"`, `\`, `\\'`, "$HOME", "${HOME}", "$(id)", "`id`",
+	"a;b", "a&&b", "a|b", ">x", "<x", "*", "?", "[a]", "~", "~root", "#c", "a#b", "!",
+	"--x=$y", "-", "--", "A=b", "tab\there", "new\nline", "héllo", "{a,b}", "%s", "-e", "-n",
+}
+
+func TestShellQuote(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	tests := []struct{ in, want string }{
+		{"", "''"},
+		{"train.py", "train.py"},
+		{"--nnodes=2", "--nnodes=2"},
+		{"A=b", "'A=b'"},
+		{"it's", `'it'\''s'`},
+		{"a b", "'a b'"},
+		{"expandable_segments:True", "expandable_segments:True"},
+		{"0-11,96-107", "0-11,96-107"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.in, func(t *testing.T) {
+			if got := shellQuote(tt.in); got != tt.want {
+				t.Errorf("shellQuote(%q) = %s, want %s", tt.in, got, tt.want)
+			}
+		})
+	}
+	quoted := make([]string, len(hostileWords))
+	for i, w := range hostileWords {
+		quoted[i] = shellQuote(w)
+	}
+	out, err := exec.Command(sh, "-c", `printf '%s\0' `+strings.Join(quoted, " ")).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
+	if strings.Join(got, "\x01") != strings.Join(hostileWords, "\x01") {
+		t.Errorf("shell read back\n%q\nwant\n%q", got, hostileWords)
+	}
+}
+
+func FuzzShellQuote(f *testing.F) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		f.Skip("no sh")
+	}
+	for _, w := range hostileWords {
+		f.Add(w)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		if strings.IndexByte(s, 0) >= 0 {
+			return // no argv can hold a NUL
+		}
+		out, err := exec.Command(sh, "-c", `printf '%s' `+shellQuote(s)).Output()
+		if err != nil {
+			t.Fatalf("sh: %v for %q", err, s)
+		}
+		if string(out) != s {
+			t.Errorf("shellQuote(%q) = %s reads back as %q", s, shellQuote(s), out)
+		}
+	})
+}
+
+func TestRenderJSONEmpty(t *testing.T) {
+	var b bytes.Buffer
+	if err := RenderJSON(&b, Plan{Nodes: []NodePlan{{Host: "h"}}}); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{`"nodes": [`, `"notes": []`, `"command": []`, `"ranks": []`, `"env": {}`, `"rdzv_configs": {}`, `"training_script_args": []`} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("JSON lacks %s:\n%s", want, b.String())
+		}
+	}
+	if strings.Contains(b.String(), "null") {
+		t.Errorf("JSON has null:\n%s", b.String())
+	}
+}
