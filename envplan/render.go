@@ -288,7 +288,8 @@ func commentSafe(s string) string {
 // shell; the two must agree on what a word means. Words of plain characters
 // stay bare for readability; '=' also stays bare in words starting with '-'
 // ("--nnodes=2"), which can never be read as an assignment. Anything else is
-// single-quoted, each ' written as '\”.
+// single-quoted, and each single quote inside is closed, escaped with a
+// backslash and reopened.
 func shellQuote(s string) string {
 	if s == "" {
 		return "''"
