@@ -154,16 +154,16 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 		}
 		return n
 	}
+	done, kill := ctx.Done(), opts.Kill
 	stopping := false
 	if o.failure != nil {
 		n := stopAll(false)
 		stopping = true
 		if ctx.Err() != nil {
 			// The start failed because the user cancelled it.
-			o.interrupted, o.stopped = true, n
+			o.interrupted, o.stopped, done = true, n, nil
 		}
 	}
-	done, kill := ctx.Done(), opts.Kill
 	for waiting > 0 {
 		select {
 		case e := <-exits:
@@ -182,14 +182,17 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 		case <-done:
 			done = nil
 			o.interrupted = true
-			o.stopped = stopAll(false)
-			stopping = true
+			o.stopped = waiting
+			if !stopping {
+				stopAll(false)
+				stopping = true
+			}
 		case <-kill:
 			kill = nil
-			o.interrupted = true
-			if n := stopAll(true); !stopping {
-				o.stopped = n
+			if !o.interrupted {
+				o.interrupted, o.stopped = true, waiting
 			}
+			stopAll(true)
 			stopping = true
 		}
 	}

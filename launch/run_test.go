@@ -1,0 +1,499 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/sshexec"
+)
+
+// script says how a fake node behaves in one attempt.
+type script struct {
+	out       string        // written to stdout once started
+	errOut    string        // written to stderr once started
+	after     time.Duration // exit by itself after this long; 0 runs until stopped
+	code      int           // exit code when exiting by itself
+	lost      error         // Wait reports the node lost instead of a code
+	startErr  error         // Start fails
+	stubborn  bool          // only Stop(true) ends it
+	stopCode  int           // exit code after a stop (torchrun exits 1 on SIGTERM)
+	startWait time.Duration // Start takes this long (cut short by its ctx)
+}
+
+// fakeRunner is a Runner whose one process follows a script.
+type fakeRunner struct {
+	name string
+	sc   script
+
+	mu   sync.Mutex
+	proc *fakeProc
+}
+
+var _ sshexec.Runner = (*fakeRunner)(nil)
+
+func (r *fakeRunner) Node() string { return r.name }
+func (r *fakeRunner) Output(context.Context, []string) ([]byte, error) {
+	return nil, errors.New("fake: no Output")
+}
+func (r *fakeRunner) Close() error { return nil }
+
+func (r *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
+	if r.sc.startWait > 0 {
+		select {
+		case <-time.After(r.sc.startWait):
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		}
+	}
+	if r.sc.startErr != nil {
+		return nil, r.sc.startErr
+	}
+	p := &fakeProc{sc: r.sc, stop: make(chan bool, 2), done: make(chan struct{})}
+	r.mu.Lock()
+	r.proc = p
+	r.mu.Unlock()
+	go p.run(stdout, stderr)
+	return p, nil
+}
+
+type fakeProc struct {
+	sc   script
+	stop chan bool
+	done chan struct{}
+
+	mu      sync.Mutex
+	stops   []bool // the now argument of every Stop
+	stopped time.Time
+	ended   time.Time
+	code    int
+	err     error
+}
+
+func (p *fakeProc) run(stdout, stderr io.Writer) {
+	io.WriteString(stdout, p.sc.out)
+	io.WriteString(stderr, p.sc.errOut)
+	var timeout <-chan time.Time
+	if p.sc.after > 0 {
+		t := time.NewTimer(p.sc.after)
+		defer t.Stop()
+		timeout = t.C
+	}
+	code, err := p.sc.code, p.sc.lost
+	for wait := true; wait; {
+		select {
+		case <-timeout:
+			wait = false
+		case now := <-p.stop:
+			if now || !p.sc.stubborn {
+				code, err, wait = p.sc.stopCode, nil, false
+			}
+		}
+	}
+	p.mu.Lock()
+	p.code, p.err, p.ended = code, err, time.Now()
+	if err != nil {
+		p.code = -1
+	}
+	p.mu.Unlock()
+	close(p.done)
+}
+
+func (p *fakeProc) Wait() (int, error) {
+	<-p.done
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.code, p.err
+}
+
+func (p *fakeProc) Stop(now bool) {
+	p.mu.Lock()
+	p.stops = append(p.stops, now)
+	if p.stopped.IsZero() {
+		p.stopped = time.Now()
+	}
+	p.mu.Unlock()
+	select {
+	case p.stop <- now:
+	default: // a stop is already pending
+	}
+}
+
+func (p *fakeProc) stopCalls() []bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return append([]bool(nil), p.stops...)
+}
+
+// cluster runs scripts as nodes node1..nodeN, one row of scripts per attempt
+// (the last row repeats), and records what Attempt was asked for.
+type cluster struct {
+	plan [][]script
+
+	mu       sync.Mutex
+	attempts []int
+	runners  [][]*fakeRunner
+}
+
+func (c *cluster) attempt(_ context.Context, k int) ([]Node, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.attempts = append(c.attempts, k)
+	row := c.plan[min(k, len(c.plan)-1)]
+	var nodes []Node
+	var rs []*fakeRunner
+	for i, sc := range row {
+		r := &fakeRunner{name: fmt.Sprintf("node%d", i+1), sc: sc}
+		rs = append(rs, r)
+		nodes = append(nodes, Node{Name: r.name, Runner: r,
+			Job: sshexec.Job{Argv: []string{"torchrun"}, Env: map[string]string{"GORUN_RESTART_COUNT": fmt.Sprint(k)}}})
+	}
+	c.runners = append(c.runners, rs)
+	return nodes, nil
+}
+
+// proc returns the process of node i (0-based) in attempt k, nil if it never
+// started.
+func (c *cluster) proc(k, i int) *fakeProc {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if k >= len(c.runners) {
+		return nil
+	}
+	r := c.runners[k][i]
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.proc
+}
+
+// syncBuffer is a bytes.Buffer safe to read while Run writes it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// waitFor polls cond until it holds; the test's deadline bounds it.
+func waitFor(cond func() bool) {
+	for !cond() {
+		time.Sleep(ms)
+	}
+}
+
+// checkNoLeak fails when goroutines started during the test outlive it.
+func checkNoLeak(t *testing.T, before int) {
+	t.Helper()
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			buf := make([]byte, 1<<16)
+			t.Fatalf("%d goroutines left behind (had %d):\n%s", runtime.NumGoroutine()-before, before, buf[:runtime.Stack(buf, true)])
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func rootCauseText(t *testing.T) string {
+	b, err := os.ReadFile(filepath.Join("testdata", "torchrun_failure.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(b)
+}
+
+const ms = time.Millisecond
+
+func TestRunAllSucceed(t *testing.T) {
+	before := runtime.NumGoroutine()
+	ok := func(i int) script {
+		return script{out: fmt.Sprintf("[default0]:hello from %d\n[default1]:bye", i), errOut: "torchrun says hi\n", after: time.Duration(i+1) * 10 * ms}
+	}
+	c := &cluster{plan: [][]script{{ok(0), ok(1), ok(2)}}}
+	var out, diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 2, Out: &out, Diag: &diag})
+	if err != nil || res.Attempts != 1 || res.Failure != nil {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	for i := range 3 {
+		for _, want := range []string{fmt.Sprintf("[node%d 0] hello from %d\n", i+1, i), fmt.Sprintf("[node%d 1] bye\n", i+1), fmt.Sprintf("[node%d] torchrun says hi\n", i+1)} {
+			if !strings.Contains(out.String(), want) {
+				t.Errorf("output lacks %q:\n%s", want, out.String())
+			}
+		}
+		if s := c.proc(0, i).stopCalls(); len(s) != 0 {
+			t.Errorf("node%d stopped %v though all succeeded", i+1, s)
+		}
+	}
+	if diag.String() != "" {
+		t.Errorf("diag = %q, want nothing", diag.String())
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunEarlySuccessLeavesOthersRunning(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{after: 5 * ms}, {after: 60 * ms}}}}
+	res, err := Run(context.Background(), Options{Attempt: c.attempt})
+	if err != nil || res.Attempts != 1 {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if s := c.proc(0, 1).stopCalls(); len(s) != 0 {
+		t.Errorf("node2 was stopped (%v) after node1 succeeded", s)
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunFailureRestartsGroup(t *testing.T) {
+	before := runtime.NumGoroutine()
+	failing := script{errOut: rootCauseText(t), after: 20 * ms, code: 1}
+	running := script{out: "[default0]:training\n", stopCode: 1}
+	done := script{after: 10 * ms}
+	c := &cluster{plan: [][]script{
+		{running, failing, running},
+		{done, done, done},
+	}}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 2, Backoff: 10 * ms, Diag: &diag})
+	if err != nil || res.Attempts != 2 || res.Failure != nil {
+		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if fmt.Sprint(c.attempts) != "[0 1]" {
+		t.Errorf("Attempt called with %v, want [0 1]", c.attempts)
+	}
+	failed := c.proc(0, 1)
+	for _, i := range []int{0, 2} {
+		p := c.proc(0, i)
+		if s := p.stopCalls(); len(s) == 0 || s[0] {
+			t.Errorf("node%d stops = %v, want a graceful stop first", i+1, s)
+		}
+		if lag := p.stopped.Sub(failed.ended); lag > time.Second {
+			t.Errorf("node%d stopped %v after node2 failed", i+1, lag)
+		}
+	}
+	if s := failed.stopCalls(); len(s) != 0 {
+		t.Errorf("the failed node was stopped: %v", s)
+	}
+	want := "gorun: node2 failed (exit 1: worker rank 3 (local rank 1) exited with 7); restarting the whole group (attempt 2 of 3)\n"
+	if diag.String() != want {
+		t.Errorf("diag = %q\nwant %q", diag.String(), want)
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunRestartsExhausted(t *testing.T) {
+	before := runtime.NumGoroutine()
+	failing := script{out: "[default1]:about to fail\n", errOut: rootCauseText(t), after: 10 * ms, code: 1}
+	c := &cluster{plan: [][]script{{{stopCode: 1}, failing}}}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 1, Diag: &diag})
+	var jf *JobFailed
+	if !errors.As(err, &jf) {
+		t.Fatalf("err = %v, want *JobFailed", err)
+	}
+	f := jf.Failure
+	if f.Node != "node2" || f.Rank != 3 || f.LocalRank != 1 || f.Code != 7 || jf.ExitCode() != 7 {
+		t.Errorf("failure = %+v", f)
+	}
+	if res.Attempts != 2 || res.Failure == nil || res.Failure.Code != 7 {
+		t.Errorf("result = %+v", res)
+	}
+	if len(f.LastLines) != tailLines || f.LastLines[len(f.LastLines)-1] != "[node2] ============================================================" {
+		t.Errorf("last lines = %q", f.LastLines)
+	}
+	if got := strings.Count(diag.String(), "restarting the whole group"); got != 1 {
+		t.Errorf("%d restart messages, want 1:\n%s", got, diag.String())
+	}
+	if !strings.Contains(diag.String(), "gorun: job failed after 2 attempts\n") {
+		t.Errorf("no summary:\n%s", diag.String())
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunFailureCodes(t *testing.T) {
+	multi, err := os.ReadFile(filepath.Join("testdata", "torchrun_failure_multi.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name        string
+		sc          script
+		code        int
+		rank, local int
+		reason      string
+	}{
+		{"no summary: torchrun's code", script{errOut: "rendezvous timed out\n", after: ms, code: 1}, 1, -1, -1, "exit 1"},
+		{"worker killed by signal", script{errOut: string(multi), after: ms, code: 1}, 137, 10, 2,
+			"exit 1: worker rank 10 (local rank 2) was killed by signal 9 (SIGKILL)"},
+		{"summary in worker output is not torchrun's", script{out: "[default0]:Root Cause (first observed failure):\n[default0]:[0]:\n[default0]:  rank      : 3 (local_rank: 1)\n[default0]:  exitcode  : 7 (pid: 1)\n", after: ms, code: 2}, 2, -1, -1, "exit 2"},
+		{"node lost", script{after: ms, lost: errors.New("heartbeat missed")}, -1, -1, -1, "node lost: heartbeat missed"},
+		{"start fails", script{startErr: errors.New("agent: no such file")}, -1, -1, -1, "start: agent: no such file"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			before := runtime.NumGoroutine()
+			c := &cluster{plan: [][]script{{tt.sc}}}
+			_, err := Run(context.Background(), Options{Attempt: c.attempt})
+			var jf *JobFailed
+			if !errors.As(err, &jf) {
+				t.Fatalf("err = %v, want *JobFailed", err)
+			}
+			f := jf.Failure
+			if f.Code != tt.code || f.Rank != tt.rank || f.LocalRank != tt.local || f.Reason != tt.reason || f.Node != "node1" {
+				t.Errorf("failure = %+v\nwant code %d rank %d local %d reason %q", f, tt.code, tt.rank, tt.local, tt.reason)
+			}
+			wantExit := tt.code
+			if wantExit < 1 || wantExit > 255 {
+				wantExit = 1
+			}
+			if jf.ExitCode() != wantExit {
+				t.Errorf("ExitCode = %d, want %d", jf.ExitCode(), wantExit)
+			}
+			checkNoLeak(t, before)
+		})
+	}
+}
+
+func TestRunStartErrorStopsOthers(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{stopCode: 1}, {startErr: errors.New("ssh: handshake failed"), startWait: 20 * ms}, {stopCode: 1}}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.Failure.Node != "node2" || !strings.Contains(err.Error(), "node2") || !strings.Contains(err.Error(), "handshake failed") {
+		t.Fatalf("err = %v", err)
+	}
+	for _, i := range []int{0, 2} {
+		if s := c.proc(0, i).stopCalls(); len(s) != 1 || s[0] {
+			t.Errorf("node%d stops = %v, want one graceful stop", i+1, s)
+		}
+	}
+	if c.proc(0, 1) != nil {
+		t.Errorf("node2 has a process though its start failed")
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunInterrupted(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{stopCode: 1}, {stopCode: 1}, {after: 5 * ms}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(50*ms, cancel)
+	res, err := Run(ctx, Options{Attempt: c.attempt, MaxRestarts: 5})
+	if res.Attempts != 1 || len(c.attempts) != 1 {
+		t.Errorf("result = %+v, attempts %v: an interruption must not restart", res, c.attempts)
+	}
+	for _, i := range []int{0, 1} {
+		if s := c.proc(0, i).stopCalls(); len(s) != 1 || s[0] {
+			t.Errorf("node%d stops = %v, want one graceful stop", i+1, s)
+		}
+	}
+	// node3 has usually exited 0 by the time of the cancel; on a loaded
+	// machine it may still be counted as running, and then it is stopped too.
+	stopped := 2 + len(c.proc(0, 2).stopCalls())
+	if want := fmt.Sprintf("stopped %d of 3 nodes", stopped); !errors.Is(err, ErrInterrupted) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("err = %v, want ErrInterrupted having %s", err, want)
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunKill(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{stubborn: true, stopCode: 137}, {stubborn: true, stopCode: 137}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	kill := make(chan struct{})
+	killed := make(chan struct{})
+	go func() {
+		// First Ctrl-C once both run; second once both were asked to stop.
+		waitFor(func() bool { return c.proc(0, 0) != nil && c.proc(0, 1) != nil })
+		cancel()
+		waitFor(func() bool { return len(c.proc(0, 0).stopCalls()) > 0 && len(c.proc(0, 1).stopCalls()) > 0 })
+		close(killed)
+		close(kill)
+	}()
+	_, err := Run(ctx, Options{Attempt: c.attempt, Kill: kill})
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	select {
+	case <-killed:
+	default:
+		t.Errorf("Run returned before the kill")
+	}
+	for i := range 2 {
+		if s := c.proc(0, i).stopCalls(); fmt.Sprint(s) != "[false true]" {
+			t.Errorf("node%d stops = %v, want [false true]", i+1, s)
+		}
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunInterruptedDuringStart(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{stopCode: 1}, {startWait: time.Hour}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(20*ms, cancel)
+	_, err := Run(ctx, Options{Attempt: c.attempt, MaxRestarts: 3})
+	if !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("err = %v, want ErrInterrupted", err)
+	}
+	if s := c.proc(0, 0).stopCalls(); len(s) != 1 {
+		t.Errorf("node1 stops = %v, want one", s)
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunInterruptedDuringBackoff(t *testing.T) {
+	before := runtime.NumGoroutine()
+	c := &cluster{plan: [][]script{{{after: ms, code: 1}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	// The restart message is written just before the pause.
+	diag := writerFunc(func(p []byte) (int, error) { cancel(); return len(p), nil })
+	res, err := Run(ctx, Options{Attempt: c.attempt, MaxRestarts: 3, Backoff: time.Hour, Diag: diag})
+	if !errors.Is(err, ErrInterrupted) || time.Since(start) > 5*time.Second {
+		t.Fatalf("err = %v after %v", err, time.Since(start))
+	}
+	if res.Failure == nil || res.Failure.Code != 1 {
+		t.Errorf("result = %+v, want the failure that led to the pause", res)
+	}
+	checkNoLeak(t, before)
+}
+
+func TestRunAttemptError(t *testing.T) {
+	boom := errors.New("no free port")
+	_, err := Run(context.Background(), Options{Attempt: func(context.Context, int) ([]Node, error) { return nil, boom }})
+	if !errors.Is(err, boom) || errors.Is(err, ErrInterrupted) {
+		t.Errorf("err = %v", err)
+	}
+	_, err = Run(context.Background(), Options{Attempt: func(context.Context, int) ([]Node, error) { return nil, nil }})
+	if err == nil {
+		t.Errorf("no nodes: err = nil")
+	}
+	if _, err := Run(context.Background(), Options{}); err == nil {
+		t.Errorf("nil Attempt: err = nil")
+	}
+}
+
+type writerFunc func([]byte) (int, error)
+
+func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
