@@ -1,0 +1,565 @@
+package sshexec
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// testAgentEnv makes the test binary act as the agent (helper-process
+// pattern), so these tests need no gorun binary.
+const testAgentEnv = "GORUN_TEST_AGENT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(testAgentEnv) == "1" {
+		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// treeScript starts a process tree shaped like torchrun's: the main process
+// starts $WORKERS workers, each in a session of its own, ignoring SIGTERM
+// and with a child of its own. Every pid goes to $PIDS. With $MAIN_EXIT set
+// the main process exits with that code once the workers run, leaving them
+// behind as a crashed torchrun would.
+const treeScript = `
+case "$1" in
+main)
+	echo $$ >>"$PIDS"
+	n=${WORKERS:-2}
+	i=0
+	while [ $i -lt $n ]; do
+		setsid /bin/sh "$0" worker &
+		i=$((i+1))
+	done
+	if [ -n "$MAIN_EXIT" ]; then
+		while [ "$(wc -l <"$PIDS")" -lt $((1 + 2*n)) ]; do sleep 0.05; done
+		exit "$MAIN_EXIT"
+	fi
+	wait
+	;;
+worker)
+	trap '' TERM
+	sleep 300 &
+	echo $! >>"$PIDS"
+	echo $$ >>"$PIDS"
+	wait
+	;;
+esac
+`
+
+// tree is one treeScript job and where it records its pids.
+type tree struct {
+	job  Job
+	pids string
+	want int // pids recorded once the whole tree runs
+}
+
+func newTree(t *testing.T, workers int, env map[string]string) tree {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "tree.sh")
+	if err := os.WriteFile(script, []byte(treeScript), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	pids := filepath.Join(dir, "pids")
+	if err := os.WriteFile(pids, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	e := map[string]string{"PIDS": pids, "WORKERS": strconv.Itoa(workers)}
+	for k, v := range env {
+		e[k] = v
+	}
+	return tree{
+		job:  Job{Argv: []string{"/bin/sh", script, "main"}, Env: e},
+		pids: pids,
+		want: 1 + 2*workers,
+	}
+}
+
+// waitRunning waits until the whole tree has recorded its pids.
+func (tr tree) waitRunning(t *testing.T) []int {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		pids := readPids(t, tr.pids)
+		if len(pids) >= tr.want {
+			return pids
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("tree did not start: %d of %d pids recorded", len(pids), tr.want)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}
+
+func readPids(t *testing.T, path string) []int {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pids []int
+	for _, f := range strings.Fields(string(b)) {
+		n, err := strconv.Atoi(f)
+		if err != nil {
+			continue // a line being written
+		}
+		pids = append(pids, n)
+	}
+	return pids
+}
+
+// livePids returns the pids that still exist, zombies included: the agent
+// must have reaped everything before it exits.
+func livePids(pids []int) []int {
+	var live []int
+	for _, pid := range pids {
+		if _, err := os.Stat("/proc/" + strconv.Itoa(pid)); err == nil {
+			live = append(live, pid)
+		}
+	}
+	return live
+}
+
+// killLeftovers keeps a failing test from leaving processes behind.
+func killLeftovers(t *testing.T, path string) {
+	t.Cleanup(func() {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return
+		}
+		for _, f := range strings.Fields(string(b)) {
+			if pid, err := strconv.Atoi(f); err == nil && pid > 1 {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
+}
+
+// rawAgent is an agent driven byte by byte, as a head would.
+type rawAgent struct {
+	cmd            *exec.Cmd
+	stdin          io.WriteCloser
+	stdout, stderr bytes.Buffer
+	done           chan struct{}
+	code           int
+}
+
+func startRawAgent(t *testing.T, job Job) *rawAgent {
+	t.Helper()
+	a := &rawAgent{done: make(chan struct{})}
+	a.cmd = exec.Command(os.Args[0], "_agent")
+	a.cmd.Env = append(os.Environ(), testAgentEnv+"=1")
+	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
+	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var err error
+	if a.stdin, err = a.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		select {
+		case <-a.done:
+		default:
+			_ = a.cmd.Process.Kill()
+			<-a.done
+		}
+	})
+	go func() {
+		_ = a.cmd.Wait()
+		a.code = a.cmd.ProcessState.ExitCode()
+		close(a.done)
+	}()
+	if job.Argv != nil {
+		line, err := json.Marshal(job)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := a.stdin.Write(append(line, '\n')); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return a
+}
+
+func (a *rawAgent) send(t *testing.T, b byte) {
+	t.Helper()
+	if _, err := a.stdin.Write([]byte{b}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// wait waits for the agent to exit, at most limit.
+func (a *rawAgent) wait(t *testing.T, limit time.Duration) int {
+	t.Helper()
+	select {
+	case <-a.done:
+		return a.code
+	case <-time.After(limit):
+		t.Fatalf("agent still running after %v; stderr: %s", limit, a.stderr.String())
+		return -1
+	}
+}
+
+func TestAgentExitCode(t *testing.T) {
+	t.Parallel()
+	tests := []struct {
+		name       string
+		job        Job
+		raw        string // sent instead of the job when set
+		want       int
+		wantStderr string
+	}{
+		{name: "zero", job: Job{Argv: []string{"/bin/sh", "-c", "exit 0"}}, want: 0},
+		{name: "three", job: Job{Argv: []string{"/bin/sh", "-c", "exit 3"}}, want: 3},
+		{name: "255", job: Job{Argv: []string{"/bin/sh", "-c", "exit 255"}}, want: 255},
+		{name: "sigkill", job: Job{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}}, want: 128 + 9},
+		{name: "sigterm", job: Job{Argv: []string{"/bin/sh", "-c", "kill -TERM $$"}}, want: 128 + 15},
+		{name: "path from job env", job: Job{Argv: []string{"true"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, want: 0},
+		{name: "dir", job: Job{Argv: []string{"/bin/sh", "-c", `test "$(pwd)" = /tmp`}, Dir: "/tmp"}, want: 0},
+		{
+			name: "missing program", job: Job{Argv: []string{"gorun-no-such-program"}},
+			want: AgentExitNoStart, wantStderr: "gorun agent: start gorun-no-such-program: ",
+		},
+		{
+			name: "missing dir", job: Job{Argv: []string{"/bin/true"}, Dir: "/nonexistent/dir"},
+			want: AgentExitNoStart, wantStderr: "gorun agent: start /bin/true: ",
+		},
+		{name: "bad json", raw: "{argv\n", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
+		{name: "empty argv", raw: "{}\n", want: AgentExitBadSpec, wantStderr: "empty argv"},
+		{name: "no job line", raw: "", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			job := tc.job
+			if tc.raw != "" || job.Argv == nil {
+				job = Job{}
+			}
+			a := startRawAgent(t, job)
+			if tc.raw != "" {
+				if _, err := io.WriteString(a.stdin, tc.raw); err != nil {
+					t.Fatal(err)
+				}
+			}
+			if tc.job.Argv == nil {
+				a.stdin.Close()
+			}
+			got := a.wait(t, 10*time.Second)
+			if got != tc.want {
+				t.Errorf("exit code = %d, want %d; stderr: %s", got, tc.want, a.stderr.String())
+			}
+			if !strings.Contains(a.stderr.String(), tc.wantStderr) {
+				t.Errorf("stderr = %q, want it to contain %q", a.stderr.String(), tc.wantStderr)
+			}
+			if tc.wantStderr == "" && a.stderr.Len() > 0 {
+				t.Errorf("unexpected stderr: %q", a.stderr.String())
+			}
+			if a.stdout.Len() > 0 {
+				t.Errorf("agent wrote to stdout: %q", a.stdout.String())
+			}
+		})
+	}
+}
+
+// TestAgentHeadLost covers the ways a head can go away or ask for a stop
+// while the job's workers ignore SIGTERM in sessions of their own.
+func TestAgentHeadLost(t *testing.T) {
+	t.Parallel()
+	const grace = time.Second
+	tests := []struct {
+		name string
+		act  func(t *testing.T, a *rawAgent)
+		// The tree must be gone after at least min and at most max.
+		min, max time.Duration
+		want     int
+	}{
+		{
+			name: "stdin closed",
+			act:  func(t *testing.T, a *rawAgent) { a.stdin.Close() },
+			min:  grace, max: grace + time.Second, want: 143,
+		},
+		{
+			name: "graceful stop",
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, ctlTerm) },
+			min:  grace, max: grace + time.Second, want: 143,
+		},
+		{
+			name: "kill now",
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, ctlKill) },
+			min:  0, max: grace / 2, want: 137,
+		},
+		{
+			name: "kill during grace",
+			act: func(t *testing.T, a *rawAgent) {
+				a.send(t, ctlTerm)
+				time.Sleep(grace / 4)
+				a.send(t, ctlKill)
+			},
+			min: 0, max: grace * 3 / 4, want: 143,
+		},
+		{
+			name: "heartbeat missed",
+			act:  func(t *testing.T, a *rawAgent) {}, // stdin stays open, silent
+			// Heartbeat is 1s, counted from the job line.
+			min: grace, max: time.Second + grace + time.Second, want: 143,
+		},
+		{
+			name: "agent sigterm",
+			act: func(t *testing.T, a *rawAgent) {
+				if err := a.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+					t.Fatal(err)
+				}
+			},
+			min: grace, max: grace + time.Second, want: 143,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			tr := newTree(t, 2, nil)
+			killLeftovers(t, tr.pids)
+			tr.job.Grace = grace
+			tr.job.Heartbeat = time.Second
+			a := startRawAgent(t, tr.job)
+			// Keep the agent alive until the tree runs.
+			stopBeat := make(chan struct{})
+			beatDone := make(chan struct{})
+			go func() {
+				defer close(beatDone)
+				tick := time.NewTicker(200 * time.Millisecond)
+				defer tick.Stop()
+				for {
+					select {
+					case <-stopBeat:
+						return
+					case <-tick.C:
+						_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+					}
+				}
+			}()
+			pids := tr.waitRunning(t)
+			close(stopBeat)
+			<-beatDone
+			start := time.Now()
+			tc.act(t, a)
+			got := a.wait(t, tc.max+2*time.Second)
+			took := time.Since(start)
+			if live := livePids(pids); len(live) > 0 {
+				t.Errorf("processes left after the agent exited: %v", live)
+			}
+			if got != tc.want {
+				t.Errorf("exit code = %d, want %d; stderr: %s", got, tc.want, a.stderr.String())
+			}
+			if took < tc.min*9/10 || took > tc.max {
+				t.Errorf("tree gone after %v, want between %v and %v", took, tc.min, tc.max)
+			}
+			if a.stdout.Len() > 0 {
+				t.Errorf("agent wrote to stdout: %q", a.stdout.String())
+			}
+		})
+	}
+}
+
+// TestAgentHeartbeatKeepsJob checks that heartbeats, not luck, keep a job
+// running past its heartbeat timeout.
+func TestAgentHeartbeatKeepsJob(t *testing.T) {
+	t.Parallel()
+	job := Job{
+		Argv:      []string{"/bin/sh", "-c", "sleep 2; exit 7"},
+		Heartbeat: 500 * time.Millisecond,
+		Grace:     200 * time.Millisecond,
+	}
+	a := startRawAgent(t, job)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-tick.C:
+			_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+			continue
+		case <-a.done:
+		}
+		break
+	}
+	if a.code != 7 {
+		t.Fatalf("exit code = %d, want 7 (the job's own); stderr: %s", a.code, a.stderr.String())
+	}
+}
+
+// TestAgentOrphansKilled: when the job's main process exits by itself (a
+// crashed torchrun), workers it left behind are still killed, and the job's
+// own exit code is returned.
+func TestAgentOrphansKilled(t *testing.T) {
+	t.Parallel()
+	tr := newTree(t, 2, map[string]string{"MAIN_EXIT": "5"})
+	killLeftovers(t, tr.pids)
+	tr.job.Grace = 500 * time.Millisecond
+	a := startRawAgent(t, tr.job)
+	got := a.wait(t, 10*time.Second)
+	pids := readPids(t, tr.pids)
+	if len(pids) != tr.want {
+		t.Fatalf("recorded %d pids, want %d", len(pids), tr.want)
+	}
+	if live := livePids(pids); len(live) > 0 {
+		t.Errorf("processes left after the agent exited: %v", live)
+	}
+	if got != 5 {
+		t.Errorf("exit code = %d, want 5; stderr: %s", got, a.stderr.String())
+	}
+	if !strings.Contains(a.stderr.String(), "gorun agent: job exited, leaving processes behind") {
+		t.Errorf("stderr = %q, want a note about the leftovers", a.stderr.String())
+	}
+}
+
+// TestAgentReapsOrphans: short-lived processes reparented to the agent are
+// reaped while the job runs, so no zombie piles up.
+func TestAgentReapsOrphans(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	marker := filepath.Join(dir, "spawned")
+	script := `for i in 1 2 3 4 5; do (setsid sleep 0.1 &); done; : >"$MARKER"; sleep 3`
+	a := startRawAgent(t, Job{Argv: []string{"/bin/sh", "-c", script}, Env: map[string]string{"MARKER": marker}})
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		if _, err := os.Stat(marker); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("job did not spawn its orphans")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	agentPid := a.cmd.Process.Pid
+	// The orphans live 0.1 s; give the agent time to see them exit.
+	time.Sleep(time.Second)
+	procs, err := readProcs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	children := 0
+	for _, p := range procs {
+		if p.Ppid != agentPid {
+			continue
+		}
+		children++
+		if p.State == 'Z' {
+			t.Errorf("zombie child %d of the agent", p.Pid)
+		}
+	}
+	if children != 1 {
+		t.Errorf("agent has %d children, want 1 (the job's sh)", children)
+	}
+	a.send(t, ctlKill)
+	if got := a.wait(t, 5*time.Second); got != 137 {
+		t.Errorf("exit code = %d, want 137", got)
+	}
+}
+
+func TestReadLine(t *testing.T) {
+	tests := []struct {
+		name, in string
+		limit    int
+		want     string
+		wantErr  bool
+	}{
+		{name: "line", in: "{}\nh", limit: 10, want: "{}"},
+		{name: "empty", in: "\n", limit: 10, want: ""},
+		{name: "no newline", in: "{}", limit: 10, wantErr: true},
+		{name: "too long", in: strings.Repeat("x", 20) + "\n", limit: 10, wantErr: true},
+		{name: "longer than buffer", in: strings.Repeat("y", 10000) + "\n", limit: 20000, want: strings.Repeat("y", 10000)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			br := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
+			got, err := readLine(br, tc.limit)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if string(got) != tc.want {
+				t.Errorf("line = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestMergeEnv(t *testing.T) {
+	base := []string{"A=1", "B=2", "PATH=/bin"}
+	tests := []struct {
+		name    string
+		over    map[string]string
+		want    []string
+		wantErr string
+	}{
+		{name: "none", want: base},
+		{name: "override and add, sorted", over: map[string]string{"Z": "z", "B": "x=y", "C": ""},
+			want: []string{"A=1", "PATH=/bin", "B=x=y", "C=", "Z=z"}},
+		{name: "bad name", over: map[string]string{"A=B": "1"}, wantErr: "invalid"},
+		{name: "empty name", over: map[string]string{"": "1"}, wantErr: "invalid"},
+		{name: "nul value names the variable only", over: map[string]string{"TOKEN": "sec\x00ret"}, wantErr: "TOKEN contains a NUL"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := mergeEnv(base, tc.over)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "sec") {
+					t.Fatalf("err = %v, want one containing %q and no value", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("env = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	dir := t.TempDir()
+	exe := filepath.Join(dir, "prog")
+	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "noexec"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, file, path, dir, want string
+		wantErr                     bool
+	}{
+		{name: "found", file: "prog", path: "/nonexistent:" + dir, want: exe},
+		{name: "slash used as is", file: "./x/prog", path: dir, want: "./x/prog"},
+		{name: "relative entry against dir", file: "prog", path: ".", dir: dir, want: "prog"},
+		{name: "not executable", file: "noexec", path: dir, wantErr: true},
+		{name: "directory skipped", file: filepath.Base(dir), path: filepath.Dir(dir), wantErr: true},
+		{name: "missing", file: "prog", path: "/nonexistent", wantErr: true},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := lookPath(tc.file, tc.path, tc.dir)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("path = %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
