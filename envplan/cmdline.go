@@ -679,6 +679,8 @@ func (p *parser) config(newID func() string) (Config, error) {
 		NoPython:               p.flag("no_python"),
 		RunPath:                p.flag("run_path"),
 		LogDir:                 p.get("log_dir", "").value,
+		Redirects:              p.get("redirects", "0").value,
+		Tee:                    p.get("tee", "0").value,
 		LocalRanksFilter:       p.get("local_ranks_filter", "").value,
 		DuplicateStdoutFilters: p.get("duplicate_stdout_filters", "").value,
 		DuplicateStderrFilters: p.get("duplicate_stderr_filters", "").value,
@@ -894,7 +896,10 @@ func pyInt(s string) (int64, bool) {
 		return 0, false
 	}
 	n, err := strconv.ParseInt(strings.ReplaceAll(s, "_", ""), 10, 64)
-	return n, err == nil
+	if err != nil {
+		return 0, false
+	}
+	return n, true
 }
 
 var (
