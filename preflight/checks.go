@@ -138,8 +138,11 @@ func checkDriver(f Facts, want Want) ([]Finding, bool) {
 
 	var out []Finding
 	switch {
-	case d.NVMLErrorCode != 0 && f.Source == "nvidia-smi":
-		cause, _ := InitCause(d.NVMLErrorCode)
+	case f.Source == "nvidia-smi":
+		cause := d.NVMLError
+		if d.NVMLErrorCode != 0 {
+			cause, _ = InitCause(d.NVMLErrorCode)
+		}
 		out = append(out, Finding{
 			ID: "driver.nvml", Severity: SeverityWarn,
 			Message:  "NVML could not be used by gorun (" + cause + "); facts come from nvidia-smi and are less complete",

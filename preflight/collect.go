@@ -4,9 +4,11 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -82,9 +84,13 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 		f.Driver.NVMLError = "NVML not available in this build"
 	}
 	if !nvmlOK && src.Run != nil && ctx.Err() == nil {
-		if err := collectNvidiaSMI(ctx, src.Run, &f); err != nil {
+		err := collectNvidiaSMI(ctx, src.Run, &f)
+		switch {
+		case errors.Is(err, exec.ErrNotFound) && !f.Driver.Loaded:
+			// No driver and no nvidia-smi: a CPU node, reported once by the checks.
+		case err != nil:
 			f.Errors = append(f.Errors, fmt.Sprintf("nvidia-smi fallback: %v", err))
-		} else {
+		default:
 			f.Source = "nvidia-smi"
 		}
 	}

@@ -312,6 +312,9 @@ func nvlinkCount(a, b GPUFacts, viaNVLink bool) int {
 
 // busID formats a PCI address the way sysfs names it: "0000:18:00.0".
 func busID(p nvml.PciInfo) string {
+	if p.Domain == 0xffffffff {
+		return "" // the remote end is hidden (NVSwitch behind a hypervisor)
+	}
 	if p.Domain == 0 && p.Bus == 0 && p.Device == 0 {
 		// Some callers fill only the string form ("00000000:18:00.0").
 		s := int8String(p.BusId[:])
