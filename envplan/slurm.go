@@ -11,6 +11,10 @@ import (
 // a typo must not eat the head's memory.
 const maxHostlist = 64 * 1024
 
+// maxHostlistItem is the longest item Slurm itself parses (its token
+// buffer is 1024 bytes); it also bounds the length of every expanded name.
+const maxHostlistItem = 1024
+
 // ExpandSlurmHostlist expands a Slurm hostlist expression into host names,
 // exactly as `scontrol show hostnames` prints them:
 //
@@ -97,6 +101,9 @@ func (g hostGroup) count() uint64 {
 // expandItem expands one top-level item starting at offset off, refusing to
 // produce more than budget names.
 func expandItem(source, item string, off, budget int) ([]string, error) {
+	if len(item) > maxHostlistItem {
+		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist item is longer than %d characters", maxHostlistItem), Fix: "split it into several items"}
+	}
 	if item[0] == '-' {
 		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("host name %q starts with '-'", item), Fix: "fix the hostlist"}
 	}
@@ -146,7 +153,7 @@ func expandItem(source, item string, off, budget int) ([]string, error) {
 		}
 		for _, r := range groups[k] {
 			for v := r.lo; ; v++ {
-				walk(k+1, prefix+fmt.Sprintf("%0*d", r.width, v))
+				walk(k+1, prefix+padded(v, r.width))
 				if v == r.hi {
 					break
 				}
@@ -188,6 +195,15 @@ func parseGroup(source, body string, off int) (hostGroup, error) {
 		g = append(g, hostRange{lo: lo, hi: hi, width: len(loText)})
 	}
 	return g, nil
+}
+
+// padded prints v in decimal with at least width digits, as "%0*lu" does.
+func padded(v uint64, width int) string {
+	s := strconv.FormatUint(v, 10)
+	if len(s) >= width {
+		return s
+	}
+	return strings.Repeat("0", width-len(s)) + s
 }
 
 func parseRangeBound(s string) (uint64, error) {

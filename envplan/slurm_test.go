@@ -37,6 +37,7 @@ func TestExpandSlurmHostlist(t *testing.T) {
 		{"[1-3]", []string{"1", "2", "3"}},
 		{"host.example.com,h_1", []string{"host.example.com", "h_1"}},
 		{"", nil},
+		{strings.Repeat("x", 1024), []string{strings.Repeat("x", 1024)}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
@@ -100,6 +101,7 @@ func TestExpandSlurmHostlistErrors(t *testing.T) {
 		{"r[1-256]n[1-257]", src + " (col 1)", []string{"more than 65536"}},
 		{"a[1-60000],b[1-6000]", src + " (col 12)", []string{"more than 65536"}},
 		{"a[0-999999999].b[0-9]", src + " (col 3)", []string{"more than 65536"}},
+		{"a," + strings.Repeat("x", 1025), src + " (col 3)", []string{"longer than 1024"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.expr, func(t *testing.T) {
