@@ -26,7 +26,11 @@ func renderSummary(f Failure, attempts int) string {
 	}
 	fmt.Fprintf(&b, "  reason: %s\n", f.Reason)
 	if len(f.LastLines) > 0 {
-		fmt.Fprintf(&b, "  last %d lines from %s:\n", len(f.LastLines), f.Node)
+		if len(f.LastLines) == 1 {
+			fmt.Fprintf(&b, "  last line from %s:\n", f.Node)
+		} else {
+			fmt.Fprintf(&b, "  last %d lines from %s:\n", len(f.LastLines), f.Node)
+		}
 		for _, l := range f.LastLines {
 			fmt.Fprintf(&b, "    %s\n", l)
 		}
