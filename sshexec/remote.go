@@ -271,7 +271,7 @@ func (r *Remote) keepalive(interval time.Duration, max int) {
 		if missed >= max {
 			r.mu.Lock()
 			if r.deadErr == nil && !r.closed {
-				r.deadErr = fmt.Errorf("connection lost: %d keepalives unanswered in %v", missed, time.Duration(missed+1)*interval)
+				r.deadErr = fmt.Errorf("connection lost: %d keepalives in a row unanswered (one every %v)", missed, interval)
 			}
 			r.mu.Unlock()
 			r.client.Close()
