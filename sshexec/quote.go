@@ -8,7 +8,11 @@ import "strings"
 //
 // Words made only of characters no shell treats specially are returned as
 // they are, so commands stay readable in logs; anything else is wrapped in
-// single quotes, with each ' written as '\'' (close, escaped quote, reopen).
+// single quotes, and each single quote inside closes the quoting, adds an
+// escaped quote and reopens:
+//
+//	it's  ->  'it'\''s'
+//
 // '=' is not in the plain set: a first word "A=b" would be an assignment.
 func Quote(s string) string {
 	if s == "" {
