@@ -21,6 +21,7 @@ import (
 func ParseHostfile(name string, data []byte) ([]Host, error) {
 	var hosts []Host
 	seen := make(map[string]int) // host key → line of first sight
+	form := formDeepSpeed        // until a line shows Open MPI syntax
 	lines := strings.Split(string(data), "\n")
 	for i, line := range lines {
 		lineNo := i + 1
@@ -29,12 +30,15 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 			line = line[:c]
 		}
 		where := func(col int) string { return fmt.Sprintf("%s:%d:%d", name, lineNo, col) }
-		h, ok, err := parseHostfileLine(line, where)
+		h, lineForm, err := parseHostfileLine(line, form, where)
 		if err != nil {
 			return nil, err
 		}
-		if !ok {
+		if lineForm == formBlank {
 			continue
+		}
+		if lineForm == formMPI {
+			form = formMPI
 		}
 		key := hostKey(h.Name)
 		if first, dup := seen[key]; dup {
@@ -88,16 +92,34 @@ func firstField(line string) int {
 	return 1
 }
 
-// parseHostfileLine parses one line with its comment removed. ok is false
-// for a blank line.
-func parseHostfileLine(line string, where func(col int) string) (h Host, ok bool, err error) {
+// hostfileForm is the syntax a hostfile line (or the file so far) uses.
+type hostfileForm int
+
+const (
+	formBlank     hostfileForm = iota // no host on the line
+	formDeepSpeed                     // exactly "host slots=N"
+	formMPI                           // any other Open MPI form
+)
+
+// fix suggests the syntax of the form the file has used so far, so a
+// DeepSpeed user is not told about Open MPI and the other way round.
+func (f hostfileForm) fix() string {
+	if f == formMPI {
+		return `write "host", "host:N" or "host slots=N [max_slots=M]"`
+	}
+	return `write "host slots=N"`
+}
+
+// parseHostfileLine parses one line with its comment removed; form is the
+// file's form so far, used in error fixes.
+func parseHostfileLine(line string, form hostfileForm, where func(col int) string) (Host, hostfileForm, error) {
 	words := fields(line)
 	if len(words) == 0 {
-		return Host{}, false, nil
+		return Host{}, formBlank, nil
 	}
-	h, err = parseHostItem(words[0].text, words[0].col, where)
+	h, err := parseHostItem(words[0].text, words[0].col, where)
 	if err != nil {
-		return Host{}, false, err
+		return Host{}, formBlank, err
 	}
 	countInName := h.Slots != 0
 	var slots, maxSlots *field
@@ -107,22 +129,22 @@ func parseHostfileLine(line string, where func(col int) string) (h Host, ok bool
 		switch {
 		case hasEq && key == "slots":
 			if slots != nil || countInName {
-				return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: slots given twice", h.Name), Fix: "give the count once"}
+				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: slots given twice", h.Name), Fix: "give the count once"}
 			}
 			slots = w
 		case hasEq && (key == "max_slots" || key == "max-slots"):
 			if maxSlots != nil {
-				return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: max_slots given twice", h.Name), Fix: "give max_slots once"}
+				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: max_slots given twice", h.Name), Fix: "give max_slots once"}
 			}
 			maxSlots = w
 		default:
-			return Host{}, false, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %q", w.text), Fix: `write "host slots=N"`}
+			return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %q", w.text), Fix: form.fix()}
 		}
 	}
 	if slots != nil {
 		n, err := parseSlots(strings.TrimPrefix(slots.text, "slots="))
 		if err != nil {
-			return Host{}, false, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %q: %v", h.Name, err), Fix: `write "host slots=N" with N at least 1`}
+			return Host{}, formBlank, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %q: %v", h.Name, err), Fix: `write "host slots=N" with N at least 1`}
 		}
 		h.Slots = n
 	}
@@ -130,11 +152,15 @@ func parseHostfileLine(line string, where func(col int) string) (h Host, ok bool
 		_, value, _ := strings.Cut(maxSlots.text, "=")
 		m, err := parseSlots(value)
 		if err != nil {
-			return Host{}, false, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots: %v", h.Name, err), Fix: "write max_slots=M with M at least slots"}
+			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots: %v", h.Name, err), Fix: "write max_slots=M with M at least slots"}
 		}
 		if h.Slots > m {
-			return Host{}, false, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots=%d is below slots=%d", h.Name, m, h.Slots), Fix: "raise max_slots or lower slots"}
+			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots=%d is below slots=%d", h.Name, m, h.Slots), Fix: "raise max_slots or lower slots"}
 		}
 	}
-	return h, true, nil
+	lineForm := formMPI
+	if slots != nil && maxSlots == nil && len(words) == 2 {
+		lineForm = formDeepSpeed
+	}
+	return h, lineForm, nil
 }

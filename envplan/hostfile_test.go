@@ -169,3 +169,25 @@ func FuzzParseHostfile(f *testing.F) {
 		}
 	})
 }
+
+// TestParseHostfileMessage pins the whole message, which users read.
+func TestParseHostfileMessage(t *testing.T) {
+	tests := []struct {
+		name, in, want string
+	}{
+		{"deepspeed file", "worker-1 slots=8\nworker-2 slots=8\nworker-3 gpus=8\n",
+			`hostfile:3:10: unexpected "gpus=8" (write "host slots=N")`},
+		{"open mpi file", "worker-1\nworker-2:8\nworker-3 gpus=8\n",
+			`hostfile:3:10: unexpected "gpus=8" (write "host", "host:N" or "host slots=N [max_slots=M]")`},
+		{"duplicate", "a slots=1\n\n  a slots=2\n",
+			`hostfile:3:3: duplicate host "a" (first on line 1) (list each host once with its total slots)`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseHostfile("hostfile", []byte(tt.in))
+			if err == nil || err.Error() != tt.want {
+				t.Errorf("error = %v, want %s", err, tt.want)
+			}
+		})
+	}
+}
