@@ -386,7 +386,7 @@ func splitWorkerPrefix(line []byte) (int, []byte) {
 			return -1, line
 		}
 	}
-	if end < 0 || end+1 >= len(line) || line[end+1] != ':' {
+	if end < 2 || end+1 >= len(line) || line[end+1] != ':' {
 		return -1, line
 	}
 	inner := line[1:end]
