@@ -9,4 +9,35 @@
 // graceful stop of every node (SIGTERM, grace, SIGKILL) and closing
 // Options.Kill skips the grace. All output goes through one writer goroutine,
 // so lines from different nodes never interleave.
+//
+// # Output
+//
+// torchrun runs with --tee=3, so each worker line arrives as
+// "[default0]:hello" ("[<role><local_rank>]:"). launch replaces that with
+// the node and local rank, "[node1 0] hello", and marks torchrun's own lines
+// with the node alone, "[node1] ...". A line is written only when complete
+// (a trailing '\r' of CRLF is dropped); a partial last line is completed with
+// a newline when the stream ends. A line longer than 64 KiB is written in
+// pieces, every piece after the first marked "[node1 0]+ ". Options.Diag gets
+// gorun's own messages (restarts, the final failure summary), in order with
+// the output written before them.
+//
+// # Failures and restarts
+//
+// The first node to exit non-zero, fail to start, or be lost (its Wait
+// reports an error) is the failure of the attempt; every other node is then
+// stopped and waited for, and the failures they report while stopping are
+// consequences, not causes. Where torchrun printed a ChildFailedError "Root
+// Cause" block, the failure names the worker's rank, local rank and own exit
+// code. Attempts are numbered from 0 for Options.Attempt; launch adds
+// nothing to a Job, so the caller exports the attempt number
+// (GORUN_RESTART_COUNT) and picks a fresh port there.
+//
+// # Runners
+//
+// Run passes Runner.Start a context that ends when the user cancels only
+// while the starts are in progress; afterwards processes are ended through
+// Process.Stop, so a runner may tie a process to that context. Run relies on
+// Process.Wait returning only after the process's output has been written;
+// output written to a stream after that is dropped.
 package launch
