@@ -36,6 +36,11 @@ func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, e
 // "00000000-0000-4000-8000-000000000000"; a nil getenv means an empty
 // environment.
 //
+// Given lists the PET_ defaults that took effect first, in torchrun's
+// declaration order, then the torchrun options on argv in the order typed,
+// repeats included (the last one wins). A PET_ flag that reads as false and a
+// PET_ value overridden on argv are not listed; gorun's own options never are.
+//
 // Differences from torchrun, all deliberate:
 //   - a prefix that matches only spellings of one option (--nproc matches
 //     --nproc-per-node and --nproc_per_node) selects that option, where
