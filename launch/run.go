@@ -170,6 +170,10 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 			waiting--
 			m := ms[e.i]
 			m.running = false
+			// Wait returns after the output is copied: complete a partial
+			// last line now, so it is in the tail and the parser has it.
+			m.stdout.close()
+			m.stderr.close()
 			if e.err == nil && e.code == 0 {
 				continue
 			}

@@ -345,6 +345,8 @@ func TestRunFailureCodes(t *testing.T) {
 		{"worker killed by signal", script{errOut: string(multi), after: ms, code: 1}, 137, 10, 2,
 			"exit 1: worker rank 10 (local rank 2) was killed by signal 9 (SIGKILL)"},
 		{"summary in worker output is not torchrun's", script{out: "[default0]:Root Cause (first observed failure):\n[default0]:[0]:\n[default0]:  rank      : 3 (local_rank: 1)\n[default0]:  exitcode  : 7 (pid: 1)\n", after: ms, code: 2}, 2, -1, -1, "exit 2"},
+		{"summary without final newline", script{errOut: strings.TrimSuffix(strings.Split(rootCauseText(t), "  error_file")[0], "\n"), after: ms, code: 1}, 7, 3, 1,
+			"exit 1: worker rank 3 (local rank 1) exited with 7"},
 		{"node lost", script{after: ms, lost: errors.New("heartbeat missed")}, -1, -1, -1, "node lost: heartbeat missed"},
 		{"start fails", script{startErr: errors.New("agent: no such file")}, -1, -1, -1, "start: agent: no such file"},
 	}
