@@ -59,6 +59,24 @@ type builder struct {
 	pendingIface []string
 	slotsOver    []string
 	override     map[string]*overridden // variable → where a user value replaced gorun's
+	// cpulists parsed so far: a big job repeats the same few strings on
+	// every node. The slices are shared and never written.
+	cpulists map[string]parsedCPUs
+}
+
+type parsedCPUs struct {
+	cpus []int
+	err  error
+}
+
+// cpus parses a cpulist from the facts, once per distinct string.
+func (b *builder) cpus(list string) ([]int, error) {
+	if p, ok := b.cpulists[list]; ok {
+		return p.cpus, p.err
+	}
+	cpus, err := ParseCPUList(list)
+	b.cpulists[list] = parsedCPUs{cpus, err}
+	return cpus, err
 }
 
 func newBuilder(spec Spec, facts Facts) (*builder, error) {
@@ -69,6 +87,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		head:     len(spec.Hosts) > 0,
 		hosts:    spec.Hosts,
 		override: map[string]*overridden{},
+		cpulists: map[string]parsedCPUs{},
 	}
 	if !b.head {
 		b.hosts = []Host{{Name: localHost}}
@@ -248,7 +267,7 @@ func (b *builder) build() (Plan, error) {
 	single := b.nnodesMin == 1 && b.nnodesMax == 1
 	base := 0 // global rank of the next node's local rank 0; -1 once unknown
 	for i, h := range b.hosts {
-		n := NodePlan{Host: h.Name, NodeRank: i, Env: map[string]Var{}, Ranks: []RankPlan{}}
+		n := NodePlan{Host: h.Name, NodeRank: i, Env: make(map[string]Var, len(b.userEnv)+8), Ranks: []RankPlan{}}
 		addr, known := b.address(h.Name)
 		switch {
 		case !b.head:
@@ -261,6 +280,7 @@ func (b *builder) build() (Plan, error) {
 		}
 		n.Address = addr
 		nproc, nprocKnown := b.nproc(h)
+		fewest := 0 // CPUs of the smallest per-rank set; 0 when not bound
 		n.Command = b.command(h, i, nproc, nprocKnown)
 		if nprocKnown {
 			start := base
@@ -272,14 +292,14 @@ func (b *builder) build() (Plan, error) {
 			if !b.static && !single {
 				start = -1
 			}
-			n.Ranks = b.ranks(h, nproc, start)
+			n.Ranks, fewest = b.ranks(h, nproc, start)
 		}
 		if base >= 0 && nprocKnown {
 			base += nproc
 		} else {
 			base = -1
 		}
-		b.env(&n, h, nproc, nprocKnown)
+		b.env(&n, h, nproc, nprocKnown, fewest)
 		p.Nodes = append(p.Nodes, n)
 	}
 	if len(pendingAddr) > 0 {
@@ -346,8 +366,9 @@ func (b *builder) visibleGPUs(h Host) ([]int, bool) {
 }
 
 // ranks plans the workers of one node. base is the global rank of local
-// rank 0, or -1 when the rendezvous decides.
-func (b *builder) ranks(h Host, nproc, base int) []RankPlan {
+// rank 0, or -1 when the rendezvous decides. It also returns the size of
+// the smallest CPU set bound to a rank, 0 when ranks are not bound.
+func (b *builder) ranks(h Host, nproc, base int) ([]RankPlan, int) {
 	ranks := make([]RankPlan, nproc)
 	gpus := b.rankGPUs(h, nproc)
 	for l := range ranks {
@@ -357,8 +378,7 @@ func (b *builder) ranks(h Host, nproc, base int) []RankPlan {
 		}
 		ranks[l] = r
 	}
-	b.bindCPUs(h, ranks)
-	return ranks
+	return ranks, b.bindCPUs(h, ranks)
 }
 
 // rankGPUs returns each local rank's physical GPU, nil where unknown.
@@ -392,20 +412,20 @@ func (b *builder) rankGPUs(h Host, nproc int) []*int {
 // allow: ranks split the allowed CPUs local to their GPUs, ranks sharing a
 // NUMA node splitting that node's share evenly; without GPU locality, and
 // with more than one rank, the node's allowed CPUs are split evenly.
-func (b *builder) bindCPUs(h Host, ranks []RankPlan) {
+func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
 	if b.cfg.RunPath || b.cfg.NumaBinding != "" || b.spec.Set("numa_binding") {
-		return // noted once in closingNotes
+		return 0 // noted once in closingNotes
 	}
 	f, known := b.facts[h.Name]
 	if !known || f.CPUs == "" {
-		return
+		return 0
 	}
-	allowed, err := ParseCPUList(f.CPUs)
+	allowed, err := b.cpus(f.CPUs)
 	if err != nil || len(allowed) == 0 {
 		b.note(NoteWarn, "%s: CPUs %q from preflight are unreadable; ranks are not bound", h.Name, f.CPUs)
-		return
+		return 0
 	}
-	sets, why := gpuLocalSplit(f, allowed, ranks)
+	sets, why := b.gpuLocalSplit(f, allowed, ranks)
 	if sets == nil && why == "" && len(ranks) > 1 {
 		sets = splitCPUs(allowed, len(ranks))
 		if sets == nil {
@@ -414,17 +434,18 @@ func (b *builder) bindCPUs(h Host, ranks []RankPlan) {
 	}
 	if why != "" {
 		b.note(NoteWarn, "%s: %s; ranks are not bound", h.Name, why)
-		return
+		return 0
 	}
 	for i := range sets {
 		ranks[i].CPUs = FormatCPUList(sets[i])
 	}
+	return fewestCPUs(ranks, sets)
 }
 
 // gpuLocalSplit splits the CPUs local to the ranks' GPUs. It returns nil
 // and no reason when the GPUs or their locality are unknown, so the caller
 // falls back to splitting the node's CPUs.
-func gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, string) {
+func (b *builder) gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, string) {
 	byIndex := make(map[int]GPU, len(f.GPUs))
 	for _, g := range f.GPUs {
 		byIndex[g.Index] = g
@@ -433,11 +454,11 @@ func gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, strin
 	// GPU's local cpulist), in order of first appearance.
 	type group struct {
 		pool  []int
+		lists []string // the cpulists already in pool
 		ranks []int
 	}
 	var order []string
 	groups := map[string]*group{}
-	parsed := map[string][]int{}
 	for i, r := range ranks {
 		if r.GPU == nil {
 			return nil, ""
@@ -446,13 +467,9 @@ func gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, strin
 		if !ok || g.CPUs == "" {
 			return nil, ""
 		}
-		local, seen := parsed[g.CPUs]
-		if !seen {
-			var err error
-			if local, err = ParseCPUList(g.CPUs); err != nil {
-				return nil, fmt.Sprintf("GPU %d local CPUs %q are unreadable", g.Index, g.CPUs)
-			}
-			parsed[g.CPUs] = local
+		local, err := b.cpus(g.CPUs)
+		if err != nil {
+			return nil, fmt.Sprintf("GPU %d local CPUs %q are unreadable", g.Index, g.CPUs)
 		}
 		key := "cpus " + g.CPUs
 		if g.NUMANode >= 0 {
@@ -464,8 +481,9 @@ func gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([][]int, strin
 			groups[key] = gr
 			order = append(order, key)
 		}
-		if !seen || len(gr.ranks) == 0 {
+		if !slices.Contains(gr.lists, g.CPUs) {
 			gr.pool = union(gr.pool, local)
+			gr.lists = append(gr.lists, g.CPUs)
 		}
 		gr.ranks = append(gr.ranks, i)
 	}
@@ -648,4 +666,19 @@ func (b *builder) headNotes() {
 	if !b.static && len(b.hosts) > 1 {
 		b.note(NoteInfo, "global ranks are decided by the rendezvous when the nodes join (rank -1 in the plan)")
 	}
+}
+
+// fewestCPUs returns the size of the smallest CPU set among ranks, or 0
+// when some rank is not bound.
+func fewestCPUs(ranks []RankPlan, sets [][]int) int {
+	fewest := 0
+	for i := range ranks {
+		if i >= len(sets) || len(sets[i]) == 0 {
+			return 0
+		}
+		if fewest == 0 || len(sets[i]) < fewest {
+			fewest = len(sets[i])
+		}
+	}
+	return fewest
 }

@@ -138,7 +138,7 @@ func (e nodeEnv) decide(name string, v Var) {
 
 // env plans one node's environment: the user's variables, then gorun's
 // rules, each only where a fact or the user's request justifies it.
-func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool) {
+func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool, fewestCPUs int) {
 	maps.Copy(n.Env, b.userEnv)
 	e := nodeEnv{b: b, host: h.Name, env: n.Env}
 	f, known := b.facts[h.Name]
@@ -174,7 +174,7 @@ func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool) {
 		b.interfaceRule(e, n, f)
 	}
 
-	b.ompRule(e, n, nproc, nprocKnown)
+	b.ompRule(e, nproc, nprocKnown, fewestCPUs)
 }
 
 // interfaceRule pins NCCL's and Gloo's bootstrap sockets to the interface
@@ -200,24 +200,14 @@ func (b *builder) interfaceRule(e nodeEnv, n *NodePlan, f NodeFacts) {
 	e.decide("GLOO_SOCKET_IFNAME", Var{Value: f.Interface, Reason: reason, Source: SourceGorun})
 }
 
-// ompRule sizes OpenMP's pool to the CPUs bound to each rank, or shows
-// torchrun's own default when gorun binds nothing.
-func (b *builder) ompRule(e nodeEnv, n *NodePlan, nproc int, nprocKnown bool) {
-	fewest := -1
-	for _, r := range n.Ranks {
-		if r.CPUs == "" {
-			fewest = -1
-			break
-		}
-		c := cpuCount(r.CPUs)
-		if fewest < 0 || c < fewest {
-			fewest = c
-		}
-	}
+// ompRule sizes OpenMP's pool to the CPUs bound to each rank (the smallest
+// set, so no rank oversubscribes), or shows torchrun's own default when
+// gorun binds nothing.
+func (b *builder) ompRule(e nodeEnv, nproc int, nprocKnown bool, fewestCPUs int) {
 	switch {
-	case len(n.Ranks) > 0 && fewest > 0:
+	case fewestCPUs > 0:
 		e.decide("OMP_NUM_THREADS", Var{
-			Value:  strconv.Itoa(fewest),
+			Value:  strconv.Itoa(fewestCPUs),
 			Reason: "CPUs bound to each rank (the smallest set on this node)",
 			Source: SourceGorun,
 		})
@@ -228,15 +218,6 @@ func (b *builder) ompRule(e nodeEnv, n *NodePlan, nproc int, nprocKnown bool) {
 			Source: SourceTorchrun,
 		})
 	}
-}
-
-// cpuCount counts the CPUs of a cpulist this package formatted.
-func cpuCount(list string) int {
-	cpus, err := ParseCPUList(list)
-	if err != nil {
-		return 0
-	}
-	return len(cpus)
 }
 
 // leftToNCCLNotes says which NCCL knobs gorun leaves alone, and warns about
