@@ -587,7 +587,7 @@ func checkNVLink(f Facts) []Finding {
 		total += active
 		if len(down) > 0 && anyActive {
 			out = append(out, Finding{ID: "gpu.nvlink", Severity: SeverityFail,
-				Message:  fmt.Sprintf("GPU %d has %d NVLink links down", g.Index, len(down)),
+				Message:  fmt.Sprintf("GPU %d has %d NVLink link(s) down", g.Index, len(down)),
 				Evidence: fmt.Sprintf("links %s inactive, %d active", strings.Join(down, ","), active),
 				Remedy:   "drain the node; check the fabric manager (systemctl status nvidia-fabricmanager) and reset or reboot"})
 		}
