@@ -1,0 +1,222 @@
+package preflight
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"path"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// torchLocateScript prints torch's package directory, then the names of
+// nvidia_nccl* distributions beside it (the NCCL wheel torch depends on).
+// importlib.util.find_spec locates a package without executing its
+// __init__, so this never imports torch, never initialises CUDA, and takes
+// milliseconds where `import torch` takes seconds.
+const torchLocateScript = `import importlib.util as u,os;` +
+	`s=u.find_spec("torch");` +
+	`d=s.submodule_search_locations[0] if s and s.submodule_search_locations else "";` +
+	`print(d);` +
+	`d and print("\n".join(n for n in sorted(os.listdir(os.path.dirname(d))) if n.startswith("nvidia_nccl")))`
+
+// TorchLocateArgv is the command FindTorch runs with the given interpreter.
+func TorchLocateArgv(python string) []string {
+	return []string{python, "-c", torchLocateScript}
+}
+
+// TorchVersionFile is what torch/version.py, written by torch's build,
+// records about a build.
+type TorchVersionFile struct {
+	Version    string // __version__, "2.11.0+cu130"
+	CUDA       string // cuda, "13.0"; "" for CPU and ROCm builds
+	HIP        string // hip, the ROCm version; "" for CUDA and CPU builds
+	GitVersion string // git_version, the commit torch was built from
+	Debug      bool   // debug
+}
+
+// versionAssign matches one assignment of version.py, with or without a
+// type annotation: `cuda = '12.8'`, `cuda: Optional[str] = '12.8'`.
+var versionAssign = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=\s*(.*?)\s*(?:#.*)?$`)
+
+// ParseTorchVersionFile reads torch/version.py without running it. Values
+// may be quoted strings or None, True and False; other lines are ignored.
+// A file without __version__ is an error.
+func ParseTorchVersionFile(src []byte) (TorchVersionFile, error) {
+	var v TorchVersionFile
+	seen := false
+	for _, line := range strings.Split(string(src), "\n") {
+		m := versionAssign.FindStringSubmatch(strings.TrimSpace(line))
+		if m == nil {
+			continue
+		}
+		val, isString := pyLiteral(m[2])
+		switch m[1] {
+		case "__version__":
+			if isString && val != "" {
+				v.Version, seen = val, true
+			}
+		case "cuda":
+			v.CUDA = val
+		case "hip":
+			v.HIP = val
+		case "git_version":
+			v.GitVersion = val
+		case "debug":
+			v.Debug = val == "True"
+		}
+	}
+	if !seen {
+		return v, fmt.Errorf("torch version file: no __version__ string")
+	}
+	return v, nil
+}
+
+// pyLiteral decodes a Python string literal ('x', "x") or returns None as
+// "" and True/False as themselves; isString reports a string literal.
+func pyLiteral(s string) (val string, isString bool) {
+	if len(s) >= 2 && (s[0] == '\'' || s[0] == '"') && s[len(s)-1] == s[0] {
+		return s[1 : len(s)-1], true
+	}
+	if s == "None" {
+		return "", false
+	}
+	return s, false
+}
+
+// ncclDistInfo matches the NCCL wheel's metadata directory,
+// nvidia_nccl_cu12-2.27.3.dist-info, and captures the version.
+var ncclDistInfo = regexp.MustCompile(`^nvidia_nccl_cu[0-9]+-([0-9]+(?:\.[0-9]+)+)[^/]*\.dist-info$`)
+
+// FindTorch locates the torch package of the given interpreter (the one
+// torchrun uses; see TorchrunPython) without importing torch: run executes
+// TorchLocateArgv(python) and readFile reads <dir>/version.py. The NCCL
+// version is taken from the nvidia_nccl_cu* wheel installed beside torch,
+// when there is one (pip wheels; builds with NCCL linked in have none).
+// Failures are reported in TorchFacts.Err, never as a panic or an error
+// return, so collection goes on.
+func FindTorch(ctx context.Context, python string, run func(ctx context.Context, argv []string) ([]byte, error), readFile func(string) ([]byte, error)) TorchFacts {
+	tf := TorchFacts{Python: python}
+	out, err := run(ctx, TorchLocateArgv(python))
+	if err != nil {
+		tf.Err = fmt.Sprintf("locate torch with %s: %v", python, err)
+		if msg := lastLine(out); msg != "" {
+			tf.Err += ": " + msg
+		}
+		return tf
+	}
+	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
+	dir := strings.TrimSpace(lines[0])
+	if dir == "" {
+		tf.Err = fmt.Sprintf("torch is not installed for %s", python)
+		return tf
+	}
+	file := path.Join(dir, "version.py")
+	src, err := readFile(file)
+	if err != nil {
+		tf.Err = fmt.Sprintf("read %s: %v", file, err)
+		return tf
+	}
+	v, err := ParseTorchVersionFile(src)
+	if err != nil {
+		tf.Err = fmt.Sprintf("%s: %v", file, err)
+		return tf
+	}
+	tf.Found, tf.Version, tf.CUDA = true, v.Version, v.CUDA
+	for _, l := range lines[1:] {
+		if m := ncclDistInfo.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+			tf.NCCL = m[1]
+		}
+	}
+	return tf
+}
+
+// lastLine is the last non-empty line of b (a Python traceback's message).
+func lastLine(b []byte) string {
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	return strings.TrimSpace(lines[len(lines)-1])
+}
+
+// TorchrunPython reads the interpreter a torchrun script starts with: the
+// path in its #! line ("#!/usr/bin/python3"), the program after
+// /usr/bin/env ("#!/usr/bin/env python3" gives "python3"), or, for pip's
+// launcher for paths too long for #!, the interpreter on its
+// `”'exec' /long/path/python "$0" "$@"` line. "" when none can be read.
+func TorchrunPython(torchrunPath string, readFile func(string) ([]byte, error)) string {
+	src, err := readFile(torchrunPath)
+	if err != nil {
+		return ""
+	}
+	lines := bytes.SplitN(src, []byte("\n"), 3)
+	first := strings.TrimSpace(string(lines[0]))
+	rest, ok := strings.CutPrefix(first, "#!")
+	if !ok {
+		return ""
+	}
+	fields := strings.Fields(rest)
+	if len(fields) == 0 {
+		return ""
+	}
+	if path.Base(fields[0]) == "env" {
+		for _, f := range fields[1:] {
+			if strings.HasPrefix(f, "-") || strings.Contains(f, "=") {
+				continue // env options (-S) and VAR=value assignments
+			}
+			return f
+		}
+		return ""
+	}
+	if (fields[0] == "/bin/sh" || fields[0] == "/bin/bash") && len(lines) > 1 {
+		second := strings.TrimSpace(string(lines[1]))
+		exec, ok := strings.CutPrefix(second, "'''exec' ")
+		if !ok {
+			return ""
+		}
+		if quoted, ok := strings.CutPrefix(exec, `"`); ok {
+			p, _, _ := strings.Cut(quoted, `"`) // a quoted path may hold spaces
+			return p
+		}
+		if f := strings.Fields(exec); len(f) > 0 {
+			return f[0]
+		}
+		return ""
+	}
+	return fields[0]
+}
+
+// torchProbeLine matches the output of the slow probe that imports torch:
+//
+//	print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(),
+//	      torch.cuda.device_count(), dist.is_nccl_available(), dist.is_gloo_available())
+//
+// e.g. "2.11.0+cu130 13.0 (2, 28, 9) 1 True True".
+var torchProbeLine = regexp.MustCompile(`^(\S+) (\S+) \((\d+), (\d+), (\d+)\) (\d+) (True|False) (True|False)$`)
+
+// TorchProbe is the answer of the import-torch probe.
+type TorchProbe struct {
+	TorchFacts
+	DeviceCount   int
+	NCCLAvailable bool
+	GlooAvailable bool
+}
+
+// ParseTorchProbe reads the probe's line (the last line matching its form,
+// so a preceding command echo or warnings are skipped).
+func ParseTorchProbe(out []byte) (TorchProbe, error) {
+	lines := strings.Split(strings.ReplaceAll(string(out), "\r\n", "\n"), "\n")
+	for i := len(lines) - 1; i >= 0; i-- {
+		m := torchProbeLine.FindStringSubmatch(strings.TrimSpace(lines[i]))
+		if m == nil {
+			continue
+		}
+		p := TorchProbe{TorchFacts: TorchFacts{Found: true, Version: m[1], NCCL: m[3] + "." + m[4] + "." + m[5]}}
+		if m[2] != "None" {
+			p.CUDA = m[2]
+		}
+		p.DeviceCount, _ = strconv.Atoi(m[6])
+		p.NCCLAvailable, p.GlooAvailable = m[7] == "True", m[8] == "True"
+		return p, nil
+	}
+	return TorchProbe{}, fmt.Errorf("torch probe output: no line of the form %q", "2.11.0+cu130 13.0 (2, 28, 9) 1 True True")
+}
