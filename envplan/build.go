@@ -154,9 +154,11 @@ func (b *builder) decideRendezvous() error {
 	if port == 0 {
 		port = defaultMasterPort
 	}
-	portReason := "torchrun's default --master-port"
+	// A master address or port the user gave wins and is marked as theirs;
+	// otherwise it is what torchrun will export from gorun's flags.
+	portReason, portSource := "torchrun's default --master-port", SourceTorchrun
 	if b.spec.Set("master_port") {
-		portReason = "--master-port"
+		portReason, portSource = "--master-port", SourceUser
 	}
 	switch {
 	case c.Standalone:
@@ -170,15 +172,15 @@ func (b *builder) decideRendezvous() error {
 		b.masterAddr = Var{Value: host, Reason: "host of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
 		b.masterPort = Var{Value: p, Reason: "port of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
 	case b.spec.Set("master_addr") || !b.head:
-		reason := "--master-addr"
+		addr := Var{Value: c.MasterAddr, Reason: "--master-addr", Source: SourceUser}
 		if !b.spec.Set("master_addr") {
-			reason = "torchrun's default --master-addr"
 			if c.MasterAddr == "" {
 				c.MasterAddr = "127.0.0.1"
 			}
+			addr = Var{Value: c.MasterAddr, Reason: "torchrun's default --master-addr", Source: SourceTorchrun}
 		}
-		b.masterAddr = Var{Value: c.MasterAddr, Reason: reason, Source: SourceTorchrun}
-		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: SourceTorchrun}
+		b.masterAddr = addr
+		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: portSource}
 	default:
 		addr, known := b.address(b.hosts[0].Name)
 		reason := fmt.Sprintf("address of node 0 (%s)", b.hosts[0].Name)
@@ -190,7 +192,7 @@ func (b *builder) decideRendezvous() error {
 		}
 		c.MasterAddr = addr
 		b.masterAddr = Var{Value: addr, Reason: reason, Source: SourceTorchrun}
-		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: SourceTorchrun}
+		b.masterPort = Var{Value: strconv.Itoa(port), Reason: portReason, Source: portSource}
 	}
 	if b.static && !b.endpoint {
 		c.MasterPort = port

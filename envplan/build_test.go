@@ -176,7 +176,7 @@ func TestBuild(t *testing.T) {
 				if strings.Count(strings.Join(n.Command, " "), "--master-addr") != 1 {
 					t.Errorf("%s: --master-addr twice: %q", n.Host, n.Command)
 				}
-				if n.Env["MASTER_ADDR"].Value != "10.9.9.9" || n.Env["MASTER_ADDR"].Reason != "--master-addr" {
+				if n.Env["MASTER_ADDR"] != (Var{Value: "10.9.9.9", Reason: "--master-addr", Source: SourceUser}) {
 					t.Errorf("MASTER_ADDR = %+v", n.Env["MASTER_ADDR"])
 				}
 			}
