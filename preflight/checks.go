@@ -462,7 +462,7 @@ func checkGPUModes(f Facts) []Finding {
 	}
 	var noPersist []string
 	for _, g := range f.GPUs {
-		if !g.Persistence {
+		if !g.Persistence && !unsupported(g, "persistence mode") {
 			noPersist = append(noPersist, strconv.Itoa(g.Index))
 		}
 	}
@@ -761,4 +761,14 @@ func or(s, def string) string {
 		return def
 	}
 	return s
+}
+
+// unsupported reports whether NVML could not answer the named fact for g.
+func unsupported(g GPUFacts, what string) bool {
+	for _, u := range g.Unsupported {
+		if strings.HasPrefix(u, what+":") {
+			return true
+		}
+	}
+	return false
 }

@@ -132,7 +132,11 @@ func TestCheck(t *testing.T) {
 		}, gpuJob, "sys.memlock", SeverityWarn, "65536"},
 		{"memlock without rdma is fine", func() Facts { f := healthyNode(); f.MemlockBytes = 65536; return f }, gpuJob, "rdma.ports", SeverityOK, "no RDMA"},
 		{"small shm", func() Facts { f := healthyNode(); f.ShmBytes = 64 << 20; return f }, gpuJob, "sys.shm", SeverityWarn, "64 MiB"},
-		{"no route", func() Facts { f := healthyNode(); f.Route = &Route{Target: "10.9.9.9", Err: "network is unreachable"}; return f }, gpuJob, "net.route", SeverityFail, "unreachable"},
+		{"no route", func() Facts {
+			f := healthyNode()
+			f.Route = &Route{Target: "10.9.9.9", Err: "network is unreachable"}
+			return f
+		}, gpuJob, "net.route", SeverityFail, "unreachable"},
 		{"nvidia-smi fallback", func() Facts {
 			f := healthyNode()
 			f.Source, f.Driver.NVMLError = "nvidia-smi", "NVML not available in this build"

@@ -1,13 +1,16 @@
 package preflight
 
 import (
+	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 )
 
 // collectRDMA lists every port under /sys/class/infiniband (the kernel ABI
@@ -24,8 +27,14 @@ func collectRDMA(r sysReader) ([]RDMAPort, error) {
 	}
 	var out []RDMAPort
 	for _, dev := range devs {
+		if strings.HasPrefix(dev.Name(), ".") {
+			continue
+		}
 		devDir := base + "/" + dev.Name()
 		ports, err := os.ReadDir(r.path(devDir + "/ports"))
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			continue // not a device directory
+		}
 		if err != nil {
 			return out, fmt.Errorf("read /%s/ports: %w", devDir, err)
 		}
