@@ -1,0 +1,3 @@
+from accelerate import Accelerator
+import torch.distributed as dist
+dist.init_process_group(backend="nccl")
