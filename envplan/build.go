@@ -128,7 +128,9 @@ func (b *builder) note(level, format string, args ...any) {
 func (b *builder) decideRendezvous() error {
 	c := &b.cfg
 	b.static = c.RdzvBackend == "static" && !c.Standalone
-	b.endpoint = c.RdzvEndpoint != ""
+	// torchrun's config fills a static rendezvous's endpoint in from
+	// --master-addr/--master-port, so only an endpoint the user gave counts.
+	b.endpoint = c.RdzvEndpoint != "" && b.spec.Set("rdzv_endpoint")
 	b.nnodesMin, b.nnodesMax = c.NNodesMin, c.NNodesMax
 	n := len(b.hosts)
 
@@ -196,6 +198,12 @@ func (b *builder) decideRendezvous() error {
 	}
 	if b.static && !b.endpoint {
 		c.MasterPort = port
+		if b.head {
+			c.RdzvEndpoint = c.MasterAddr + ":" + strconv.Itoa(port)
+		}
+	}
+	if b.head && b.static {
+		delete(c.RdzvConfigs, "rank") // per node: see each node's --node-rank
 	}
 	return nil
 }

@@ -99,6 +99,14 @@ func newSpec(options []string, script string, args ...string) Spec {
 			panic("test helper does not know option " + o)
 		}
 	}
+	// As torchrun's config_from_args: a static rendezvous records the node
+	// rank and, without an endpoint, takes master_addr:master_port.
+	if c.RdzvBackend == "static" {
+		c.RdzvConfigs["rank"] = strconv.Itoa(c.NodeRank)
+		if c.RdzvEndpoint == "" {
+			c.RdzvEndpoint = c.MasterAddr + ":" + strconv.Itoa(c.MasterPort)
+		}
+	}
 	c.TrainingScript = script
 	c.TrainingScriptArgs = args
 	return Spec{CommandLine: cl, Environ: map[string]string{}}

@@ -108,7 +108,7 @@ func (t tableWriter) header(p Plan) {
 	switch {
 	case c.Standalone:
 		rdzv = "standalone (torchrun's own c10d on localhost)"
-	case c.RdzvBackend == "static" && c.RdzvEndpoint != "":
+	case c.RdzvBackend == "static" && c.RdzvEndpoint != "" && c.RdzvEndpoint != fmt.Sprintf("%s:%d", c.MasterAddr, c.MasterPort):
 		rdzv = "static, store at " + c.RdzvEndpoint
 	case c.RdzvBackend == "static":
 		rdzv = fmt.Sprintf("static, master %s:%d", c.MasterAddr, c.MasterPort)
