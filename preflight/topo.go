@@ -17,6 +17,9 @@ type Topology struct {
 	// Matrix[a][b] is the path between devices a and b ("NV18", "PIX",
 	// "SYS", ...), for every ordered pair of distinct devices.
 	Matrix map[string]map[string]string `json:"matrix"`
+	// PCIeOnly is set when the capture's legend lacks the NV# line, as
+	// `nvidia-smi topo -mp` prints it: NVLink is then simply not shown.
+	PCIeOnly bool `json:"-"`
 }
 
 // TopoGPU is one GPU row of the matrix with its affinity columns; a column
@@ -166,13 +169,17 @@ func parseTopo(name string, text []byte) (Topology, error) {
 	}
 
 	legend := map[string]string{}
+	sawLegend, sawNV := false, false
 	for _, line := range lines[end:] {
 		if m := nicLegendLine.FindStringSubmatch(line); m != nil {
 			legend[m[1]] = m[2]
 		}
+		t := strings.TrimSpace(line)
+		sawLegend = sawLegend || t == "Legend:"
+		sawNV = sawNV || strings.HasPrefix(t, "NV#")
 	}
 
-	topo := Topology{GPUs: []TopoGPU{}, NICs: []TopoNIC{}, Matrix: map[string]map[string]string{}}
+	topo := Topology{GPUs: []TopoGPU{}, NICs: []TopoNIC{}, Matrix: map[string]map[string]string{}, PCIeOnly: sawLegend && !sawNV}
 	for i, d := range devices {
 		if gpuLabel.MatchString(d) {
 			g := TopoGPU{Name: d}
@@ -363,6 +370,14 @@ func topoGPUPairs(t Topology) []Finding {
 			Evidence: pairList(pcie),
 			Remedy: "check `nvidia-smi nvlink -s` for links down and the fabric manager on NVSwitch systems; " +
 				"if the board has no NVLink between these GPUs, keep tightly coupled ranks on NVLink-connected GPUs",
+		})
+	case t.PCIeOnly:
+		out = append(out, Finding{
+			ID:       "topo.pcie-paths",
+			Severity: SeverityOK,
+			Message:  "this capture shows PCIe paths only (its legend has no NV# entry, as `nvidia-smi topo -mp` prints): NVLink, if any, is not shown",
+			Evidence: pairList(pcie),
+			Remedy:   "paste `nvidia-smi topo -m` to see NVLink connections",
 		})
 	default:
 		out = append(out, Finding{

@@ -115,7 +115,7 @@ func TestExplainTopologyFacts(t *testing.T) {
 		{
 			file: "h200-2gpu-mp.txt", gpus: 2, cell: [3]string{"GPU0", "GPU1", "PHB"},
 			gpu:      TopoGPU{Name: "GPU0", CPUAffinity: "0-31", NUMAAffinity: "0"},
-			findings: []string{"ok topo.pcie-only"},
+			findings: []string{"ok topo.pcie-paths"},
 		},
 		{
 			file: "dgx-h100.txt", gpus: 8, nics: 8, cell: [3]string{"GPU5", "NIC5", "PIX"},
