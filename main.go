@@ -1,0 +1,647 @@
+// Command gorun is a drop-in replacement for torchrun: the same command line,
+// plus launch from one head node over SSH, preflight checks on every node, an
+// environment plan with a reason for every variable, and whole-group
+// supervision that leaves no process behind.
+//
+// main.go is the composition root: it parses the command line, creates every
+// side effect (signal context, NVML, SSH clients, stdout) and maps errors to
+// exit codes in one place (exitCode). The packages do the work.
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"runtime/debug"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Exit codes, as a user of torchrun expects them plus gorun's own.
+const (
+	exitOK          = 0
+	exitFailure     = 1
+	exitUsage       = 2 // bad input, or preflight found a failure; nothing started
+	exitInterrupted = 130
+)
+
+// errPreflightFailed means preflight found a failure and nothing was started.
+var errPreflightFailed = errors.New("preflight failed; nothing was started")
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	err := newApp(ctx).Run(os.Args)
+	stop()
+	os.Exit(exitCode(err))
+}
+
+// exitCode is the one place errors become exit codes.
+func exitCode(err error) int {
+	var input *envplan.InputError
+	var failed *launch.JobFailed
+	var exit cli.ExitCoder
+	switch {
+	case err == nil, errors.Is(err, envplan.ErrHelp):
+		return exitOK
+	case errors.As(err, &failed):
+		fmt.Fprintln(os.Stderr, "gorun:", err)
+		if c := failed.Failure.Code; c > 0 && c < 256 {
+			return c
+		}
+		return exitFailure
+	case errors.Is(err, launch.ErrInterrupted):
+		fmt.Fprintln(os.Stderr, "gorun:", err)
+		return exitInterrupted
+	case errors.As(err, &exit):
+		return exit.ExitCode()
+	case errors.As(err, &input), errors.Is(err, errPreflightFailed),
+		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable):
+		fmt.Fprintln(os.Stderr, "gorun:", err)
+		return exitUsage
+	default:
+		fmt.Fprintln(os.Stderr, "gorun:", err)
+		return exitFailure
+	}
+}
+
+func newApp(ctx context.Context) *cli.App {
+	return &cli.App{
+		Name:      "gorun",
+		Usage:     "torchrun, launched from one head node, checked first, supervised as one group",
+		UsageText: "gorun [gorun options] [torchrun options] training_script [script args...]\n   gorun preflight [options] [script]\n   gorun hosts [--hosts|--hostfile|Slurm] [--json]",
+		// The launch command line follows torchrun's argparse rules, which
+		// urfave/cli's flag parser does not; envplan parses it.
+		SkipFlagParsing: true,
+		HideHelp:        true,
+		HideVersion:     true,
+		Action: func(c *cli.Context) error {
+			if c.NArg() == 0 {
+				return cli.ShowAppHelp(c)
+			}
+			return runLaunch(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
+		},
+		Commands: []*cli.Command{
+			{
+				Name:            "preflight",
+				Usage:           "check every node (driver, GPUs, links, versions) and print a report",
+				UsageText:       "gorun preflight [--json] [--topo-file FILE] [gorun options] [torchrun options] [script]",
+				SkipFlagParsing: true,
+				Action: func(c *cli.Context) error {
+					return runPreflight(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
+				},
+			},
+			{
+				Name:  "hosts",
+				Usage: "print the resolved host list in launch order",
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "hosts", Usage: "h1:8,h2:8"},
+					&cli.StringFlag{Name: "hostfile", Usage: "DeepSpeed or MPI hostfile"},
+					&cli.StringFlag{Name: "include", Usage: "DeepSpeed include filter (host1:0,2@host2)"},
+					&cli.StringFlag{Name: "exclude", Usage: "DeepSpeed exclude filter"},
+					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
+				},
+				Action: func(c *cli.Context) error {
+					opts := envplan.Options{Hosts: c.String("hosts"), Hostfile: c.String("hostfile"),
+						Include: c.String("include"), Exclude: c.String("exclude")}
+					return runHosts(opts, c.Bool("json"), c.App.Writer)
+				},
+			},
+			{
+				Name:  "version",
+				Usage: "print gorun's version",
+				Action: func(c *cli.Context) error {
+					_, err := fmt.Fprintln(c.App.Writer, "gorun", version())
+					return err
+				},
+			},
+			{
+				// The node agent: started by the head (locally or over SSH) to
+				// run one job and tear its whole tree down.
+				Name: "_agent", Hidden: true, SkipFlagParsing: true,
+				Action: func(c *cli.Context) error {
+					signal.Ignore(os.Interrupt) // a terminal Ctrl-C is the head's to handle
+					return cli.Exit("", sshexec.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
+				},
+			},
+			{
+				// The node-side collector: prints this node's Facts as JSON.
+				Name: "_collect", Hidden: true, SkipFlagParsing: true,
+				Action: func(c *cli.Context) error {
+					var req collectRequest
+					if err := json.Unmarshal([]byte(c.Args().First()), &req); err != nil {
+						return fmt.Errorf("_collect: bad request: %w", err)
+					}
+					return json.NewEncoder(c.App.Writer).Encode(collectLocal(ctx, req))
+				},
+			},
+		},
+	}
+}
+
+func version() string {
+	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
+		return bi.Main.Version
+	}
+	return "devel"
+}
+
+// runHosts prints the resolved host list.
+func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
+	hosts, err := resolveHosts(opts)
+	if err != nil {
+		return err
+	}
+	if hosts == nil {
+		hosts = []envplan.Host{}
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(hosts)
+	}
+	for _, h := range hosts {
+		slots := "?"
+		if h.Slots > 0 {
+			slots = strconv.Itoa(h.Slots)
+		}
+		gpus := "all"
+		if h.GPUs != nil {
+			gpus = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(h.GPUs)), ","), "[]")
+		}
+		fmt.Fprintf(out, "%s\tslots=%s\tgpus=%s\n", h.Name, slots, gpus)
+	}
+	return nil
+}
+
+func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
+	var data []byte
+	if opts.Hostfile != "" {
+		var err error
+		if data, err = os.ReadFile(opts.Hostfile); err != nil {
+			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
+				Fix: "give the path of a readable hostfile"}
+		}
+	}
+	return envplan.ResolveHosts(opts.Hosts, opts.Hostfile, data, opts.Include, opts.Exclude, os.Getenv)
+}
+
+// environ returns the process environment as a map.
+func environ() map[string]string {
+	env := make(map[string]string)
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
+
+// errUnreachable marks a node gorun could not reach; nothing was started.
+var errUnreachable = errors.New("cannot reach every node; nothing was started")
+
+// connect returns one runner per host: Local for the head itself (or local
+// mode), SSH for the rest, dialled in parallel. On any failure every
+// connection is closed and the error names each failing host.
+func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string) (map[string]sshexec.Runner, error) {
+	runners := make(map[string]sshexec.Runner)
+	if len(hosts) == 0 {
+		runners["localhost"] = sshexec.NewLocal(self)
+		return runners, nil
+	}
+	cfg := sshexec.Config{
+		User: cl.Gorun.SSHUser, Port: cl.Gorun.SSHPort, Identity: cl.Gorun.SSHIdentity,
+		SSHConfigFile: cl.Gorun.SSHConfig, KnownHosts: cl.Gorun.KnownHosts,
+		AcceptNew: cl.Gorun.SSHAcceptNew, RemoteGorun: cl.Gorun.RemoteGorun,
+	}
+	var remote []string
+	for _, h := range hosts {
+		if sshexec.IsLocalHost(h.Name) {
+			runners[h.Name] = sshexec.NewLocal(self)
+		} else {
+			remote = append(remote, h.Name)
+		}
+	}
+	dialled, err := sshexec.DialAll(ctx, remote, cfg, 64)
+	for name, r := range dialled {
+		runners[name] = r
+	}
+	if err != nil {
+		closeAll(runners)
+		return nil, fmt.Errorf("%w:\n%v", errUnreachable, err)
+	}
+	for name, r := range dialled {
+		if _, err := r.EnsureAgent(ctx, self); err != nil {
+			closeAll(runners)
+			return nil, fmt.Errorf("%w: %s: install gorun agent: %v", errUnreachable, name, err)
+		}
+	}
+	return runners, nil
+}
+
+func closeAll(runners map[string]sshexec.Runner) {
+	for _, r := range runners {
+		r.Close()
+	}
+}
+
+// runLaunch is the main job: parse, resolve hosts, connect, check, plan,
+// then print the plan (--dry-run) or launch and supervise.
+func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cl, err := envplan.ParseCommandLine(args, os.Getenv)
+	if err != nil {
+		return err
+	}
+	hosts, err := resolveHosts(cl.Gorun)
+	if err != nil {
+		return err
+	}
+	spec := envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: environ()}
+	if _, err := envplan.Build(spec, nil); err != nil { // refuse bad input before connecting anywhere
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return fmt.Errorf("locate the gorun binary: %w", err)
+	}
+
+	var facts envplan.Facts
+	var runners map[string]sshexec.Runner
+	if !cl.Gorun.DryRun || cl.Gorun.Preflight != "off" {
+		runners, err = connect(ctx, cl, hosts, self)
+		if err != nil {
+			return err
+		}
+		defer closeAll(runners)
+	}
+	if cl.Gorun.Preflight != "off" {
+		report := checkNodes(ctx, cl, hosts, runners, self)
+		failed := !report.OK
+		if failed || cl.Gorun.Preflight == "warn" || hasWarnings(report) {
+			report.WriteText(stderr)
+		}
+		if failed && cl.Gorun.Preflight == "on" {
+			return errPreflightFailed
+		}
+		facts = planFacts(report)
+	}
+	plan, err := envplan.Build(spec, facts)
+	if err != nil {
+		return err
+	}
+	if cl.Gorun.DryRun {
+		return renderPlan(stdout, plan, cl.Gorun.Format)
+	}
+	if len(hosts) > 0 {
+		envplan.RenderTable(stderr, plan)
+	}
+	return supervise(ctx, cl, plan, runners, stdout, stderr)
+}
+
+func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
+	switch format {
+	case "json":
+		return envplan.RenderJSON(w, plan)
+	case "shell":
+		return envplan.RenderShell(w, plan)
+	default:
+		return envplan.RenderTable(w, plan)
+	}
+}
+
+// supervise runs the plan under launch.Run, with a second Ctrl-C turning
+// the graceful stop into an immediate one.
+func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, stdout, stderr io.Writer) error {
+	kill := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		second := make(chan os.Signal, 1)
+		signal.Notify(second, os.Interrupt, syscall.SIGTERM)
+		defer signal.Stop(second)
+		select {
+		case <-second:
+			close(kill)
+		case <-time.After(time.Minute):
+		}
+	}()
+	restarts := 0
+	if len(plan.Nodes) > 1 || len(cl.Gorun.Hosts)+len(cl.Gorun.Hostfile) > 0 {
+		restarts = cl.Torchrun.MaxRestarts // gorun restarts the whole group; torchrun runs with 0
+	}
+	_, err := launch.Run(ctx, launch.Options{
+		Attempt:     func(ctx context.Context, k int) ([]launch.Node, error) { return attempt(plan, runners, k) },
+		MaxRestarts: restarts,
+		Backoff:     time.Second,
+		Out:         stdout,
+		Diag:        stderr,
+		Color:       useColor(stdout),
+		Kill:        kill,
+	})
+	return err
+}
+
+// attempt turns the plan into one job per node for attempt k.
+func attempt(plan envplan.Plan, runners map[string]sshexec.Runner, k int) ([]launch.Node, error) {
+	cwd, _ := os.Getwd()
+	nodes := make([]launch.Node, 0, len(plan.Nodes))
+	for _, n := range plan.Nodes {
+		env := make(map[string]string, len(n.Env)+1)
+		for name, v := range n.Env {
+			if v.Source != envplan.SourceTorchrun {
+				env[name] = v.Value
+			}
+		}
+		env["GORUN_RESTART_COUNT"] = strconv.Itoa(k)
+		nodes = append(nodes, launch.Node{
+			Name:   n.Host,
+			Runner: runners[n.Host],
+			Job:    sshexec.Job{Argv: n.Command, Env: env, Dir: cwd},
+		})
+	}
+	return nodes, nil
+}
+
+func useColor(w io.Writer) bool {
+	if _, ok := os.LookupEnv("NO_COLOR"); ok {
+		return false
+	}
+	f, ok := w.(*os.File)
+	if !ok {
+		return false
+	}
+	st, err := f.Stat()
+	return err == nil && st.Mode()&os.ModeCharDevice != 0
+}
+
+// runPreflight runs only the checks (or explains a pasted topology).
+func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	asJSON, topoFile, rest, err := preflightArgs(args)
+	if err != nil {
+		return err
+	}
+	if topoFile != "" {
+		data, err := os.ReadFile(topoFile)
+		if err != nil {
+			return &envplan.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
+		}
+		rep, err := preflight.ExplainTopology(topoFile, data)
+		if err != nil {
+			return err
+		}
+		if asJSON {
+			return writeJSON(stdout, rep)
+		}
+		rep.WriteText(stdout)
+		return nil
+	}
+	cl, err := envplan.ParseCommandLine(append(rest, "-"), os.Getenv) // the script is optional here
+	if err != nil {
+		return err
+	}
+	if cl.Torchrun.TrainingScript == "-" {
+		cl.Torchrun.TrainingScript = ""
+	}
+	hosts, err := resolveHosts(cl.Gorun)
+	if err != nil {
+		return err
+	}
+	self, err := os.Executable()
+	if err != nil {
+		return err
+	}
+	runners, err := connect(ctx, cl, hosts, self)
+	if err != nil {
+		return err
+	}
+	defer closeAll(runners)
+	report := checkNodes(ctx, cl, hosts, runners, self)
+	if asJSON {
+		err = writeJSON(stdout, report)
+	} else {
+		report.WriteText(stdout)
+	}
+	if err == nil && !report.OK {
+		return errPreflightFailed
+	}
+	return err
+}
+
+// preflightArgs takes preflight's own options off the front of args.
+func preflightArgs(args []string) (asJSON bool, topoFile string, rest []string, err error) {
+	for i := 0; i < len(args); i++ {
+		switch a := args[i]; {
+		case a == "--json":
+			asJSON = true
+		case a == "--topo-file" || a == "--topo_file":
+			if i+1 >= len(args) {
+				return false, "", nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
+			}
+			i++
+			topoFile = args[i]
+		case strings.HasPrefix(a, "--topo-file=") || strings.HasPrefix(a, "--topo_file="):
+			topoFile = a[len("--topo-file="):]
+		default:
+			rest = append(rest, a)
+		}
+	}
+	return asJSON, topoFile, rest, nil
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}
+
+// checkNodes collects facts on every node in parallel and evaluates the
+// checks, per node and across nodes, plus the head-side lints (the NCCL
+// variables the user exported, the training script).
+func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, self string) preflight.Report {
+	routeTo := masterAddress(cl, hosts, runners)
+	type node struct {
+		name string
+		gpus []int
+	}
+	nodes := []node{{name: "localhost"}}
+	if len(hosts) > 0 {
+		nodes = nodes[:0]
+		for _, h := range hosts {
+			nodes = append(nodes, node{h.Name, h.GPUs})
+		}
+	}
+	reports := make([]preflight.NodeReport, len(nodes))
+	var wg sync.WaitGroup
+	for i, n := range nodes {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			want := preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu", GPUIDs: n.gpus}
+			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo}
+			facts, err := collectOn(ctx, runners[n.name], self, opts)
+			if err != nil {
+				reports[i] = preflight.NodeReport{Host: n.name, Findings: []preflight.Finding{{
+					ID: "node.reach", Severity: preflight.SeverityFail, Message: "cannot collect facts on " + n.name,
+					Evidence: err.Error(), Remedy: "check that the node is up and that gorun can run there"}}}
+				return
+			}
+			facts.Host = n.name
+			reports[i] = preflight.NodeReport{Host: n.name, Facts: facts, Findings: preflight.Check(facts, want)}
+		}()
+	}
+	wg.Wait()
+	across := preflight.CheckAcross(reports)
+	across = append(across, preflight.LintNCCLEnv(environ())...)
+	if src, err := os.ReadFile(cl.Torchrun.TrainingScript); err == nil && !cl.Torchrun.NoPython {
+		across = append(across, preflight.LintScript(cl.Torchrun.TrainingScript, src)...)
+	}
+	return preflight.NewReport(reports, across)
+}
+
+// masterAddress is the address the nodes will reach the master at: the
+// user's --master-addr when given, else the address the head reached node 0
+// at. Each node reports the interface that routes there. "" in local mode.
+func masterAddress(cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) string {
+	if len(hosts) == 0 {
+		return ""
+	}
+	if cl.Set("master_addr") {
+		return cl.Torchrun.MasterAddr
+	}
+	if r, ok := runners[hosts[0].Name].(*sshexec.Remote); ok {
+		if host, _, err := net.SplitHostPort(r.Addr()); err == nil {
+			return host
+		}
+	}
+	return hosts[0].Name
+}
+
+// collectRequest tells a node's collector what to look at: the torchrun it
+// will run (to find the Python and torch behind it), the training script
+// (hashed, to compare across nodes) and the master address to route to.
+// It travels as JSON to `gorun _collect` on remote nodes.
+type collectRequest struct {
+	Torchrun string `json:"torchrun"`
+	Script   string `json:"script"`
+	RouteTo  string `json:"route_to"`
+}
+
+// collectOn gathers one node's facts: in-process for the head, through the
+// uploaded gorun (`gorun _collect REQUEST`) elsewhere.
+func collectOn(ctx context.Context, r sshexec.Runner, self string, req collectRequest) (preflight.Facts, error) {
+	if _, ok := r.(*sshexec.Local); ok {
+		return collectLocal(ctx, req), nil
+	}
+	remote, ok := r.(*sshexec.Remote)
+	if !ok {
+		return preflight.Facts{}, fmt.Errorf("no collector for %T", r)
+	}
+	gorun, err := remote.EnsureAgent(ctx, self) // cached after connect's upload
+	if err != nil {
+		return preflight.Facts{}, err
+	}
+	arg, _ := json.Marshal(req)
+	out, err := remote.Output(ctx, []string{gorun, "_collect", string(arg)})
+	if err != nil {
+		return preflight.Facts{}, err
+	}
+	var facts preflight.Facts
+	if err := json.Unmarshal(out, &facts); err != nil {
+		return preflight.Facts{}, fmt.Errorf("read facts from %s: %w", r.Node(), err)
+	}
+	return facts, nil
+}
+
+// collectLocal gathers this machine's facts. NVML is loaded here, in main,
+// and only here.
+func collectLocal(ctx context.Context, req collectRequest) preflight.Facts {
+	src := preflight.Sources{
+		NVML:       nvml.New(),
+		Root:       "/",
+		Run:        runCommand,
+		Environ:    os.Environ(),
+		Now:        time.Now,
+		Interfaces: preflight.HostInterfaces,
+		Route:      preflight.HostRoute,
+		Torch: func(ctx context.Context) preflight.TorchFacts {
+			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
+		},
+	}
+	return preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo})
+}
+
+// torchrunPython is the interpreter torchrun runs under (its #! line).
+func torchrunPython(torchrun string) string {
+	prog := "torchrun"
+	if f := strings.Fields(torchrun); len(f) > 0 {
+		prog = f[0]
+	}
+	if p, err := exec.LookPath(prog); err == nil {
+		prog = p
+	}
+	py := preflight.TorchrunPython(prog, os.ReadFile)
+	if py == "" {
+		py = "python3"
+	}
+	if p, err := exec.LookPath(py); err == nil {
+		py = p
+	}
+	return py
+}
+
+func runCommand(ctx context.Context, name string, args ...string) ([]byte, error) {
+	return exec.CommandContext(ctx, name, args...).Output()
+}
+
+func runArgv(ctx context.Context, argv []string) ([]byte, error) {
+	return runCommand(ctx, argv[0], argv[1:]...)
+}
+
+func hasWarnings(r preflight.Report) bool {
+	for _, n := range append([]preflight.NodeReport{{Findings: r.Findings}}, r.Nodes...) {
+		for _, f := range n.Findings {
+			if f.Severity == preflight.SeverityWarn {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// planFacts reduces preflight facts to what the plan needs.
+func planFacts(r preflight.Report) envplan.Facts {
+	facts := make(envplan.Facts, len(r.Nodes))
+	for _, n := range r.Nodes {
+		f := n.Facts
+		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed}
+		for _, g := range f.GPUs {
+			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})
+		}
+		if f.Route != nil && f.Route.Err == "" {
+			nf.Interface, nf.Address = f.Route.Interface, f.Route.Source
+		}
+		for _, p := range f.RDMA {
+			if p.State == "ACTIVE" {
+				nf.IBPorts = append(nf.IBPorts, p.Name())
+			}
+		}
+		facts[n.Host] = nf
+	}
+	return facts
+}
