@@ -610,20 +610,20 @@ func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
 	argv = append(argv, "--nnodes="+nnodes)
 	if h.Slots > 0 {
 		decided["nproc_per_node"] = true
-		argv = append(argv, "--nproc-per-node="+strconv.Itoa(h.Slots))
+		argv = append(argv, "--nproc_per_node="+strconv.Itoa(h.Slots))
 		if b.spec.Set("nproc_per_node") && b.cfg.NProcPerNode != strconv.Itoa(h.Slots) {
 			b.slotsOver = append(b.slotsOver, h.Name)
 		}
 	}
 	if b.static {
 		decided["node_rank"] = true
-		argv = append(argv, "--node-rank="+strconv.Itoa(i))
+		argv = append(argv, "--node_rank="+strconv.Itoa(i))
 		if !b.endpoint {
 			decided["master_addr"], decided["master_port"] = true, true
-			argv = append(argv, "--master-addr="+b.masterAddr.Value, "--master-port="+b.masterPort.Value)
+			argv = append(argv, "--master_addr="+b.masterAddr.Value, "--master_port="+b.masterPort.Value)
 		}
 	}
-	argv = append(argv, "--max-restarts=0")
+	argv = append(argv, "--max_restarts=0")
 	if b.addTee() {
 		argv = append(argv, "--tee=3")
 	}
@@ -642,13 +642,15 @@ func (b *builder) addTee() bool {
 	return b.head && !b.spec.Set("tee") && !b.spec.Set("redirects")
 }
 
-// appendArg appends one user option in canonical form: "--name=value" for
-// long options (a value starting with '-' stays attached), "-x value" for
-// short ones (argparse would keep the '=' of "-x=value").
+// appendArg appends one user option: "--name=value" for long options (a
+// value starting with '-' stays attached), "-x value" for short ones
+// (argparse would keep the '=' of "-x=value"). Long names are written in
+// their underscore spelling ("--nproc_per_node"), the one every torchrun
+// accepts: 2.x takes both, 1.x only that one.
 func appendArg(argv []string, a Arg) []string {
 	name := a.Name
-	if name == "" {
-		name = "--" + strings.ReplaceAll(a.Dest, "_", "-")
+	if name == "" || strings.HasPrefix(name, "--") {
+		name = "--" + a.Dest
 	}
 	switch {
 	case a.IsFlag:

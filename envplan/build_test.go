@@ -61,7 +61,7 @@ func TestBuildInputErrors(t *testing.T) {
 			return s
 		}, "--nnodes"},
 		{"elastic minimum above hosts", func() Spec {
-			s := newSpec([]string{"--nnodes=3:4", "--rdzv-backend=c10d", "--rdzv-endpoint=a:29400"}, "train.py")
+			s := newSpec([]string{"--nnodes=3:4", "--rdzv_backend=c10d", "--rdzv_endpoint=a:29400"}, "train.py")
 			s.Hosts = hosts("a,b")
 			return s
 		}, "--nnodes"},
@@ -103,11 +103,11 @@ func TestBuild(t *testing.T) {
 		check func(t *testing.T, p Plan)
 	}{
 		{"local mode passes options as given", func() Spec {
-			s := newSpec([]string{"--nproc-per-node=4", "--max-restarts=2", "--rdzv-id=x"}, "train.py", "--x")
+			s := newSpec([]string{"--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=x"}, "train.py", "--x")
 			s.Given = append(s.Given, Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "--nproc-per-node=4", "--max-restarts=2", "--rdzv-id=x", "train.py", "--x"}
+			want := []string{"torchrun", "--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=x", "train.py", "--x"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q, want %q", p.Nodes[0].Command, want)
 			}
@@ -125,7 +125,7 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"local mode second node of a static job", func() Spec {
-			return newSpec([]string{"--nnodes=2", "--node-rank=1", "--nproc-per-node=4"}, "train.py")
+			return newSpec([]string{"--nnodes=2", "--node_rank=1", "--nproc_per_node=4"}, "train.py")
 		}, nil, func(t *testing.T, p Plan) {
 			if got := ranksOf(p.Nodes[0]); !slices.Equal(got, []int{4, 5, 6, 7}) {
 				t.Errorf("ranks = %v, want 4-7", got)
@@ -135,12 +135,12 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"static head node decides per node", func() Spec {
-			s := newSpec([]string{"--nnodes=2", "--max-restarts=5", "--node-rank=3"}, "train.py", "--lr", "1")
+			s := newSpec([]string{"--nnodes=2", "--max_restarts=5", "--node_rank=3"}, "train.py", "--lr", "1")
 			s.Hosts = hosts("a:2,b:2")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "--nnodes=2", "--nproc-per-node=2", "--node-rank=1",
-				"--master-addr=10.0.0.1", "--master-port=29500", "--max-restarts=0", "--tee=3", "train.py", "--lr", "1"}
+			want := []string{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--node_rank=1",
+				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0", "--tee=3", "train.py", "--lr", "1"}
 			if !slices.Equal(p.Nodes[1].Command, want) {
 				t.Errorf("command = %q,\nwant %q", p.Nodes[1].Command, want)
 			}
@@ -165,15 +165,15 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"user master address wins", func() Spec {
-			s := newSpec([]string{"--master-addr=10.9.9.9", "--master-port=1234"}, "train.py")
+			s := newSpec([]string{"--master_addr=10.9.9.9", "--master_port=1234"}, "train.py")
 			s.Hosts = hosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			for _, n := range p.Nodes {
-				if !argvHas(n.Command, "--master-addr=10.9.9.9") || !argvHas(n.Command, "--master-port=1234") {
+				if !argvHas(n.Command, "--master_addr=10.9.9.9") || !argvHas(n.Command, "--master_port=1234") {
 					t.Errorf("%s command = %q", n.Host, n.Command)
 				}
-				if strings.Count(strings.Join(n.Command, " "), "--master-addr") != 1 {
+				if strings.Count(strings.Join(n.Command, " "), "--master_addr") != 1 {
 					t.Errorf("%s: --master-addr twice: %q", n.Host, n.Command)
 				}
 				if n.Env["MASTER_ADDR"] != (Var{Value: "10.9.9.9", Reason: "--master-addr", Source: SourceUser}) {
@@ -194,17 +194,17 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"c10d rendezvous decides ranks", func() Spec {
-			s := newSpec([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=a:29400", "--nproc-per-node=2"}, "train.py")
+			s := newSpec([]string{"--rdzv_backend=c10d", "--rdzv_endpoint=a:29400", "--nproc_per_node=2"}, "train.py")
 			s.Hosts = hosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			for _, n := range p.Nodes {
-				for _, bad := range []string{"--node-rank", "--master-addr", "--master-port"} {
+				for _, bad := range []string{"--node_rank", "--master_addr", "--master_port"} {
 					if argvHasPrefix(n.Command, bad) {
 						t.Errorf("%s command has %s: %q", n.Host, bad, n.Command)
 					}
 				}
-				if !argvHas(n.Command, "--rdzv-endpoint=a:29400") || !argvHas(n.Command, "--nnodes=2") {
+				if !argvHas(n.Command, "--rdzv_endpoint=a:29400") || !argvHas(n.Command, "--nnodes=2") {
 					t.Errorf("%s command = %q", n.Host, n.Command)
 				}
 				if got := ranksOf(n); !slices.Equal(got, []int{-1, -1}) {
@@ -219,12 +219,12 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"static with endpoint keeps node rank", func() Spec {
-			s := newSpec([]string{"--rdzv-endpoint=a:29600", "--nproc-per-node=1"}, "train.py")
+			s := newSpec([]string{"--rdzv_endpoint=a:29600", "--nproc_per_node=1"}, "train.py")
 			s.Hosts = hosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			n := p.Nodes[1]
-			if !argvHas(n.Command, "--node-rank=1") || argvHasPrefix(n.Command, "--master-addr") {
+			if !argvHas(n.Command, "--node_rank=1") || argvHasPrefix(n.Command, "--master_addr") {
 				t.Errorf("command = %q", n.Command)
 			}
 			if n.Env["MASTER_ADDR"].Value != "a" || n.Env["MASTER_PORT"].Value != "29600" {
@@ -235,11 +235,11 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"standalone on one host", func() Spec {
-			s := newSpec([]string{"--standalone", "--nproc-per-node=2"}, "train.py")
+			s := newSpec([]string{"--standalone", "--nproc_per_node=2"}, "train.py")
 			s.Hosts = hosts("a")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
-			if !argvHas(p.Nodes[0].Command, "--standalone") || argvHasPrefix(p.Nodes[0].Command, "--node-rank") {
+			if !argvHas(p.Nodes[0].Command, "--standalone") || argvHasPrefix(p.Nodes[0].Command, "--node_rank") {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
 			if got := ranksOf(p.Nodes[0]); !slices.Equal(got, []int{0, 1}) {
@@ -269,7 +269,7 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"unknown nproc leaves later ranks unknown", func() Spec {
-			s := newSpec([]string{"--nproc-per-node=gpu"}, "train.py")
+			s := newSpec([]string{"--nproc_per_node=gpu"}, "train.py")
 			s.Hosts = hosts("a,b,c:2")
 			return s
 		}, Facts{"a": smallFacts(2, "eth0", "10.0.0.1")}, func(t *testing.T, p Plan) {
@@ -284,14 +284,14 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"slots replace the user's nproc", func() Spec {
-			s := newSpec([]string{"--nproc-per-node=4"}, "train.py")
+			s := newSpec([]string{"--nproc_per_node=4"}, "train.py")
 			s.Hosts = hosts("a:2,b")
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			if !argvHas(p.Nodes[0].Command, "--nproc-per-node=2") || argvHas(p.Nodes[0].Command, "--nproc-per-node=4") {
+			if !argvHas(p.Nodes[0].Command, "--nproc_per_node=2") || argvHas(p.Nodes[0].Command, "--nproc_per_node=4") {
 				t.Errorf("a command = %q", p.Nodes[0].Command)
 			}
-			if !argvHas(p.Nodes[1].Command, "--nproc-per-node=4") {
+			if !argvHas(p.Nodes[1].Command, "--nproc_per_node=4") {
 				t.Errorf("b command = %q", p.Nodes[1].Command)
 			}
 			if !hasNote(p, NoteWarn, "--nproc-per-node=4", "a") {
@@ -363,7 +363,7 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"numa binding leaves CPUs to torchrun", func() Spec {
-			s := newSpec([]string{"--numa-binding=node", "--nproc-per-node=2"}, "train.py")
+			s := newSpec([]string{"--numa-binding=node", "--nproc_per_node=2"}, "train.py")
 			return s
 		}, Facts{"localhost": smallFacts(2, "", "")}, func(t *testing.T, p Plan) {
 			for _, r := range p.Nodes[0].Ranks {
@@ -376,14 +376,14 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"run-path cannot bind", func() Spec {
-			return newSpec([]string{"--run-path", "--nproc-per-node=2"}, "train.py")
+			return newSpec([]string{"--run-path", "--nproc_per_node=2"}, "train.py")
 		}, Facts{"localhost": smallFacts(2, "", "")}, func(t *testing.T, p Plan) {
 			if p.Nodes[0].Ranks[0].CPUs != "" || !hasNote(p, NoteWarn, "--run-path") {
 				t.Errorf("ranks %+v notes %+v", p.Nodes[0].Ranks, p.Notes)
 			}
 		}},
 		{"CPU-only node split evenly", func() Spec {
-			return newSpec([]string{"--nproc-per-node=3", "--nnodes=1"}, "train.py")
+			return newSpec([]string{"--nproc_per_node=3", "--nnodes=1"}, "train.py")
 		}, Facts{"localhost": {CPUs: "0-9"}}, func(t *testing.T, p Plan) {
 			var got []string
 			for _, r := range p.Nodes[0].Ranks {
@@ -403,7 +403,7 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"GPU locality respects the allowed CPUs", func() Spec {
-			return newSpec([]string{"--nproc-per-node=8"}, "train.py")
+			return newSpec([]string{"--nproc_per_node=8"}, "train.py")
 		}, Facts{"localhost": func() NodeFacts {
 			f := dgxFacts("", "")
 			f.CPUs = "0-23,48-71" // a cgroup gives half of each NUMA node
@@ -419,7 +419,7 @@ func TestBuild(t *testing.T) {
 			}
 		}},
 		{"too few CPUs leaves ranks unbound", func() Spec {
-			return newSpec([]string{"--nproc-per-node=4"}, "train.py")
+			return newSpec([]string{"--nproc_per_node=4"}, "train.py")
 		}, Facts{"localhost": {CPUs: "0-1", GPUs: []GPU{{Index: 0, NUMANode: 0, CPUs: "0-1"}, {Index: 1, NUMANode: 0, CPUs: "0-1"}, {Index: 2, NUMANode: 0, CPUs: "0-1"}, {Index: 3, NUMANode: 0, CPUs: "0-1"}}}}, func(t *testing.T, p Plan) {
 			if p.Nodes[0].Ranks[0].CPUs != "" || !hasNote(p, NoteWarn, "cannot be split") {
 				t.Errorf("ranks %+v notes %+v", p.Nodes[0].Ranks, p.Notes)
