@@ -62,11 +62,7 @@ func exitCode(err error) int {
 	case err == nil, errors.Is(err, envplan.ErrHelp):
 		return exitOK
 	case errors.As(err, &failed):
-		fmt.Fprintln(os.Stderr, "gorun:", err)
-		if c := failed.Failure.Code; c > 0 && c < 256 {
-			return c
-		}
-		return exitFailure
+		return failed.ExitCode() // launch has printed the failure summary
 	case errors.Is(err, launch.ErrInterrupted):
 		fmt.Fprintln(os.Stderr, "gorun:", err)
 		return exitInterrupted
@@ -312,7 +308,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(hosts) > 0 {
 		envplan.RenderTable(stderr, plan)
 	}
-	return supervise(ctx, cl, plan, runners, stdout, stderr)
+	return supervise(ctx, cl, plan, runners, len(hosts) > 0, stdout, stderr)
 }
 
 func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
@@ -328,7 +324,7 @@ func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
 
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
-func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, stdout, stderr io.Writer) error {
+func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, head bool, stdout, stderr io.Writer) error {
 	kill := make(chan struct{})
 	go func() {
 		<-ctx.Done()
@@ -342,15 +338,17 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 		}
 	}()
 	restarts := 0
-	if len(plan.Nodes) > 1 || len(cl.Gorun.Hosts)+len(cl.Gorun.Hostfile) > 0 {
-		restarts = cl.Torchrun.MaxRestarts // gorun restarts the whole group; torchrun runs with 0
+	if head {
+		restarts = cl.Torchrun.MaxRestarts // gorun restarts the whole group; each torchrun runs with 0
 	}
 	_, err := launch.Run(ctx, launch.Options{
 		Attempt:     func(ctx context.Context, k int) ([]launch.Node, error) { return attempt(plan, runners, k) },
 		MaxRestarts: restarts,
 		Backoff:     time.Second,
 		Out:         stdout,
+		Err:         stderr,
 		Diag:        stderr,
+		Plain:       !head, // one local node: print exactly what torchrun prints
 		Color:       useColor(stdout),
 		Kill:        kill,
 	})

@@ -100,6 +100,7 @@ const colorReset = "\x1b[0m"
 type nodeLog struct {
 	name  string
 	color string // "" for no colour
+	plain bool   // lines pass through as they are: no prefix, worker prefixes kept
 
 	mu    sync.Mutex
 	tail  [tailLines]tailLine
@@ -113,8 +114,8 @@ type tailLine struct {
 	text []byte
 }
 
-func newNodeLog(name string, index int, color bool) *nodeLog {
-	l := &nodeLog{name: name}
+func newNodeLog(name string, index int, color, plain bool) *nodeLog {
+	l := &nodeLog{name: name, plain: plain}
 	if color {
 		l.color = nodeColors[index%len(nodeColors)]
 	}
@@ -294,7 +295,7 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 		b = append(b, line...)
 		return append(b, '\n')
 	}
-	rank, text := splitWorkerPrefix(line)
+	rank, text := w.split(line)
 	w.log.record(rank, text)
 	b = append(b, w.prefix(rank, false)...)
 	b = append(b, text...)
@@ -308,7 +309,7 @@ func (w *lineWriter) piece(b, seg []byte) []byte {
 		b = append(b, seg...)
 		return append(b, '\n')
 	}
-	rank, text := splitWorkerPrefix(seg)
+	rank, text := w.split(seg)
 	w.log.record(rank, text)
 	w.cont, w.contRank = true, rank
 	b = append(b, w.prefix(rank, false)...)
@@ -316,8 +317,21 @@ func (w *lineWriter) piece(b, seg []byte) []byte {
 	return append(b, '\n')
 }
 
-// prefix returns the prefix for rank, cached for the common small ranks.
+// split takes torchrun's worker prefix off a line, except in plain mode,
+// where lines are shown exactly as torchrun printed them.
+func (w *lineWriter) split(line []byte) (int, []byte) {
+	if w.log.plain {
+		return -1, line
+	}
+	return splitWorkerPrefix(line)
+}
+
+// prefix returns the prefix for rank, cached for the common small ranks;
+// none in plain mode.
 func (w *lineWriter) prefix(rank int, cont bool) []byte {
+	if w.log.plain {
+		return nil
+	}
 	if cont || rank >= 255 {
 		return appendPrefix(nil, w.log.name, w.log.color, rank, cont)
 	}

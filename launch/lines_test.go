@@ -13,7 +13,7 @@ func prefixed(t testing.TB, color bool, chunks ...string) string {
 	t.Helper()
 	s := newSink()
 	var out bytes.Buffer
-	w := newLineWriter(newNodeLog("node1", 0, color), s, &out)
+	w := newLineWriter(newNodeLog("node1", 0, color, false), s, &out)
 	for _, c := range chunks {
 		if n, err := w.Write([]byte(c)); n != len(c) || err != nil {
 			t.Fatalf("Write(%q) = %d, %v", c, n, err)
@@ -75,7 +75,7 @@ func TestLineWriterColor(t *testing.T) {
 	if got != want {
 		t.Errorf("got %q, want %q", got, want)
 	}
-	if a, b := newNodeLog("a", 0, true).color, newNodeLog("b", 1, true).color; a == b {
+	if a, b := newNodeLog("a", 0, true, false).color, newNodeLog("b", 1, true, false).color; a == b {
 		t.Errorf("nodes 0 and 1 share colour %q", a)
 	}
 }
@@ -140,7 +140,7 @@ func TestLineWriterConcurrent(t *testing.T) {
 	var out bytes.Buffer
 	var wg sync.WaitGroup
 	for i := range streams {
-		w := newLineWriter(newNodeLog(fmt.Sprintf("n%d", i), i, false), s, &out)
+		w := newLineWriter(newNodeLog(fmt.Sprintf("n%d", i), i, false, false), s, &out)
 		wg.Go(func() {
 			var buf []byte
 			for j := range lines {
@@ -179,7 +179,7 @@ func TestLineWriterConcurrent(t *testing.T) {
 func TestLineWriterAfterClose(t *testing.T) {
 	s := newSink()
 	var out bytes.Buffer
-	w := newLineWriter(newNodeLog("node1", 0, false), s, &out)
+	w := newLineWriter(newNodeLog("node1", 0, false, false), s, &out)
 	w.Write([]byte("a\n"))
 	w.close()
 	if n, err := w.Write([]byte("late\n")); n != 5 || err != nil {
@@ -193,7 +193,7 @@ func TestLineWriterAfterClose(t *testing.T) {
 
 func TestNodeLogTail(t *testing.T) {
 	s := newSink()
-	l := newNodeLog("node1", 0, true)
+	l := newNodeLog("node1", 0, true, false)
 	w := newLineWriter(l, s, &bytes.Buffer{})
 	for i := range tailLines + 5 {
 		fmt.Fprintf(w, "[default%d]:line %d\n", i%2, i)
@@ -261,7 +261,7 @@ func BenchmarkPrefixer(b *testing.B) {
 			out := &checkWriter{}
 			ws := make([]*lineWriter, streams)
 			for i := range ws {
-				ws[i] = newLineWriter(newNodeLog(fmt.Sprintf("node%d", i/2), i/2, false), s, out)
+				ws[i] = newLineWriter(newNodeLog(fmt.Sprintf("node%d", i/2), i/2, false, false), s, out)
 			}
 			b.SetBytes(int64(len(chunk)))
 			b.ResetTimer()
@@ -328,3 +328,20 @@ func lens(ss []string) []int {
 }
 
 func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
+
+func TestPlainLinesPassThrough(t *testing.T) {
+	var out bytes.Buffer
+	s := newSink()
+	l := newNodeLog("localhost", 0, true, true)
+	w := newLineWriter(l, s, &out)
+	w.Write([]byte("[default0]:hello\ntorchrun says"))
+	w.Write([]byte(" hi\n"))
+	w.close()
+	s.close()
+	if got, want := out.String(), "[default0]:hello\ntorchrun says hi\n"; got != want {
+		t.Fatalf("plain output = %q, want %q", got, want)
+	}
+	if got := l.lastLines(); len(got) != 2 || got[1] != "[localhost] torchrun says hi" {
+		t.Fatalf("last lines = %q", got)
+	}
+}

@@ -19,6 +19,7 @@ import (
 //	  traceback : To enable traceback see: ...
 //	============================================================
 type rootCause struct {
+	Time      string
 	Host      string
 	Rank      int
 	LocalRank int
@@ -27,15 +28,19 @@ type rootCause struct {
 }
 
 // causeParser reads torchrun's own lines one at a time and remembers the last
-// complete Root Cause block. It is fed line by line, rather than given the
-// node's tail afterwards, because a long traceback in the "Failures" section
-// can push the block out of any fixed window of last lines.
+// complete Root Cause block and the "Failures:" entries before it. It is fed
+// line by line, rather than given the node's tail afterwards, because a long
+// traceback in the "Failures" section can push the block out of any fixed
+// window of last lines.
 type causeParser struct {
-	state  causeState
-	cur    rootCause
-	fields int // bit set of fields seen in cur
-	found  bool
-	last   rootCause
+	state   causeState
+	inRoot  bool // the entries being read are the Root Cause section's
+	cur     rootCause
+	fields  int // bit set of fields seen in cur
+	found   bool
+	last    rootCause
+	others  []rootCause // the "Failures:" section's entries
+	pending []rootCause // "Failures:" entries of the summary being read
 }
 
 type causeState uint8
@@ -53,6 +58,7 @@ const (
 
 var (
 	rootCauseTitle = []byte("Root Cause")
+	failuresTitle  = []byte("Failures:")
 	borderPrefix   = []byte("====")
 )
 
@@ -61,8 +67,11 @@ func (p *causeParser) feed(line []byte) {
 	t := bytes.TrimSpace(line)
 	switch p.state {
 	case causeIdle:
-		if bytes.HasPrefix(t, rootCauseTitle) {
-			p.state = causeHeader
+		switch {
+		case bytes.HasPrefix(t, failuresTitle):
+			p.state, p.inRoot, p.pending = causeHeader, false, p.pending[:0]
+		case bytes.HasPrefix(t, rootCauseTitle):
+			p.state, p.inRoot = causeHeader, true
 		}
 	case causeHeader:
 		if len(t) >= 3 && t[0] == '[' && bytes.HasSuffix(t, []byte("]:")) {
@@ -85,6 +94,8 @@ func (p *causeParser) feed(line []byte) {
 		}
 		val = bytes.TrimSpace(val)
 		switch string(key) {
+		case "time":
+			p.cur.Time = string(val)
 		case "host":
 			p.cur.Host = string(val)
 		case "rank":
@@ -107,21 +118,42 @@ func (p *causeParser) feed(line []byte) {
 	}
 }
 
-// finish ends the current block, keeping it when it named a rank and a code.
+// finish ends the current entry, keeping it when it named a rank and a
+// code, and expects another entry of the same section.
 func (p *causeParser) finish() {
 	if p.fields&(fieldRank|fieldExit) == fieldRank|fieldExit {
-		p.last, p.found = p.cur, true
+		if p.inRoot {
+			p.last, p.found = p.cur, true
+			p.others = append(p.others[:0], p.pending...)
+		} else {
+			p.pending = append(p.pending, p.cur)
+		}
 	}
-	p.state = causeIdle
+	p.state = causeHeader
 }
 
-// result returns the last complete block seen; a block cut off by the end of
-// the output counts when it already named a rank and a code.
+// result returns the root cause of the last complete summary; an entry cut
+// off by the end of the output counts when it already named a rank and a
+// code.
+//
+// torchrun stamps failures to the second and breaks ties by rank, so when a
+// worker crashes and its peers die a moment later of the broken connection
+// (a Python exception: exit 1), a peer can be named the root cause. When
+// the named worker exited 1 and another failed in the same second with a
+// code of its own, that one is the likelier cause and is returned instead.
 func (p *causeParser) result() (rootCause, bool) {
-	if p.state == causeFields && p.fields&(fieldRank|fieldExit) == fieldRank|fieldExit {
+	if p.state == causeFields && p.inRoot && p.fields&(fieldRank|fieldExit) == fieldRank|fieldExit {
 		return p.cur, true
 	}
-	return p.last, p.found
+	if !p.found || p.last.ExitCode != 1 {
+		return p.last, p.found
+	}
+	for _, o := range p.others {
+		if o.Time == p.last.Time && o.ExitCode != 1 && o.ExitCode != 0 {
+			return o, true
+		}
+	}
+	return p.last, true
 }
 
 // parseRootCause finds the last Root Cause block in a node's raw output.

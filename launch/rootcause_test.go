@@ -16,9 +16,16 @@ func TestParseRootCause(t *testing.T) {
 		ok   bool
 	}{
 		{name: "single failure", file: "torchrun_failure.txt",
-			want: rootCause{Host: "node1", Rank: 3, LocalRank: 1, ExitCode: 7, PID: 1235}, ok: true},
+			want: rootCause{Time: "2024-05-01_12:00:01", Host: "node1", Rank: 3, LocalRank: 1, ExitCode: 7, PID: 1235}, ok: true},
+		{name: "same-second tie: the worker with its own code, not the peer that died of exit 1",
+			file: "torchrun_failure_tie.txt", // real torchrun 1.13 output
+			want: rootCause{Time: "2026-11-30_12:33:33", Host: "localhost", Rank: 1, LocalRank: 1, ExitCode: 7, PID: 22922}, ok: true},
+		{name: "exit 1 root cause kept when the other failure is a second apart",
+			text: "Failures:\n[1]:\n  time      : t1\n  rank      : 1 (local_rank: 1)\n  exitcode  : 7 (pid: 2)\n  traceback : x\n----\n" +
+				"Root Cause (first observed failure):\n[0]:\n  time      : t0\n  rank      : 0 (local_rank: 0)\n  exitcode  : 1 (pid: 1)\n  traceback : x\n====\n",
+			want: rootCause{Time: "t0", Rank: 0, LocalRank: 0, ExitCode: 1, PID: 1}, ok: true},
 		{name: "root cause after other failures with decoy traceback", file: "torchrun_failure_multi.txt",
-			want: rootCause{Host: "gpu-b07.cluster", Rank: 10, LocalRank: 2, ExitCode: -9, PID: 88118}, ok: true},
+			want: rootCause{Time: "2024-05-01_12:00:01", Host: "gpu-b07.cluster", Rank: 10, LocalRank: 2, ExitCode: -9, PID: 88118}, ok: true},
 		{name: "no summary", file: "torchrun_rendezvous.txt", ok: false},
 		{name: "empty", text: "", ok: false},
 		{name: "title without block",
@@ -67,7 +74,7 @@ func TestRootCauseThroughWriter(t *testing.T) {
 	}
 	s := newSink()
 	var out strings.Builder
-	l := newNodeLog("node1", 0, false)
+	l := newNodeLog("node1", 0, false, false)
 	w := newLineWriter(l, s, &out)
 	for len(text) > 0 {
 		n := min(7, len(text))
@@ -77,7 +84,7 @@ func TestRootCauseThroughWriter(t *testing.T) {
 	w.close()
 	s.close()
 	got, ok := l.rootCause()
-	want := rootCause{Host: "node1", Rank: 3, LocalRank: 1, ExitCode: 7, PID: 1235}
+	want := rootCause{Time: "2024-05-01_12:00:01", Host: "node1", Rank: 3, LocalRank: 1, ExitCode: 7, PID: 1235}
 	if !ok || got != want {
 		t.Fatalf("rootCause = %+v, %v; want %+v", got, ok, want)
 	}

@@ -29,6 +29,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Out == nil {
 		opts.Out = io.Discard
 	}
+	if opts.Err == nil {
+		opts.Err = opts.Out
+	}
 	if opts.Diag == nil {
 		opts.Diag = io.Discard
 	}
@@ -100,9 +103,9 @@ type exit struct {
 func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcome {
 	ms := make([]*member, len(nodes))
 	for i, n := range nodes {
-		l := newNodeLog(n.Name, i, opts.Color)
+		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		ms[i] = &member{node: n, log: l,
-			stdout: newLineWriter(l, s, opts.Out), stderr: newLineWriter(l, s, opts.Out)}
+			stdout: newLineWriter(l, s, opts.Out), stderr: newLineWriter(l, s, opts.Err)}
 	}
 	defer func() {
 		for _, m := range ms {

@@ -28,9 +28,13 @@ type Options struct {
 	MaxRestarts int
 	// Backoff is the pause before a restart.
 	Backoff time.Duration
-	// Out receives every prefixed line (stdout and stderr of all nodes, in
-	// arrival order, whole lines only). Diag receives gorun's own messages.
-	Out, Diag io.Writer
+	// Out receives every prefixed line the nodes print on stdout, Err those
+	// on stderr (nil: Out), in arrival order, whole lines only. Diag
+	// receives gorun's own messages. One goroutine writes all three.
+	Out, Err, Diag io.Writer
+	// Plain passes lines through as torchrun prints them, with no node
+	// prefix: a single local node, where gorun stands in for torchrun.
+	Plain bool
 	// Color prefixes with ANSI colours; main sets it only on a terminal and
 	// when NO_COLOR is unset.
 	Color bool
