@@ -138,6 +138,14 @@ func newApp(ctx context.Context) *cli.App {
 				},
 			},
 			{
+				// The worker-start hook: binds a worker to its planned CPUs,
+				// then execs it (see envplan's bindWorkers).
+				Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
+				Action: func(c *cli.Context) error {
+					return launch.ExecRank(c.Args().Slice(), os.Getenv)
+				},
+			},
+			{
 				// The node-side collector: prints this node's Facts as JSON.
 				Name: "_collect", Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
@@ -296,7 +304,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if failed && cl.Gorun.Preflight == "on" {
 			return errPreflightFailed
 		}
-		facts = planFacts(report)
+		facts = planFacts(ctx, report, runners, self)
 	}
 	plan, err := envplan.Build(spec, facts)
 	if err != nil {
@@ -622,12 +630,16 @@ func hasWarnings(r preflight.Report) bool {
 	return false
 }
 
-// planFacts reduces preflight facts to what the plan needs.
-func planFacts(r preflight.Report) envplan.Facts {
+// planFacts reduces preflight facts to what the plan needs, plus where
+// gorun itself is on each node (for the worker-start hook).
+func planFacts(ctx context.Context, r preflight.Report, runners map[string]sshexec.Runner, self string) envplan.Facts {
 	facts := make(envplan.Facts, len(r.Nodes))
 	for _, n := range r.Nodes {
 		f := n.Facts
-		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed}
+		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: self, Python: f.Torch.Python}
+		if remote, ok := runners[n.Host].(*sshexec.Remote); ok {
+			nf.Gorun, _ = remote.EnsureAgent(ctx, self) // uploaded by connect; "" leaves ranks unbound
+		}
 		for _, g := range f.GPUs {
 			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})
 		}

@@ -310,6 +310,9 @@ func (b *builder) build() (Plan, error) {
 			base = -1
 		}
 		b.env(&n, h, nproc, nprocKnown, fewest)
+		if fewest > 0 {
+			b.bindWorkers(&n, h)
+		}
 		p.Nodes = append(p.Nodes, n)
 	}
 	if len(pendingAddr) > 0 {
@@ -428,6 +431,10 @@ func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
 	}
 	f, known := b.facts[h.Name]
 	if !known || f.CPUs == "" {
+		return 0
+	}
+	if f.Gorun == "" || (f.Python == "" && !b.cfg.NoPython) {
+		b.note(NoteWarn, "%s: the interpreter torchrun starts workers with is unknown (torch not found?), so ranks are not bound", h.Name)
 		return 0
 	}
 	allowed, err := b.cpus(f.CPUs)

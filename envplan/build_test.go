@@ -140,7 +140,8 @@ func TestBuild(t *testing.T) {
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--node_rank=1",
-				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0", "--tee=3", "train.py", "--lr", "1"}
+				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0", "--tee=3",
+				"--no_python", testGorun, "_rank", "--", testPython, "-u", "train.py", "--lr", "1"}
 			if !slices.Equal(p.Nodes[1].Command, want) {
 				t.Errorf("command = %q,\nwant %q", p.Nodes[1].Command, want)
 			}
@@ -384,7 +385,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"CPU-only node split evenly", func() Spec {
 			return newSpec([]string{"--nproc_per_node=3", "--nnodes=1"}, "train.py")
-		}, Facts{"localhost": {CPUs: "0-9"}}, func(t *testing.T, p Plan) {
+		}, Facts{"localhost": {CPUs: "0-9", Gorun: testGorun, Python: testPython}}, func(t *testing.T, p Plan) {
 			var got []string
 			for _, r := range p.Nodes[0].Ranks {
 				got = append(got, r.CPUs)
@@ -420,7 +421,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"too few CPUs leaves ranks unbound", func() Spec {
 			return newSpec([]string{"--nproc_per_node=4"}, "train.py")
-		}, Facts{"localhost": {CPUs: "0-1", GPUs: []GPU{{Index: 0, NUMANode: 0, CPUs: "0-1"}, {Index: 1, NUMANode: 0, CPUs: "0-1"}, {Index: 2, NUMANode: 0, CPUs: "0-1"}, {Index: 3, NUMANode: 0, CPUs: "0-1"}}}}, func(t *testing.T, p Plan) {
+		}, Facts{"localhost": {CPUs: "0-1", Gorun: testGorun, Python: testPython, GPUs: []GPU{{Index: 0, NUMANode: 0, CPUs: "0-1"}, {Index: 1, NUMANode: 0, CPUs: "0-1"}, {Index: 2, NUMANode: 0, CPUs: "0-1"}, {Index: 3, NUMANode: 0, CPUs: "0-1"}}}}, func(t *testing.T, p Plan) {
 			if p.Nodes[0].Ranks[0].CPUs != "" || !hasNote(p, NoteWarn, "cannot be split") {
 				t.Errorf("ranks %+v notes %+v", p.Nodes[0].Ranks, p.Notes)
 			}

@@ -132,6 +132,8 @@ func dgxFacts(iface, addr string) NodeFacts {
 		Interface: iface,
 		Address:   addr,
 		IBPorts:   []string{"mlx5_0:1", "mlx5_1:1"},
+		Gorun:     testGorun,
+		Python:    testPython,
 	}
 	for i := range 8 {
 		g := GPU{Index: i, BusID: fmt.Sprintf("0000:%02x:00.0", 0x18+i*0x10), NUMANode: 0, CPUs: "0-47,96-143"}
@@ -145,9 +147,16 @@ func dgxFacts(iface, addr string) NodeFacts {
 
 // smallFacts describes a node with n GPUs on one NUMA node of 16 CPUs.
 func smallFacts(n int, iface, addr string) NodeFacts {
-	f := NodeFacts{CPUs: "0-15", Interface: iface, Address: addr}
+	f := NodeFacts{CPUs: "0-15", Interface: iface, Address: addr, Gorun: testGorun, Python: testPython}
 	for i := range n {
 		f.GPUs = append(f.GPUs, GPU{Index: i, NUMANode: 0, CPUs: "0-15"})
 	}
 	return f
 }
+
+// Where the test nodes have gorun and the interpreter torchrun runs workers
+// with, for the worker-start hook that binds CPUs.
+const (
+	testGorun  = "/opt/gorun/gorun"
+	testPython = "/usr/bin/python3"
+)

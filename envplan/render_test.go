@@ -115,7 +115,7 @@ func TestTableWidth(t *testing.T) {
 		strings.Split(strings.Repeat("--flag value ", 20), " ")...)
 	long.Hosts = hosts("a-rather-long-host-name-in-a-big-cluster-0001.example.org,b")
 	long.Gorun.Env = []string{"NCCL_DEBUG_SUBSYS=" + strings.Repeat("INIT,", 30) + "ENV", "X=multi\nline value"}
-	cases = append(cases, goldenCase{"long", long, Facts{"b": {CPUs: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48"}}})
+	cases = append(cases, goldenCase{"long", long, Facts{"b": {CPUs: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48", Gorun: testGorun, Python: testPython}}})
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			p, err := Build(c.spec, c.facts)

@@ -25,6 +25,11 @@ type NodeFacts struct {
 	Interface string   // the network interface that routes to the master address
 	Address   string   // this node's address on Interface
 	IBPorts   []string // ACTIVE RDMA ports as "mlx5_0:1"; nil when none
+	// Gorun is the path of gorun on the node and Python the interpreter
+	// torchrun starts workers with; both are needed to bind each worker's
+	// CPUs inside its start (see bindWorkers). "" when unknown.
+	Gorun  string
+	Python string
 }
 
 // GPU is one GPU as the plan sees it.
