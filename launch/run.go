@@ -97,6 +97,12 @@ type exit struct {
 	err  error
 }
 
+// settleWindow is how long a failure that looks like a consequence (a
+// worker's exit 1) waits for another node to report a worker with a code of
+// its own before the group is stopped; torchrun notices a worker's exit
+// within its 0.1 s monitor interval.
+const settleWindow = 500 * time.Millisecond
+
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
@@ -159,6 +165,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 	}
 	done, kill := ctx.Done(), opts.Kill
 	stopping := false
+	var settle <-chan time.Time
 	if o.failure != nil {
 		n := stopAll(false)
 		stopping = true
@@ -180,12 +187,29 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 			if e.err == nil && e.code == 0 {
 				continue
 			}
-			if o.failure == nil && !stopping {
-				f := exitFailure(m, e)
+			if stopping {
+				continue
+			}
+			f := exitFailure(m, e)
+			switch {
+			case o.failure == nil && f.Code == 1:
+				// A generic Python error: often a peer that lost its
+				// connection to the worker that really crashed, whose own
+				// node may report a moment later. Wait briefly for it.
 				o.failure, failed = &f, e.i
+				settle = time.After(settleWindow)
+			case o.failure == nil || (o.failure.Code == 1 && f.Code > 1):
+				o.failure, failed = &f, e.i
+				fallthrough
+			default:
+				settle = nil
 				stopAll(false)
 				stopping = true
 			}
+		case <-settle:
+			settle = nil
+			stopAll(false)
+			stopping = true
 		case <-done:
 			done = nil
 			o.interrupted = true

@@ -499,3 +499,22 @@ func TestRunAttemptError(t *testing.T) {
 type writerFunc func([]byte) (int, error)
 
 func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
+
+// TestRunPrefersTheCrashOverItsConsequence: node1's worker dies of the broken
+// connection (exit 1) a moment before node2 reports the worker that crashed
+// with its own code; the failure names node2's worker.
+func TestRunPrefersTheCrashOverItsConsequence(t *testing.T) {
+	before := runtime.NumGoroutine()
+	consequence := script{after: 10 * ms, code: 1}
+	crash := script{errOut: rootCauseText(t), after: 150 * ms, code: 1}
+	c := &cluster{plan: [][]script{{consequence, crash, {stopCode: 143}}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt})
+	var jf *JobFailed
+	if !errors.As(err, &jf) {
+		t.Fatalf("err = %v, want *JobFailed", err)
+	}
+	if f := jf.Failure; f.Node != "node2" || f.Code != 7 {
+		t.Errorf("failure = %+v, want node2's worker code 7", f)
+	}
+	checkNoLeak(t, before)
+}
