@@ -164,6 +164,9 @@ func startRawAgent(t *testing.T, job Job) *rawAgent {
 	a.cmd.Env = append(os.Environ(), testAgentEnv+"=1")
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Only a broken agent leaves processes holding its output pipes; then
+	// the test should fail, not hang.
+	a.cmd.WaitDelay = 2 * time.Second
 	var err error
 	if a.stdin, err = a.cmd.StdinPipe(); err != nil {
 		t.Fatal(err)
