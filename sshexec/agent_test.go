@@ -21,11 +21,39 @@ import (
 // pattern), so these tests need no gorun binary.
 const testAgentEnv = "GORUN_TEST_AGENT"
 
+// testHeadEnv makes the test binary act as a head: it starts the job in
+// $GORUN_TEST_JOB through Local and waits, so a test can kill a real head.
+const testHeadEnv = "GORUN_TEST_HEAD"
+
 func TestMain(m *testing.M) {
 	if os.Getenv(testAgentEnv) == "1" {
 		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv(testHeadEnv) == "1" {
+		os.Exit(serveTestHead())
+	}
 	os.Exit(m.Run())
+}
+
+func serveTestHead() int {
+	var job Job
+	if err := json.Unmarshal([]byte(os.Getenv("GORUN_TEST_JOB")), &job); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	l := NewLocal(os.Args[0])
+	l.agentEnv = append(os.Environ(), testHeadEnv+"=0", testAgentEnv+"=1")
+	p, err := l.Start(context.Background(), job, os.Stdout, os.Stderr)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	code, err := p.Wait()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	return code
 }
 
 // treeScript starts a process tree shaped like torchrun's: the main process
@@ -375,6 +403,70 @@ func TestAgentHeadLost(t *testing.T) {
 				t.Errorf("agent wrote to stdout: %q", a.stdout.String())
 			}
 		})
+	}
+}
+
+// TestAgentHeadKilled: SIGKILL a real head that started the job through
+// Local. Its agent sees EOF and tears the tree down; nothing else tells it.
+// The agent then writes its note to a stderr nobody reads any more, which
+// must not kill it before it has cleaned up.
+func TestAgentHeadKilled(t *testing.T) {
+	t.Parallel()
+	const grace = 500 * time.Millisecond
+	tr := newTree(t, 2, nil)
+	killLeftovers(t, tr.pids)
+	tr.job.Grace = grace
+	spec, err := json.Marshal(tr.job)
+	if err != nil {
+		t.Fatal(err)
+	}
+	head := exec.Command(os.Args[0])
+	head.Env = append(os.Environ(), testHeadEnv+"=1", "GORUN_TEST_JOB="+string(spec))
+	stderr, err := head.StderrPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := head.Start(); err != nil {
+		t.Fatal(err)
+	}
+	pids := tr.waitRunning(t)
+	agentPid := 0
+	if procs, err := readProcs(); err == nil {
+		for _, p := range procs {
+			if p.Ppid == head.Process.Pid {
+				agentPid = p.Pid
+			}
+		}
+	}
+	if agentPid == 0 {
+		t.Fatal("no agent under the head")
+	}
+	start := time.Now()
+	if err := head.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = stderr.Close() // the head's end of the agent's stderr is gone too
+	_ = head.Wait()
+	// The agent's own zombie is init's to reap, which may take a while;
+	// everything under it must be gone entirely.
+	agentRunning := func() []int {
+		b, err := os.ReadFile("/proc/" + strconv.Itoa(agentPid) + "/stat")
+		if err != nil {
+			return nil
+		}
+		if st, err := parseProcStat(b); err == nil && st.State == 'Z' {
+			return nil
+		}
+		return []int{agentPid}
+	}
+	left := func() []int { return append(agentRunning(), livePids(pids)...) }
+	deadline := start.Add(grace + time.Second)
+	for len(left()) > 0 && time.Now().Before(deadline) {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if live := left(); len(live) > 0 {
+		t.Errorf("still there %v after the head died (agent %d): %v", time.Since(start), agentPid, live)
+		_ = syscall.Kill(agentPid, syscall.SIGKILL)
 	}
 }
 

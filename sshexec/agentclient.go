@@ -30,6 +30,12 @@ var _ Process = (*agentProcess)(nil)
 // not clean up.
 func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
 	outW, errW io.Writer, wait func() (int, error)) (Process, error) {
+	if outW == nil {
+		outW = io.Discard
+	}
+	if errW == nil {
+		errW = io.Discard
+	}
 	line, err := json.Marshal(job)
 	if err != nil {
 		err = fmt.Errorf("encode job: %w", err)
