@@ -46,7 +46,8 @@ const killRepeat = 50 * time.Millisecond
 // workers run in sessions of their own) are reparented to it and are killed
 // too. When the job's main process exits by itself, leftovers are stopped
 // the same way. The agent reaps every child and returns only when its whole
-// tree is gone.
+// tree is gone. The job starts with default signal dispositions and an
+// empty signal mask, whatever the agent's own were.
 //
 // The result is the job's exit code, or 128+signal if it died by a signal,
 // also after a stop (the head knows it asked). AgentExitNoStart (127) means

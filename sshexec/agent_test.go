@@ -9,6 +9,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -27,6 +28,7 @@ const testHeadEnv = "GORUN_TEST_HEAD"
 
 func TestMain(m *testing.M) {
 	if os.Getenv(testAgentEnv) == "1" {
+		signal.Ignore(os.Interrupt) // as gorun's main does before ServeAgent
 		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
 	}
 	if os.Getenv(testHeadEnv) == "1" {
@@ -261,6 +263,13 @@ func TestAgentExitCode(t *testing.T) {
 		{name: "sigkill", job: Job{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}}, want: 128 + 9},
 		{name: "sigterm", job: Job{Argv: []string{"/bin/sh", "-c", "kill -TERM $$"}}, want: 128 + 15},
 		{name: "path from job env", job: Job{Argv: []string{"true"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, want: 0},
+		{
+			// The job starts with no signal ignored or blocked, whatever the
+			// agent does with signals itself.
+			name: "default signal dispositions",
+			job:  Job{Argv: []string{"/bin/sh", "-c", `grep -Eq '^SigIgn:[[:space:]]*0+$' /proc/self/status && grep -Eq '^SigBlk:[[:space:]]*0+$' /proc/self/status`}},
+			want: 0,
+		},
 		{name: "dir", job: Job{Argv: []string{"/bin/sh", "-c", `test "$(pwd)" = /tmp`}, Dir: "/tmp"}, want: 0},
 		{
 			name: "missing program", job: Job{Argv: []string{"gorun-no-such-program"}},
