@@ -198,14 +198,15 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 				// node may report a moment later. Wait briefly for it.
 				o.failure, failed = &f, e.i
 				settle = time.After(settleWindow)
-			case o.failure == nil || (o.failure.Code == 1 && f.Code > 1):
+				continue
+			case o.failure == nil, o.failure.Code == 1 && f.Code > 1:
 				o.failure, failed = &f, e.i
-				fallthrough
-			default:
-				settle = nil
-				stopAll(false)
-				stopping = true
+			case f.Code == 1 && settle != nil:
+				continue // another consequence; keep waiting for the cause
 			}
+			settle = nil
+			stopAll(false)
+			stopping = true
 		case <-settle:
 			settle = nil
 			stopAll(false)

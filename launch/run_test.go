@@ -506,8 +506,9 @@ func (f writerFunc) Write(p []byte) (int, error) { return f(p) }
 func TestRunPrefersTheCrashOverItsConsequence(t *testing.T) {
 	before := runtime.NumGoroutine()
 	consequence := script{after: 10 * ms, code: 1}
+	another := script{after: 50 * ms, code: 1}
 	crash := script{errOut: rootCauseText(t), after: 150 * ms, code: 1}
-	c := &cluster{plan: [][]script{{consequence, crash, {stopCode: 143}}}}
+	c := &cluster{plan: [][]script{{consequence, crash, another, {stopCode: 143}}}}
 	_, err := Run(context.Background(), Options{Attempt: c.attempt})
 	var jf *JobFailed
 	if !errors.As(err, &jf) {
