@@ -133,7 +133,6 @@ func newApp(ctx context.Context) *cli.App {
 				// run one job and tear its whole tree down.
 				Name: "_agent", Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
-					signal.Ignore(os.Interrupt) // a terminal Ctrl-C is the head's to handle
 					return cli.Exit("", sshexec.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
 				},
 			},
