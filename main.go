@@ -89,9 +89,6 @@ func newApp(ctx context.Context) *cli.App {
 		HideHelp:        true,
 		HideVersion:     true,
 		Action: func(c *cli.Context) error {
-			if c.NArg() == 0 {
-				return cli.ShowAppHelp(c)
-			}
 			return runLaunch(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
 		Commands: []*cli.Command{
@@ -159,6 +156,49 @@ func newApp(ctx context.Context) *cli.App {
 	}
 }
 
+// usage is `gorun --help`: torchrun's command line plus gorun's options.
+func usage() string {
+	var b strings.Builder
+	b.WriteString(`usage: gorun [gorun options] [torchrun options] training_script [script args...]
+       gorun preflight [--json] [--topo-file FILE] [gorun options] [torchrun options] [script]
+       gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]
+       gorun version
+
+A drop-in replacement for torchrun: the same options, plus launch on every
+node from this one, preflight checks, a plan with a reason for every
+variable, and whole-group supervision. Without --hosts, --hostfile or a
+Slurm allocation it runs torchrun here, as torchrun would.
+
+gorun options:
+  --hosts h1:8,h2:8        nodes and their GPU slots, in launch order
+  --hostfile FILE          DeepSpeed (host slots=N) or MPI (host[:N]) hostfile
+  --include/--exclude SPEC DeepSpeed filter: host1:0,2@host2 (not both)
+  --env KEY=VALUE          set a variable on every node (repeatable; wins)
+  --torchrun CMD           how torchrun starts on a node (default: torchrun)
+  --dry-run                print the plan and run nothing
+  --format table|json|shell  how --dry-run prints the plan (default table)
+  --preflight on|warn|off  on: any failed check stops the launch (default)
+  --max-restarts N         (torchrun's) whole-group restarts in head-node mode
+  --ssh-config FILE        ssh_config to read (default ~/.ssh/config)
+  --ssh-user USER, --ssh-port N, --ssh-identity FILE
+  --known-hosts FILE       known_hosts to verify host keys against
+  --ssh-accept-new         record the key of a host never seen (never a changed one)
+  --remote-gorun PATH      use this gorun on the nodes instead of uploading it
+
+torchrun options (torchrun --help explains them; dash or underscore spelling):
+`)
+	line := " "
+	for _, name := range envplan.TorchrunOptionNames() {
+		if len(line)+len(name)+1 > 78 {
+			b.WriteString(line + "\n")
+			line = " "
+		}
+		line += " " + name
+	}
+	b.WriteString(line + "\n")
+	return b.String()
+}
+
 func version() string {
 	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
 		return bi.Main.Version
@@ -196,7 +236,7 @@ func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
 
 func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
 	var data []byte
-	if opts.Hostfile != "" {
+	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error
 		if data, err = os.ReadFile(opts.Hostfile); err != nil {
 			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
@@ -269,6 +309,10 @@ func closeAll(runners map[string]sshexec.Runner) {
 // then print the plan (--dry-run) or launch and supervise.
 func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	cl, err := envplan.ParseCommandLine(args, os.Getenv)
+	if errors.Is(err, envplan.ErrHelp) {
+		_, err = io.WriteString(stdout, usage())
+		return err
+	}
 	if err != nil {
 		return err
 	}
