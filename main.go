@@ -341,8 +341,14 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if cl.Gorun.Preflight != "off" {
 		report := checkNodes(ctx, cl, hosts, runners, self)
 		failed := !report.OK
-		if failed || cl.Gorun.Preflight == "warn" || hasWarnings(report) {
+		switch {
+		case failed || hasWarnings(report):
 			report.WriteText(stderr)
+		case len(hosts) > 0: // all clear: one line, the first of the report
+			var b strings.Builder
+			report.WriteText(&b)
+			first, _, _ := strings.Cut(b.String(), "\n")
+			fmt.Fprintln(stderr, first)
 		}
 		if failed && cl.Gorun.Preflight == "on" {
 			return errPreflightFailed
@@ -357,7 +363,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return renderPlan(stdout, plan, cl.Gorun.Format)
 	}
 	if len(hosts) > 0 {
-		envplan.RenderTable(stderr, plan)
+		envplan.RenderBrief(stderr, plan)
 	}
 	return supervise(ctx, cl, plan, runners, len(hosts) > 0, stdout, stderr)
 }

@@ -40,6 +40,32 @@ type tableWriter struct {
 	w *bufio.Writer
 }
 
+// RenderBrief is what a launch prints before it starts: the job header,
+// one line per node (address, ranks, CPUs) and the warnings; --dry-run
+// shows the rest.
+func RenderBrief(w io.Writer, p Plan) error {
+	bw := bufio.NewWriter(w)
+	t := tableWriter{w: bw}
+	t.header(p)
+	for _, n := range p.Nodes {
+		ranks := make([]string, len(n.Ranks))
+		for i, r := range n.Ranks {
+			ranks[i] = strconv.Itoa(r.Rank)
+			if r.CPUs != "" {
+				ranks[i] += "@" + r.CPUs
+			}
+		}
+		t.wrap(fmt.Sprintf("node %d: %s (%s) ", n.NodeRank, n.Host, n.Address), "    ", "ranks "+strings.Join(ranks, " "))
+	}
+	for _, n := range p.Notes {
+		if n.Level == NoteWarn {
+			t.wrap("  [warn] ", "         ", n.Message)
+		}
+	}
+	t.line("  (gorun --dry-run shows every variable and why)")
+	return bw.Flush()
+}
+
 func (t tableWriter) line(s string) {
 	t.w.WriteString(s)
 	t.w.WriteByte('\n')

@@ -294,3 +294,27 @@ func TestRenderJSONEmpty(t *testing.T) {
 		t.Errorf("JSON has null:\n%s", b.String())
 	}
 }
+
+func TestRenderBrief(t *testing.T) {
+	spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
+	spec.Hosts = hosts("a:2,b:2")
+	p, err := Build(spec, Facts{"a": smallFacts(2, "eth0", "10.0.0.1"), "b": smallFacts(2, "eth0", "10.0.0.2")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := RenderBrief(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{"job:        2 nodes x 2 processes = 4 ranks", "node 0: a (10.0.0.1) ranks 0@0-7 1@8-15", "node 1: b (10.0.0.2) ranks 2@0-7 3@8-15"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("brief lacks %q:\n%s", want, out)
+		}
+	}
+	for _, l := range strings.Split(out, "\n") {
+		if len(l) > 80 {
+			t.Errorf("line over 80 columns: %q", l)
+		}
+	}
+}
