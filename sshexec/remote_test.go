@@ -443,6 +443,10 @@ func TestClusterOutputEveryNode(t *testing.T) {
 			if len(r.Warnings()) != 0 {
 				t.Errorf("warnings: %q", r.Warnings())
 			}
+			r.Close()
+			if _, err := r.Output(context.Background(), []string{"true"}); !errors.Is(err, ErrClosed) {
+				t.Errorf("Output after Close: %v, want ErrClosed", err)
+			}
 		})
 	}
 }
@@ -492,6 +496,7 @@ func TestClusterUnknownHostRefused(t *testing.T) {
 	if !errors.Is(err, ErrUnknownHost) {
 		t.Fatalf("err = %v, want ErrUnknownHost", err)
 	}
+	t.Log(err)
 	fp := ssh.FingerprintSHA256(c.hostKey(t, 1))
 	for _, want := range []string{fp, c.addrs[1], "ssh-keyscan", "--ssh-accept-new"} {
 		if !strings.Contains(err.Error(), want) {
@@ -545,6 +550,7 @@ func TestClusterChangedKeyRefused(t *testing.T) {
 			if !errors.Is(err, ErrHostKeyChanged) {
 				t.Fatalf("err = %v, want ErrHostKeyChanged", err)
 			}
+			t.Log(err)
 			for _, want := range []string{kh + ":2", ssh.FingerprintSHA256(c.hostKey(t, 1)), ssh.FingerprintSHA256(wrong.PublicKey())} {
 				if !strings.Contains(err.Error(), want) {
 					t.Errorf("error lacks %q: %v", want, err)
@@ -591,6 +597,7 @@ func TestClusterLoginRefused(t *testing.T) {
 	if err == nil {
 		t.Fatal("login with a key the node does not know succeeded")
 	}
+	t.Log(err)
 	for _, want := range []string{"refused", "root@" + c.addrs[1], keyFile, "--ssh-identity"} {
 		if !strings.Contains(err.Error(), want) {
 			t.Errorf("error lacks %q: %v", want, err)
@@ -629,25 +636,39 @@ func TestClusterProxyJump(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	alias := c.nodes[1] + "-via-" + c.nodes[0] // still matches "Host node*"
-	extra := fmt.Sprintf("Host %s\n  HostName %s\n  ProxyJump %s\n", alias, c.addrs[1], c.nodes[0])
-	confFile := filepath.Join(t.TempDir(), "ssh_config")
-	os.WriteFile(confFile, append([]byte(extra), conf...), 0o600)
+	tests := []struct {
+		name, jump, from string
+	}{
+		{"one hop", c.nodes[0], c.addrs[0]},
+	}
+	if len(c.nodes) >= 3 {
+		tests = append(tests, struct{ name, jump, from string }{"two hops", c.nodes[0] + "," + c.nodes[2], c.addrs[2]})
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			alias := c.nodes[1] + "-via" // still matches "Host node*"
+			extra := fmt.Sprintf("Host %s\n  HostName %s\n  ProxyJump %s\n", alias, c.addrs[1], tc.jump)
+			confFile := filepath.Join(t.TempDir(), "ssh_config")
+			os.WriteFile(confFile, append([]byte(extra), conf...), 0o600)
 
-	r := dialT(t, alias, Config{SSHConfigFile: confFile})
-	out, err := r.Output(context.Background(), []string{"hostname"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if got := strings.TrimSpace(string(out)); got != c.nodes[1] {
-		t.Errorf("hostname = %q, want %q", got, c.nodes[1])
-	}
-	if from := sshClientOf(t, r); !strings.HasPrefix(from, c.addrs[0]+" ") {
-		t.Errorf("connection comes from %s, want the jump host %s", from, c.addrs[0])
-	}
-	r.Close()
-	if !isClosed(r.jump.Done()) {
-		t.Error("closing the Remote left its jump connection open")
+			r := dialT(t, alias, Config{SSHConfigFile: confFile})
+			out, err := r.Output(context.Background(), []string{"hostname"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := strings.TrimSpace(string(out)); got != c.nodes[1] {
+				t.Errorf("hostname = %q, want %q", got, c.nodes[1])
+			}
+			if from := sshClientOf(t, r); !strings.HasPrefix(from, tc.from+" ") {
+				t.Errorf("connection comes from %s, want the last jump host %s", from, tc.from)
+			}
+			r.Close()
+			for j := r.jump; j != nil; j = j.jump {
+				if !isClosed(j.Done()) {
+					t.Errorf("closing the Remote left jump connection %s open", j.Node())
+				}
+			}
+		})
 	}
 }
 
