@@ -249,7 +249,15 @@ func checkGPUCount(f Facts, want Want) []Finding {
 		if visible == 0 {
 			return []Finding{ok("gpu.count", "no GPUs; the job runs on CPUs", ev)}
 		}
-		return []Finding{ok("gpu.count", "the job does not ask for GPUs", ev)}
+		if n, err := strconv.Atoi(want.NProc); err == nil && n > visible {
+			return []Finding{{
+				ID: "gpu.count", Severity: SeverityWarn,
+				Message:  fmt.Sprintf("%d workers but %d GPUs: with one GPU per rank (LOCAL_RANK as the device) ranks %d and up have none", n, visible, visible),
+				Evidence: ev,
+				Remedy:   fmt.Sprintf("use --nproc-per-node %d (or gpu) for a GPU job; ignore this for a CPU job", visible),
+			}}
+		}
+		return []Finding{ok("gpu.count", "the job does not ask for GPUs by name (--nproc-per-node gpu); its worker count fits the GPUs", ev)}
 	case visible == 0:
 		return []Finding{{
 			ID: "gpu.count", Severity: SeverityFail,

@@ -68,6 +68,14 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 	}
 	r := sysReader{root: root}
 	f := Facts{Host: opts.Host}
+	// Finding torch starts an interpreter, and NVML's init takes tens of
+	// milliseconds in the driver: do them side by side.
+	torch := make(chan TorchFacts, 1)
+	if src.Torch != nil {
+		go func() { torch <- src.Torch(ctx) }()
+	} else {
+		torch <- TorchFacts{}
+	}
 	if src.Now != nil {
 		f.Time = src.Now().UTC()
 	}
@@ -113,9 +121,7 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 			f.Route = &rt
 		}
 	}
-	if src.Torch != nil {
-		f.Torch = src.Torch(ctx)
-	}
+	f.Torch = <-torch
 	if opts.Script != "" {
 		sum, err := fileSHA256(opts.Script)
 		if err != nil {

@@ -115,6 +115,15 @@ func loadNCCLNames() ncclNames {
 	return n
 }
 
+// ncclNotSettings are NCCL_* names that describe an installation rather than
+// configure NCCL: NVIDIA's container images export NCCL_VERSION (the NCCL the
+// image ships, e.g. "2.28.3-1"), build systems the others. Flagging them as
+// unknown settings would be noise.
+var ncclNotSettings = map[string]bool{
+	"NCCL_VERSION": true, "NCCL_HOME": true, "NCCL_ROOT": true, "NCCL_ROOT_DIR": true,
+	"NCCL_INCLUDE_DIR": true, "NCCL_LIB_DIR": true,
+}
+
 // LintNCCLEnv checks the NCCL_* (and TORCH_NCCL_TIMEOUT) variables of an
 // environment: names NCCL does not read (with a "did you mean"), names that
 // were removed or never existed (with what to use instead), deprecated
@@ -140,6 +149,8 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 			out = append(out, Finding{ID: id, Severity: SeverityWarn, Message: msg, Evidence: ev, Remedy: remedy})
 		}
 		switch {
+		case ncclNotSettings[k]:
+			continue // set by images and build systems; NCCL never reads them
 		case k == "TORCH_NCCL_TIMEOUT":
 			warn("torch.env.timeout", "TORCH_NCCL_TIMEOUT does not exist: PyTorch never reads it, so the collective timeout stays at its default (10 minutes for NCCL)",
 				"pass the timeout to torch.distributed.init_process_group(timeout=datetime.timedelta(...)) and unset TORCH_NCCL_TIMEOUT")

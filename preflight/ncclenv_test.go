@@ -155,3 +155,12 @@ func TestEditDistance(t *testing.T) {
 		})
 	}
 }
+
+func TestLintNCCLEnvSkipsInstallationLabels(t *testing.T) {
+	// NVIDIA's images export NCCL_VERSION; seen on the H200 machines.
+	for _, f := range LintNCCLEnv(map[string]string{"NCCL_VERSION": "2.28.3-1", "NCCL_NVLS_ENABLE": "0"}) {
+		if f.Severity != SeverityOK || strings.Contains(f.Evidence, "NCCL_VERSION") {
+			t.Errorf("finding for an installation label: %+v", f)
+		}
+	}
+}
