@@ -172,6 +172,36 @@ func TestResolveHost(t *testing.T) {
 	}
 }
 
+func TestSSHConfigMatch(t *testing.T) {
+	home := t.TempDir()
+	cfgFile := filepath.Join(home, "cfg")
+	conf := "Match host gpu*\n  User matched\n" +
+		"Match final all\n  User final\n" +
+		"Match exec \"true\"\n  User exec\n" +
+		"Match host a user b\n  User mixed\n" +
+		"Host *\n  User fallback\n"
+	os.WriteFile(cfgFile, []byte(conf), 0o600)
+	c, err := loadSSHConfig(cfgFile, home)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(c.warnings) != 3 {
+		t.Errorf("warnings = %q, want 3 (final, exec, mixed criteria)", c.warnings)
+	}
+	for host, want := range map[string]string{"gpu1": "matched", "cpu1": "fallback", "a": "fallback"} {
+		s, err := resolveHost(host, Config{}, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if s.User != want {
+			t.Errorf("%s: User = %q, want %q", host, s.User, want)
+		}
+		if len(s.Warnings) != 3 {
+			t.Errorf("%s: warnings not passed on: %q", host, s.Warnings)
+		}
+	}
+}
+
 func TestLoadSSHConfigMissing(t *testing.T) {
 	if _, err := loadSSHConfig(filepath.Join(t.TempDir(), "nope"), t.TempDir()); err == nil {
 		t.Error("an explicit ssh config file that does not exist must be an error")
@@ -449,6 +479,22 @@ func TestClusterOutputEveryNode(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestClusterFlagsOnly reaches a node by address with the default ssh_config
+// files (~/.ssh/config, /etc/ssh/ssh_config) and flags for the rest.
+func TestClusterFlagsOnly(t *testing.T) {
+	c := testCluster(t)
+	t.Setenv("HOME", t.TempDir()) // no ~/.ssh/config, no default keys
+	r := dialT(t, c.addrs[2], Config{User: "root", Port: 22, Identity: filepath.Join(c.dir, "id_ed25519"), KnownHosts: c.knownHosts})
+	out, err := r.Output(context.Background(), []string{"hostname"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.TrimSpace(string(out)); got != c.nodes[2] {
+		t.Errorf("hostname = %q, want %q", got, c.nodes[2])
+	}
+	t.Logf("warnings: %q", r.Warnings())
 }
 
 func TestClusterOutputQuotingAndErrors(t *testing.T) {

@@ -19,8 +19,9 @@ import (
 // given with -F alone, or else ~/.ssh/config then /etc/ssh/ssh_config. For
 // each keyword the first value found wins, file by file, block by block.
 type sshConfig struct {
-	files []*ssh_config.Config
-	names []string // file names, for error messages
+	files    []*ssh_config.Config
+	names    []string // file names, for error messages
+	warnings []string // what was skipped
 }
 
 // loadSSHConfig reads the configuration. An explicit file must exist; the
@@ -39,7 +40,17 @@ func loadSSHConfig(explicit, home string) (*sshConfig, error) {
 		if err != nil {
 			return nil, fmt.Errorf("ssh config: %w", err)
 		}
+		b, skipped := neutralizeMatch(b)
+		for _, w := range skipped {
+			c.warnings = append(c.warnings, fmt.Sprintf("ssh config %s: %s", p, w))
+		}
 		f, err := ssh_config.DecodeBytes(b)
+		if err != nil && explicit == "" {
+			// A distribution's config (or an Include of it) that the parser
+			// cannot read should not make every node unreachable.
+			c.warnings = append(c.warnings, fmt.Sprintf("ssh config %s ignored: %v", p, err))
+			continue
+		}
 		if err != nil {
 			return nil, fmt.Errorf("ssh config %s: %w", p, err)
 		}
@@ -75,6 +86,51 @@ func (c *sshConfig) getAll(host, key string) ([]string, error) {
 		all = append(all, v...)
 	}
 	return all, nil
+}
+
+// matchCriteria are the Match keywords of OpenSSH. The parser understands
+// only "Match all" and "Match host <patterns>".
+var matchCriteria = map[string]bool{
+	"all": true, "canonical": true, "final": true, "exec": true, "localnetwork": true,
+	"host": true, "originalhost": true, "tagged": true, "command": true, "user": true,
+	"localuser": true, "address": true, "localaddress": true, "localport": true, "rdomain": true,
+	"version": true, "sessiontype": true,
+}
+
+// neutralizeMatch turns each Match line the parser cannot evaluate into
+// "Host !*", a block that matches no host, keeping line numbers, and says
+// which it skipped. The rest of the file keeps working.
+func neutralizeMatch(b []byte) ([]byte, []string) {
+	lines := strings.Split(string(b), "\n")
+	var skipped []string
+	for i, line := range lines {
+		trimmed := strings.TrimSpace(line)
+		key, rest, ok := strings.Cut(trimmed, " ")
+		if k, r, eq := strings.Cut(trimmed, "="); eq && (!ok || len(k) < len(key)) {
+			key, rest, ok = k, r, true
+		}
+		if !strings.EqualFold(strings.TrimSpace(key), "match") {
+			continue
+		}
+		if c, _, _ := strings.Cut(rest, "#"); ok {
+			rest = c
+		}
+		fields := strings.Fields(rest)
+		supported := len(fields) == 1 && strings.EqualFold(fields[0], "all")
+		if len(fields) >= 2 && strings.EqualFold(fields[0], "host") {
+			supported = true
+			for _, f := range fields[1:] {
+				if matchCriteria[strings.ToLower(f)] {
+					supported = false
+				}
+			}
+		}
+		if !supported {
+			lines[i] = "Host !*"
+			skipped = append(skipped, fmt.Sprintf("line %d: %q not supported by gorun; that block is ignored", i+1, trimmed))
+		}
+	}
+	return []byte(strings.Join(lines, "\n")), skipped
 }
 
 // hostSettings is everything needed to reach one host: ssh_config merged
@@ -133,7 +189,7 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 	if err != nil {
 		return hostSettings{}, err
 	}
-	s := hostSettings{Alias: alias}
+	s := hostSettings{Alias: alias, Warnings: append([]string(nil), conf.warnings...)}
 	get := func(key string) string {
 		if err != nil {
 			return ""
