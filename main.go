@@ -529,7 +529,7 @@ func writeJSON(w io.Writer, v any) error {
 // checks, per node and across nodes, plus the head-side lints (the NCCL
 // variables the user exported, the training script).
 func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, self string) preflight.Report {
-	routeTo := masterAddress(cl, hosts, runners)
+	routeTo, probePort := masterAddress(cl, hosts, runners)
 	type node struct {
 		name string
 		gpus []int
@@ -548,7 +548,7 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 		go func() {
 			defer wg.Done()
 			want := preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu", GPUIDs: n.gpus}
-			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo}
+			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo, ProbePort: probePort}
 			facts, err := collectOn(ctx, runners[n.name], self, opts)
 			if err != nil {
 				reports[i] = preflight.NodeReport{Host: n.name, Findings: []preflight.Finding{{
@@ -571,20 +571,26 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 
 // masterAddress is the address the nodes will reach the master at: the
 // user's --master-addr when given, else the address the head reached node 0
-// at. Each node reports the interface that routes there. "" in local mode.
-func masterAddress(cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) string {
+// at. Each node reports the interface that routes there, and, when node 0
+// was reached over SSH, proves it with a TCP connection to node 0's sshd
+// (probePort). "" in local mode.
+func masterAddress(cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) (addr string, probePort int) {
 	if len(hosts) == 0 {
-		return ""
+		return "", 0
 	}
-	if cl.Set("master_addr") {
-		return cl.Torchrun.MasterAddr
+	r, remote := runners[hosts[0].Name].(*sshexec.Remote)
+	var host, port string
+	if remote {
+		host, port, _ = net.SplitHostPort(r.Addr())
 	}
-	if r, ok := runners[hosts[0].Name].(*sshexec.Remote); ok {
-		if host, _, err := net.SplitHostPort(r.Addr()); err == nil {
-			return host
-		}
+	probePort, _ = strconv.Atoi(port)
+	switch {
+	case cl.Set("master_addr"):
+		return cl.Torchrun.MasterAddr, 0
+	case host != "":
+		return host, probePort
 	}
-	return hosts[0].Name
+	return hosts[0].Name, 0
 }
 
 // collectRequest tells a node's collector what to look at: the torchrun it
@@ -592,9 +598,10 @@ func masterAddress(cl envplan.CommandLine, hosts []envplan.Host, runners map[str
 // (hashed, to compare across nodes) and the master address to route to.
 // It travels as JSON to `gorun _collect` on remote nodes.
 type collectRequest struct {
-	Torchrun string `json:"torchrun"`
-	Script   string `json:"script"`
-	RouteTo  string `json:"route_to"`
+	Torchrun  string `json:"torchrun"`
+	Script    string `json:"script"`
+	RouteTo   string `json:"route_to"`
+	ProbePort int    `json:"probe_port"`
 }
 
 // collectOn gathers one node's facts: in-process for the head, through the
@@ -638,7 +645,7 @@ func collectLocal(ctx context.Context, req collectRequest) preflight.Facts {
 			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
 		},
 	}
-	return preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo})
+	return preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo, ProbePort: req.ProbePort})
 }
 
 // torchrunPython is the interpreter torchrun runs under (its #! line).

@@ -761,6 +761,15 @@ func checkRoute(f Facts) []Finding {
 			Evidence: r.Err,
 			Remedy:   "check that the master address resolves and routes from this node"}}
 	}
+	if r.Probe > 0 && r.ProbeErr != "" {
+		return []Finding{{ID: "net.route", Severity: SeverityFail,
+			Message:  fmt.Sprintf("cannot open a TCP connection to %s port %d from %s (%s)", r.Target, r.Probe, or(r.Interface, "?"), r.Source),
+			Evidence: r.ProbeErr,
+			Remedy:   "check firewalls and routing between this node and the master; set NCCL_SOCKET_IFNAME/GLOO_SOCKET_IFNAME with --env to another interface"}}
+	}
+	if r.Probe > 0 {
+		return []Finding{ok("net.route", fmt.Sprintf("reaches %s through %s: TCP to port %d connected in %.1f ms", r.Target, or(r.Interface, "?"), r.Probe, r.ProbeMs), "source address "+r.Source)}
+	}
 	return []Finding{ok("net.route", "reaches "+r.Target+" through "+or(r.Interface, "?"), "source address "+r.Source)}
 }
 

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -53,6 +54,10 @@ type CollectOptions struct {
 	// RouteTarget is the address (host or host:port) whose route is
 	// reported, normally MASTER_ADDR; empty skips the route.
 	RouteTarget string
+	// ProbePort, when set, is a TCP port known to listen on RouteTarget
+	// (node 0's sshd): a real connection is opened to it from the route's
+	// source address, so the interface is confirmed, not just looked up.
+	ProbePort int
 	// Script is the training script to hash (Facts.ScriptSHA256); empty
 	// skips it.
 	Script string
@@ -118,6 +123,9 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 		f.Interfaces = ifs
 		if opts.RouteTarget != "" && src.Route != nil {
 			rt := src.Route(ctx, opts.RouteTarget, ifs)
+			if opts.ProbePort > 0 && rt.Err == "" {
+				probeRoute(ctx, &rt, opts.ProbePort)
+			}
 			f.Route = &rt
 		}
 	}
@@ -238,4 +246,26 @@ func fileSHA256(path string) (string, error) {
 		return "", fmt.Errorf("read %s: %w", path, err)
 	}
 	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// probeRoute opens a TCP connection to the route's target from its source
+// address and records the outcome.
+func probeRoute(ctx context.Context, rt *Route, port int) {
+	rt.Probe = port
+	host := rt.Target
+	if h, _, err := net.SplitHostPort(rt.Target); err == nil {
+		host = h
+	}
+	d := net.Dialer{Timeout: 3 * time.Second}
+	if ip := net.ParseIP(rt.Source); ip != nil {
+		d.LocalAddr = &net.TCPAddr{IP: ip}
+	}
+	start := time.Now()
+	c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		rt.ProbeErr = err.Error()
+		return
+	}
+	rt.ProbeMs = float64(time.Since(start).Microseconds()) / 1000
+	c.Close()
 }

@@ -192,6 +192,11 @@ type Route struct {
 	Interface string `json:"interface,omitempty"`
 	Source    string `json:"source,omitempty"`
 	Err       string `json:"err,omitempty"`
+	// Probe is the TCP port on Target a real connection was opened to from
+	// Source (0: none tried), with how long it took or why it failed.
+	Probe    int     `json:"probe,omitempty"`
+	ProbeMs  float64 `json:"probe_ms,omitempty"`
+	ProbeErr string  `json:"probe_err,omitempty"`
 }
 
 // TorchFacts describe the PyTorch build the node's python would import,
