@@ -399,7 +399,12 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 		restarts = cl.Torchrun.MaxRestarts // gorun restarts the whole group; each torchrun runs with 0
 	}
 	_, err := launch.Run(ctx, launch.Options{
-		Attempt:     func(ctx context.Context, k int) ([]launch.Node, error) { return attempt(plan, runners, k) },
+		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
+			if k > 0 {
+				plan = freshMasterPort(ctx, plan, stderr)
+			}
+			return attempt(plan, runners, k)
+		},
 		MaxRestarts: restarts,
 		Backoff:     time.Second,
 		Out:         stdout,
@@ -410,6 +415,33 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 		Kill:        kill,
 	})
 	return err
+}
+
+// freshMasterPort moves the rendezvous store to the next free port when the
+// one the plan uses still accepts connections as the group restarts (a
+// store left by a process that is not the job's, or a port taken since).
+func freshMasterPort(ctx context.Context, plan envplan.Plan, diag io.Writer) envplan.Plan {
+	port, ok := plan.MasterPort()
+	if !ok {
+		return plan
+	}
+	held := func(p int) bool {
+		d := net.Dialer{Timeout: 500 * time.Millisecond}
+		c, err := d.DialContext(ctx, "tcp", net.JoinHostPort(plan.Config.MasterAddr, strconv.Itoa(p)))
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	for p := port; p < port+32 && p < 65536; p++ {
+		if !held(p) {
+			if p != port {
+				fmt.Fprintf(diag, "gorun: master port %d is still held; the group restarts on port %d\n", port, p)
+			}
+			return plan.WithMasterPort(p)
+		}
+	}
+	return plan
 }
 
 // attempt turns the plan into one job per node for attempt k.
