@@ -484,3 +484,34 @@ func TestClusterRepeatedCycles(t *testing.T) {
 	}
 	noneLeft(t, mark, 5*time.Second)
 }
+
+// TestClusterHeldMasterPort: something else listens on node0's master port,
+// so attempt 0 cannot start its store; the restart moves to a free port.
+func TestClusterHeldMasterPort(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	port := "29517"
+	holder := exec.Command("ip", "netns", "exec", "gorun-node0", "/usr/bin/python3", "-c",
+		"import socket,time; s=socket.socket(); s.bind(('0.0.0.0',"+port+")); s.listen(); print('held', flush=True); time.sleep(300)")
+	out, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { holder.Process.Kill(); holder.Wait() })
+	if _, err := bufio.NewReader(out).ReadString('\n'); err != nil {
+		t.Fatalf("the port holder did not start: %v", err)
+	}
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--torchrun", shim(t), "--master-port", port,
+		"--max-restarts", "1", script(t), "--tag", mark)
+	r := startGorun(t, nil, args...)
+	if code := r.wait(t, 4*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	if !strings.Contains(r.output(), "the group restarts on port 29518") {
+		t.Fatalf("no move to a free port:\n%s", r.output())
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
