@@ -62,6 +62,16 @@ type builder struct {
 	// cpulists parsed so far: a big job repeats the same few strings on
 	// every node. The slices are shared and never written.
 	cpulists map[string]parsedCPUs
+	// CPU splits computed so far, by node shape (see bindKey): the nodes of
+	// a cluster are mostly alike, so each shape is split once.
+	splits map[string]cpuSplit
+}
+
+// cpuSplit is one node shape's per-rank cpulists, or why it cannot be split.
+type cpuSplit struct {
+	lists  []string
+	fewest int
+	why    string
 }
 
 type parsedCPUs struct {
@@ -437,10 +447,51 @@ func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
 		b.note(NoteWarn, "%s: the interpreter torchrun starts workers with is unknown (torch not found?), so ranks are not bound", h.Name)
 		return 0
 	}
+	key := bindKey(f, ranks)
+	split, seen := b.splits[key]
+	if !seen {
+		split = b.split(f, ranks)
+		if b.splits == nil {
+			b.splits = make(map[string]cpuSplit)
+		}
+		b.splits[key] = split
+	}
+	if split.why != "" {
+		b.note(NoteWarn, "%s: %s; ranks are not bound", h.Name, split.why)
+		return 0
+	}
+	for i := range split.lists {
+		ranks[i].CPUs = split.lists[i]
+	}
+	return split.fewest
+}
+
+// bindKey names what a node's split depends on: its allowed CPUs and, per
+// rank, the GPU and that GPU's locality.
+func bindKey(f NodeFacts, ranks []RankPlan) string {
+	var k strings.Builder
+	k.WriteString(f.CPUs)
+	for _, r := range ranks {
+		k.WriteByte('|')
+		if r.GPU == nil {
+			continue
+		}
+		k.WriteString(strconv.Itoa(*r.GPU))
+		for _, g := range f.GPUs {
+			if g.Index == *r.GPU {
+				k.WriteString(":" + strconv.Itoa(g.NUMANode) + ":" + g.CPUs)
+				break
+			}
+		}
+	}
+	return k.String()
+}
+
+// split computes one node shape's per-rank CPU sets.
+func (b *builder) split(f NodeFacts, ranks []RankPlan) cpuSplit {
 	allowed, err := b.cpus(f.CPUs)
 	if err != nil || len(allowed) == 0 {
-		b.note(NoteWarn, "%s: CPUs %q from preflight are unreadable; ranks are not bound", h.Name, f.CPUs)
-		return 0
+		return cpuSplit{why: fmt.Sprintf("CPUs %q from preflight are unreadable", f.CPUs)}
 	}
 	sets, why := b.gpuLocalSplit(f, allowed, ranks)
 	if sets == nil && why == "" && len(ranks) > 1 {
@@ -449,14 +500,14 @@ func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
 			why = fmt.Sprintf("%d allowed CPUs cannot be split among %d ranks", len(allowed), len(ranks))
 		}
 	}
-	if why != "" {
-		b.note(NoteWarn, "%s: %s; ranks are not bound", h.Name, why)
-		return 0
+	if why != "" || sets == nil {
+		return cpuSplit{why: why}
 	}
+	lists := make([]string, len(sets))
 	for i := range sets {
-		ranks[i].CPUs = FormatCPUList(sets[i])
+		lists[i] = FormatCPUList(sets[i])
 	}
-	return fewestCPUs(ranks, sets)
+	return cpuSplit{lists: lists, fewest: fewestCPUs(ranks, sets)}
 }
 
 // gpuLocalSplit splits the CPUs local to the ranks' GPUs. It returns nil

@@ -139,7 +139,7 @@ func cpuRanges(cpus []int) [][2]int {
 
 // intersectCPUs returns the ids present in both sorted distinct lists.
 func intersectCPUs(a, b []int) []int {
-	var out []int
+	out := make([]int, 0, min(len(a), len(b)))
 	for i, j := 0, 0; i < len(a) && j < len(b); {
 		switch {
 		case a[i] < b[j]:
@@ -157,7 +157,7 @@ func intersectCPUs(a, b []int) []int {
 
 // subtractCPUs returns the ids of sorted distinct a that are not in b.
 func subtractCPUs(a, b []int) []int {
-	var out []int
+	out := make([]int, 0, len(a))
 	j := 0
 	for _, c := range a {
 		for j < len(b) && b[j] < c {
