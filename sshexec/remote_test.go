@@ -1003,3 +1003,27 @@ func BenchmarkFanout(b *testing.B) {
 		})
 	}
 }
+
+// FuzzResolveHost: no ssh_config content makes resolving a host panic.
+func FuzzResolveHost(f *testing.F) {
+	f.Add(testSSHConfig, "gpu1")
+	f.Add("Match host x user y\nHost *\n  Port 22\n", "x")
+	f.Add("Host a\n  HostName %h%%%\n  IdentityFile ~/%d/%r\n", "a")
+	f.Fuzz(func(t *testing.T, conf, host string) {
+		if strings.Contains(strings.ToLower(conf), "include") {
+			// Include makes the parser read files of this machine named by
+			// the input (devices among them); keep to the config text itself.
+			t.Skip("Include reads arbitrary local files")
+		}
+		dir := t.TempDir()
+		file := filepath.Join(dir, "cfg")
+		if err := os.WriteFile(file, []byte(conf), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		c, err := loadSSHConfig(file, dir)
+		if err != nil {
+			return
+		}
+		_, _ = resolveHost(host, Config{}, c)
+	})
+}
