@@ -290,11 +290,21 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 		closeAll(runners)
 		return nil, fmt.Errorf("%w:\n%v", errUnreachable, err)
 	}
-	for name, r := range dialled {
-		if _, err := r.EnsureAgent(ctx, self); err != nil {
-			closeAll(runners)
-			return nil, fmt.Errorf("%w: %s: install gorun agent: %v", errUnreachable, name, err)
-		}
+	if len(dialled) == 0 {
+		return runners, nil
+	}
+	bin, err := sshexec.HashBinary(self) // once: every node gets the same content-addressed copy
+	if err != nil {
+		closeAll(runners)
+		return nil, fmt.Errorf("read the gorun binary: %w", err)
+	}
+	err = sshexec.ForEach(ctx, remote, sshexec.DefaultFanout, func(ctx context.Context, name string) error {
+		_, err := dialled[name].EnsureAgent(ctx, bin)
+		return err
+	})
+	if err != nil {
+		closeAll(runners)
+		return nil, fmt.Errorf("%w: install the gorun agent:\n%v", errUnreachable, err)
 	}
 	return runners, nil
 }
@@ -339,7 +349,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer closeAll(runners)
 	}
 	if cl.Gorun.Preflight != "off" {
-		report := checkNodes(ctx, cl, hosts, runners, self)
+		report := checkNodes(ctx, cl, hosts, runners)
 		failed := !report.OK
 		switch {
 		case failed || hasWarnings(report):
@@ -353,7 +363,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if failed && cl.Gorun.Preflight == "on" {
 			return errPreflightFailed
 		}
-		facts = planFacts(ctx, report, runners, self)
+		facts = planFacts(report, runners, self)
 	}
 	plan, err := envplan.Build(spec, facts)
 	if err != nil {
@@ -518,7 +528,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer closeAll(runners)
-	report := checkNodes(ctx, cl, hosts, runners, self)
+	report := checkNodes(ctx, cl, hosts, runners)
 	if asJSON {
 		err = writeJSON(stdout, report)
 	} else {
@@ -560,7 +570,7 @@ func writeJSON(w io.Writer, v any) error {
 // checkNodes collects facts on every node in parallel and evaluates the
 // checks, per node and across nodes, plus the head-side lints (the NCCL
 // variables the user exported, the training script).
-func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, self string) preflight.Report {
+func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) preflight.Report {
 	routeTo, probePort := masterAddress(cl, hosts, runners)
 	type node struct {
 		name string
@@ -581,7 +591,7 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 			defer wg.Done()
 			want := preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu", GPUIDs: n.gpus}
 			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo, ProbePort: probePort}
-			facts, err := collectOn(ctx, runners[n.name], self, opts)
+			facts, err := collectOn(ctx, runners[n.name], opts)
 			if err != nil {
 				reports[i] = preflight.NodeReport{Host: n.name, Findings: []preflight.Finding{{
 					ID: "node.reach", Severity: preflight.SeverityFail, Message: "cannot collect facts on " + n.name,
@@ -638,7 +648,7 @@ type collectRequest struct {
 
 // collectOn gathers one node's facts: in-process for the head, through the
 // uploaded gorun (`gorun _collect REQUEST`) elsewhere.
-func collectOn(ctx context.Context, r sshexec.Runner, self string, req collectRequest) (preflight.Facts, error) {
+func collectOn(ctx context.Context, r sshexec.Runner, req collectRequest) (preflight.Facts, error) {
 	if _, ok := r.(*sshexec.Local); ok {
 		return collectLocal(ctx, req), nil
 	}
@@ -646,12 +656,8 @@ func collectOn(ctx context.Context, r sshexec.Runner, self string, req collectRe
 	if !ok {
 		return preflight.Facts{}, fmt.Errorf("no collector for %T", r)
 	}
-	gorun, err := remote.EnsureAgent(ctx, self) // cached after connect's upload
-	if err != nil {
-		return preflight.Facts{}, err
-	}
 	arg, _ := json.Marshal(req)
-	out, err := remote.Output(ctx, []string{gorun, "_collect", string(arg)})
+	out, err := remote.Output(ctx, []string{remote.AgentPath(), "_collect", string(arg)}) // uploaded by connect
 	if err != nil {
 		return preflight.Facts{}, err
 	}
@@ -720,13 +726,13 @@ func hasWarnings(r preflight.Report) bool {
 
 // planFacts reduces preflight facts to what the plan needs, plus where
 // gorun itself is on each node (for the worker-start hook).
-func planFacts(ctx context.Context, r preflight.Report, runners map[string]sshexec.Runner, self string) envplan.Facts {
+func planFacts(r preflight.Report, runners map[string]sshexec.Runner, self string) envplan.Facts {
 	facts := make(envplan.Facts, len(r.Nodes))
 	for _, n := range r.Nodes {
 		f := n.Facts
 		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: self, Python: f.Torch.Python}
 		if remote, ok := runners[n.Host].(*sshexec.Remote); ok {
-			nf.Gorun, _ = remote.EnsureAgent(ctx, self) // uploaded by connect; "" leaves ranks unbound
+			nf.Gorun = remote.AgentPath() // uploaded by connect
 		}
 		for _, g := range f.GPUs {
 			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})

@@ -891,11 +891,15 @@ func TestClusterKeepaliveNoticesDeadLink(t *testing.T) {
 func TestClusterEnsureAgent(t *testing.T) {
 	c := testCluster(t)
 	// Random content: a fresh content address, so the first call uploads.
-	bin := filepath.Join(t.TempDir(), "gorun")
+	binPath := filepath.Join(t.TempDir(), "gorun")
 	payload := make([]byte, 3<<20)
 	rand.Read(payload)
-	os.WriteFile(bin, payload, 0o755)
+	os.WriteFile(binPath, payload, 0o755)
 	ctx := context.Background()
+	bin, err := HashBinary(binPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 
 	r := dialT(t, c.nodes[0], c.config())
 	path, err := r.EnsureAgent(ctx, bin)
@@ -940,13 +944,17 @@ func TestClusterEnsureAgent(t *testing.T) {
 		cfg := c.config()
 		cfg.RemoteGorun = "/opt/gorun/bin/gorun"
 		r := dialT(t, c.nodes[0], cfg)
-		if p, err := r.EnsureAgent(ctx, filepath.Join(t.TempDir(), "missing")); err != nil || p != cfg.RemoteGorun {
+		if p, err := r.EnsureAgent(ctx, Binary{Path: filepath.Join(t.TempDir(), "missing")}); err != nil || p != cfg.RemoteGorun {
 			t.Errorf("got %q, %v", p, err)
 		}
 	})
 	t.Run("missing local binary", func(t *testing.T) {
-		if _, err := dialT(t, c.nodes[0], c.config()).EnsureAgent(ctx, filepath.Join(t.TempDir(), "missing")); err == nil {
-			t.Error("no error")
+		if _, err := HashBinary(filepath.Join(t.TempDir(), "missing")); err == nil {
+			t.Error("no error hashing a missing binary")
+		}
+		missing := Binary{Path: filepath.Join(t.TempDir(), "missing"), Name: "gorun-00000000deadbeef", Size: 1}
+		if _, err := dialT(t, c.nodes[0], c.config()).EnsureAgent(ctx, missing); err == nil {
+			t.Error("no error uploading a missing binary")
 		}
 	})
 }

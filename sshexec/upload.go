@@ -22,8 +22,33 @@ type uploadCache struct {
 	path  string     // its path on the node
 }
 
-// agentPath is the gorun to run on the node: --remote-gorun, or what
+// Binary is a local gorun binary named by its content, as it is stored on
+// the nodes. Hash it once (HashBinary) and upload it to every node.
+type Binary struct {
+	Path string // on this machine
+	Name string // "gorun-<sha256[:16]>"
+	Size int64
+}
+
+// HashBinary reads the binary at path once to name it by its content.
+func HashBinary(path string) (Binary, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Binary{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	size, err := io.Copy(h, f)
+	if err != nil {
+		return Binary{}, fmt.Errorf("hash %s: %w", path, err)
+	}
+	return Binary{Path: path, Name: "gorun-" + hex.EncodeToString(h.Sum(nil))[:16], Size: size}, nil
+}
+
+// AgentPath is the gorun to run on the node: --remote-gorun, or what
 // EnsureAgent uploaded; "" if neither.
+func (r *Remote) AgentPath() string { return r.agentPath() }
+
 func (r *Remote) agentPath() string {
 	if r.cfg.RemoteGorun != "" {
 		return r.cfg.RemoteGorun
@@ -54,35 +79,25 @@ var unameArch = map[string]string{
 // place, so a node never runs a half-written binary. With
 // Config.RemoteGorun set, nothing is uploaded and that path is returned.
 // The result is cached in r.
-func (r *Remote) EnsureAgent(ctx context.Context, localBinary string) (string, error) {
+func (r *Remote) EnsureAgent(ctx context.Context, bin Binary) (string, error) {
 	if r.cfg.RemoteGorun != "" {
 		return r.cfg.RemoteGorun, nil
 	}
 	r.upload.mu.Lock()
 	defer r.upload.mu.Unlock()
-	if r.upload.path != "" && r.upload.local == localBinary {
+	if r.upload.path != "" && r.upload.local == bin.Name {
 		return r.upload.path, nil
 	}
-	path, err := r.ensureAgent(ctx, localBinary)
+	path, err := r.ensureAgent(ctx, bin)
 	if err != nil {
 		return "", fmt.Errorf("node %s: upload gorun: %w", r.node, err)
 	}
-	r.upload.local, r.upload.path = localBinary, path
+	r.upload.local, r.upload.path = bin.Name, path
 	return path, nil
 }
 
-func (r *Remote) ensureAgent(ctx context.Context, localBinary string) (string, error) {
-	f, err := os.Open(localBinary)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	size, err := io.Copy(h, f)
-	if err != nil {
-		return "", fmt.Errorf("hash %s: %w", localBinary, err)
-	}
-	name := "gorun-" + hex.EncodeToString(h.Sum(nil))[:16]
+func (r *Remote) ensureAgent(ctx context.Context, bin Binary) (string, error) {
+	name, size := bin.Name, bin.Size
 
 	// One round trip: architecture, cache dir, and the size of any copy
 	// already there (-1 if none). The script is a constant; name is hex.
@@ -109,9 +124,11 @@ func (r *Remote) ensureAgent(ctx context.Context, localBinary string) (string, e
 		return final, nil
 	}
 
-	if _, err := f.Seek(0, io.SeekStart); err != nil {
+	f, err := os.Open(bin.Path)
+	if err != nil {
 		return "", err
 	}
+	defer f.Close()
 	var nonce [6]byte
 	if _, err := rand.Read(nonce[:]); err != nil {
 		return "", err
