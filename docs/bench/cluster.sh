@@ -52,8 +52,8 @@ echo "== the same failure under plain torchrun on each node (static rendezvous, 
 # hold a pipe open forever.
 t0=$(ms)
 for i in 0 1; do
-  (ip netns exec "${PREFIX}-node$i" env CRASH_RANK=3 CRASH_STEP=20 STEPS=40 STEP_SLEEP=0.1 \
-    timeout 60 "$PWD/examples/testcluster/torchrun-debian-shim" --nnodes=2 --nproc_per_node=2 --node_rank=$i \
+  (timeout 60 ssh -F "$ssh_cfg" "node$i" env CRASH_RANK=3 CRASH_STEP=20 STEPS=40 STEP_SLEEP=0.1 \
+    "$PWD/examples/testcluster/torchrun-debian-shim" --nnodes=2 --nproc_per_node=2 --node_rank=$i \
     --master_addr=$SUBNET.10 --master_port=29500 "$PWD/examples/testcluster/train_ddp.py" >"$work/t$i" 2>&1
    echo $(($(ms) - t0)) >"$work/e$i") &
 done
