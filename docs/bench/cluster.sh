@@ -20,16 +20,19 @@ hosts() { local n=$1 s="" i; for ((i = 0; i < n; i++)); do s+="${s:+,}node$i:1";
 
 echo "== fan-out: connect + run a trivial command on N nodes (median of $rounds, ms)"
 echo "   gorun: the full launch path (ssh, agent upload check, agent, job) with /bin/true as torchrun"
+echo "   gorun_installed: the same with --remote-gorun (a gorun already on the nodes: no upload check)"
 echo "   pdsh:  pdsh -R ssh -w node[0-(N-1)] true"
 "${gorun[@]}" --hosts "$(hosts 32)" --torchrun /bin/true x >/dev/null 2>&1 # upload once
+installed=$(ls -t "$HOME"/.cache/gorun/gorun-* | head -1)
 for n in 1 4 16 32; do
-  : >"$work/g"; : >"$work/p"
+  : >"$work/g"; : >"$work/i"; : >"$work/p"
   for _ in $(seq "$rounds"); do
     t0=$(ms); "${gorun[@]}" --hosts "$(hosts "$n")" --torchrun /bin/true x >/dev/null 2>&1; echo $(($(ms) - t0)) >>"$work/g"
+    t0=$(ms); "${gorun[@]}" --remote-gorun "$installed" --hosts "$(hosts "$n")" --torchrun /bin/true x >/dev/null 2>&1; echo $(($(ms) - t0)) >>"$work/i"
     t0=$(ms); PDSH_SSH_ARGS_APPEND="-F $ssh_cfg" pdsh -R ssh -f 64 -w "node[0-$((n - 1))]" true >/dev/null 2>&1; echo $(($(ms) - t0)) >>"$work/p"
   done
-  g=$(median <"$work/g"); p=$(median <"$work/p")
-  echo "nodes=$n gorun_ms=$g pdsh_ms=$p ratio=$(awk -v g="$g" -v p="$p" 'BEGIN{printf "%.2f", g/p}')"
+  g=$(median <"$work/g"); i=$(median <"$work/i"); p=$(median <"$work/p")
+  echo "nodes=$n gorun_ms=$g gorun_installed_ms=$i pdsh_ms=$p ratio=$(awk -v g="$g" -v p="$p" 'BEGIN{printf "%.2f", g/p}') ratio_installed=$(awk -v g="$i" -v p="$p" 'BEGIN{printf "%.2f", g/p}')"
 done
 
 echo "== head RSS while supervising 32 nodes (10 lines/s each for 10 s)"
