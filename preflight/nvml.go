@@ -1,6 +1,8 @@
 package preflight
 
 import (
+	"github.com/gorun/gorun/envplan"
+
 	"fmt"
 	"math/bits"
 	"sort"
@@ -210,7 +212,7 @@ func gpuFacts(lib nvml.Interface, d nvml.Device, index, cpuCount int) GPUFacts {
 	}
 	if cpuCount > 0 {
 		if words, ret := quietCall(func() ([]uint, nvml.Return) { return d.GetCpuAffinity(cpuCount) }); ret == nvml.SUCCESS {
-			g.LocalCPUs = FormatCPUList(decodeAffinity(words))
+			g.LocalCPUs = envplan.FormatCPUList(decodeAffinity(words))
 		}
 	}
 	if v, ret := quietCall(d.GetGpuFabricInfo); ret == nvml.SUCCESS {

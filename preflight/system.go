@@ -1,6 +1,8 @@
 package preflight
 
 import (
+	"github.com/gorun/gorun/envplan"
+
 	"bufio"
 	"bytes"
 	"context"
@@ -84,7 +86,7 @@ func collectSystem(r sysReader, f *Facts) {
 	}
 	f.Arch = unameArch(runtime.GOARCH)
 	if s, err := r.read("sys/devices/system/cpu/online"); err == nil {
-		if cpus, err := ParseCPUList(s); err == nil {
+		if cpus, err := envplan.ParseCPUList(s); err == nil {
 			f.CPUCount = len(cpus)
 		} else {
 			note("online CPUs", err)
@@ -305,70 +307,6 @@ func envFacts(environ []string) map[string]string {
 		return nil
 	}
 	return out
-}
-
-// ParseCPUList parses the kernel's cpulist form ("0-3,8,10-11") into sorted,
-// unique CPU numbers. An empty string is an empty list.
-func ParseCPUList(s string) ([]int, error) {
-	s = strings.TrimSpace(s)
-	if s == "" {
-		return nil, nil
-	}
-	seen := map[int]bool{}
-	for _, part := range strings.Split(s, ",") {
-		part = strings.TrimSpace(part)
-		lo, hi, isRange := strings.Cut(part, "-")
-		a, err := strconv.Atoi(lo)
-		if err != nil || a < 0 {
-			return nil, fmt.Errorf("cpulist %q: bad CPU %q", s, part)
-		}
-		b := a
-		if isRange {
-			b, err = strconv.Atoi(hi)
-			if err != nil || b < a {
-				return nil, fmt.Errorf("cpulist %q: bad range %q", s, part)
-			}
-		}
-		if b-a > 1<<16 {
-			return nil, fmt.Errorf("cpulist %q: range %q too large", s, part)
-		}
-		for c := a; c <= b; c++ {
-			seen[c] = true
-		}
-	}
-	out := make([]int, 0, len(seen))
-	for c := range seen {
-		out = append(out, c)
-	}
-	sort.Ints(out)
-	return out, nil
-}
-
-// FormatCPUList renders CPU numbers in cpulist form, merging runs:
-// [0 1 2 3 8] → "0-3,8". The input need not be sorted.
-func FormatCPUList(cpus []int) string {
-	if len(cpus) == 0 {
-		return ""
-	}
-	c := append([]int(nil), cpus...)
-	sort.Ints(c)
-	var b strings.Builder
-	for i := 0; i < len(c); {
-		j := i
-		for j+1 < len(c) && c[j+1] <= c[j]+1 {
-			j++
-		}
-		if b.Len() > 0 {
-			b.WriteByte(',')
-		}
-		b.WriteString(strconv.Itoa(c[i]))
-		if c[j] != c[i] {
-			b.WriteByte('-')
-			b.WriteString(strconv.Itoa(c[j]))
-		}
-		i = j + 1
-	}
-	return b.String()
 }
 
 // HostInterfaces lists this machine's network interfaces (net.Interfaces).

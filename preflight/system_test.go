@@ -1,6 +1,8 @@
 package preflight
 
 import (
+	"github.com/gorun/gorun/envplan"
+
 	"os"
 	"path/filepath"
 	"reflect"
@@ -72,61 +74,9 @@ func TestParseProcVersion(t *testing.T) {
 	}
 }
 
-func TestCPUList(t *testing.T) {
-	tests := []struct {
-		in   string
-		cpus []int
-		out  string
-		bad  bool
-	}{
-		{"", nil, "", false},
-		{"0", []int{0}, "0", false},
-		{"0-3,8,10-11", []int{0, 1, 2, 3, 8, 10, 11}, "0-3,8,10-11", false},
-		{"3,1,2", []int{1, 2, 3}, "1-3", false},
-		{"0-27,56-83", nil, "0-27,56-83", false},
-		{"5-3", nil, "", true},
-		{"a", nil, "", true},
-		{"-1", nil, "", true},
-		{"0-100000000", nil, "", true},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseCPUList(tt.in)
-			if (err != nil) != tt.bad {
-				t.Fatalf("err = %v, want bad=%v", err, tt.bad)
-			}
-			if tt.bad {
-				return
-			}
-			if tt.cpus != nil && !reflect.DeepEqual(got, tt.cpus) {
-				t.Errorf("ParseCPUList = %v, want %v", got, tt.cpus)
-			}
-			if s := FormatCPUList(got); s != tt.out {
-				t.Errorf("FormatCPUList = %q, want %q", s, tt.out)
-			}
-		})
-	}
-}
-
-func FuzzParseCPUList(f *testing.F) {
-	for _, s := range []string{"0-3,8", "0-27,56-83", "", "1,1,1", "9-9"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		cpus, err := ParseCPUList(s)
-		if err != nil {
-			return
-		}
-		again, err := ParseCPUList(FormatCPUList(cpus))
-		if err != nil || !reflect.DeepEqual(again, cpus) && len(cpus) > 0 {
-			t.Fatalf("round trip of %q: %v → %v (%v)", s, cpus, again, err)
-		}
-	})
-}
-
 func TestDecodeAffinity(t *testing.T) {
 	words := []uint{0b1011, 1 << 63, 0, 1}
-	got := FormatCPUList(decodeAffinity(words))
+	got := envplan.FormatCPUList(decodeAffinity(words))
 	if want := "0-1,3,127,192"; got != want {
 		t.Errorf("decodeAffinity = %q, want %q", got, want)
 	}
