@@ -455,7 +455,7 @@ func TestClusterEnvByteForByte(t *testing.T) {
 	}
 	want := "WEIRD=" + hex.EncodeToString([]byte(weird))
 	got := 0
-	for _, l := range r.lines {
+	for _, l := range strings.Split(r.output(), "\n") {
 		if i := strings.Index(l, "ENV "); i >= 0 {
 			got++
 			if !strings.HasSuffix(l, want) {

@@ -280,6 +280,19 @@ func (r *Remote) keepalive(interval time.Duration, max int) {
 	}
 }
 
+// lostAfter is lost for a session that ended without an exit status: that
+// is the connection going down, and the watcher may not have recorded why
+// yet, so it waits a moment for it.
+func (r *Remote) lostAfter(d time.Duration) error {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-r.dead:
+	case <-t.C:
+	}
+	return r.lost()
+}
+
 // lost returns why the connection ended, or nil if it is still up.
 func (r *Remote) lost() error {
 	select {
@@ -392,7 +405,7 @@ func (r *Remote) output(ctx context.Context, argv []string, stdin io.Reader) ([]
 		}
 		return stdout.Bytes(), fmt.Errorf("run %s: exit code %d: %s", cmd, ee.ExitStatus(), tail)
 	}
-	if lost := r.lost(); lost != nil {
+	if lost := r.lostAfter(2 * time.Second); lost != nil {
 		err = lost
 	}
 	return stdout.Bytes(), fmt.Errorf("run %s: %w", cmd, err)
@@ -454,7 +467,7 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 		case errors.As(err, &ee):
 			return ee.ExitStatus(), nil
 		}
-		if lost := r.lost(); lost != nil {
+		if lost := r.lostAfter(2 * time.Second); lost != nil {
 			return -1, fmt.Errorf("node %s: agent lost: %w", r.node, lost)
 		}
 		return -1, fmt.Errorf("node %s: agent lost: %w", r.node, err)
