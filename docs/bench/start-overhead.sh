@@ -24,10 +24,12 @@ first_line() {
 }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 
-: >"$work/t"; : >"$work/g"
+: >"$work/t"; : >"$work/g"; : >"$work/o"
 for _ in $(seq "$rounds"); do
   first_line "$torchrun" --nproc_per_node 1 "$work/w.py" >>"$work/t"
   first_line "$gorun" --torchrun "$torchrun" --nproc_per_node 1 "$work/w.py" >>"$work/g"
+  first_line "$gorun" --preflight off --torchrun "$torchrun" --nproc_per_node 1 "$work/w.py" >>"$work/o"
 done
-t=$(median <"$work/t"); g=$(median <"$work/g")
-echo "rounds=$rounds torchrun_median_ms=$t gorun_median_ms=$g ratio=$(awk -v g="$g" -v t="$t" 'BEGIN{printf "%.3f", g/t}')"
+t=$(median <"$work/t"); g=$(median <"$work/g"); o=$(median <"$work/o")
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN{printf "%.3f", a/b}'; }
+echo "rounds=$rounds torchrun_median_ms=$t gorun_median_ms=$g ratio=$(ratio "$g" "$t") gorun_preflight_off_median_ms=$o ratio_preflight_off=$(ratio "$o" "$t")"
