@@ -349,7 +349,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		defer closeAll(runners)
 	}
 	if cl.Gorun.Preflight != "off" {
-		report := checkNodes(ctx, cl, hosts, runners)
+		report := checkNodes(ctx, cl, hosts, runners, stderr)
 		failed := !report.OK
 		switch {
 		case failed || hasWarnings(report):
@@ -479,6 +479,10 @@ func useColor(w io.Writer) bool {
 	if _, ok := os.LookupEnv("NO_COLOR"); ok {
 		return false
 	}
+	return isTerminal(w)
+}
+
+func isTerminal(w io.Writer) bool {
 	f, ok := w.(*os.File)
 	if !ok {
 		return false
@@ -528,7 +532,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	defer closeAll(runners)
-	report := checkNodes(ctx, cl, hosts, runners)
+	report := checkNodes(ctx, cl, hosts, runners, stderr)
 	if asJSON {
 		err = writeJSON(stdout, report)
 	} else {
@@ -570,7 +574,7 @@ func writeJSON(w io.Writer, v any) error {
 // checkNodes collects facts on every node in parallel and evaluates the
 // checks, per node and across nodes, plus the head-side lints (the NCCL
 // variables the user exported, the training script).
-func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) preflight.Report {
+func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
 	routeTo, probePort := masterAddress(cl, hosts, runners)
 	type node struct {
 		name string
@@ -585,10 +589,11 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 	}
 	reports := make([]preflight.NodeReport, len(nodes))
 	var wg sync.WaitGroup
+	done := make(chan struct{}, len(nodes))
 	for i, n := range nodes {
 		wg.Add(1)
 		go func() {
-			defer wg.Done()
+			defer func() { done <- struct{}{}; wg.Done() }()
 			want := preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu", GPUIDs: n.gpus}
 			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo, ProbePort: probePort}
 			facts, err := collectOn(ctx, runners[n.name], opts)
@@ -602,6 +607,7 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 			reports[i] = preflight.NodeReport{Host: n.name, Facts: facts, Findings: preflight.Check(facts, want)}
 		}()
 	}
+	showProgress(progress, len(nodes), done)
 	wg.Wait()
 	across := preflight.CheckAcross(reports)
 	across = append(across, preflight.LintNCCLEnv(environ())...)
@@ -609,6 +615,21 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 		across = append(across, preflight.LintScript(cl.Torchrun.TrainingScript, src)...)
 	}
 	return preflight.NewReport(reports, across)
+}
+
+// showProgress counts nodes as their checks finish, on a terminal only and
+// when there are enough nodes for the wait to be noticed.
+func showProgress(w io.Writer, total int, done <-chan struct{}) {
+	tty := isTerminal(w)
+	for k := 1; k <= total; k++ {
+		<-done
+		if tty && total >= 4 {
+			fmt.Fprintf(w, "\rpreflight: %d/%d nodes checked", k, total)
+			if k == total {
+				fmt.Fprint(w, "\r\x1b[K")
+			}
+		}
+	}
 }
 
 // masterAddress is the address the nodes will reach the master at: the
