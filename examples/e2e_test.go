@@ -14,6 +14,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -514,4 +515,59 @@ func TestClusterHeldMasterPort(t *testing.T) {
 		t.Fatalf("no move to a free port:\n%s", r.output())
 	}
 	noneLeft(t, mark, 5*time.Second)
+}
+
+// TestClusterPreflight runs the checks on every node in parallel, each
+// through the gorun uploaded there, and reads the JSON report.
+func TestClusterPreflight(t *testing.T) {
+	c := needCluster(t, 3)
+	run := func(extra ...string) (report struct {
+		OK    bool `json:"ok"`
+		Nodes []struct {
+			Host  string `json:"host"`
+			Facts struct {
+				Hostname string `json:"hostname"`
+				Route    struct {
+					Interface string `json:"interface"`
+					Probe     int    `json:"probe"`
+					ProbeErr  string `json:"probe_err"`
+				} `json:"route"`
+				Torch struct {
+					Found bool `json:"found"`
+				} `json:"torch"`
+			} `json:"facts"`
+		} `json:"nodes"`
+	}, code int) {
+		args := append(append([]string{"preflight", "--json"}, c.sshArgs()...), "--hosts", c.hostsFlag(2), "--torchrun", shim(t))
+		cmd := exec.Command(gorunBin, append(args, extra...)...)
+		out, err := cmd.Output()
+		if ee, ok := err.(*exec.ExitError); ok {
+			code = ee.ExitCode()
+		} else if err != nil {
+			t.Fatal(err)
+		}
+		if err := json.Unmarshal(out, &report); err != nil {
+			t.Fatalf("report is not JSON: %v\n%s", err, out)
+		}
+		return report, code
+	}
+	report, code := run()
+	if code != 0 || !report.OK || len(report.Nodes) != 3 {
+		t.Fatalf("exit %d, ok %v, %d nodes", code, report.OK, len(report.Nodes))
+	}
+	for i, n := range report.Nodes {
+		f := n.Facts
+		if n.Host != c.nodes[i] || f.Hostname != c.nodes[i] {
+			t.Errorf("node %d: host %q hostname %q", i, n.Host, f.Hostname)
+		}
+		if f.Route.Interface != "eth0" || f.Route.Probe != 22 || f.Route.ProbeErr != "" {
+			t.Errorf("%s: route to the master not confirmed: %+v", n.Host, f.Route)
+		}
+		if !f.Torch.Found {
+			t.Errorf("%s: torch not found behind the torchrun shim", n.Host)
+		}
+	}
+	if report, code := run("--nproc-per-node", "gpu"); code != 2 || report.OK {
+		t.Fatalf("GPUs asked on CPU nodes: exit %d, ok %v; want 2, false", code, report.OK)
+	}
 }
