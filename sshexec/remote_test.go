@@ -990,11 +990,19 @@ func TestClusterDialAll(t *testing.T) {
 }
 
 // BenchmarkFanout: connect to the first n nodes and run `true` on each.
+// BenchmarkFanout: connect to N nodes and run `true` on each, gorun's
+// fan-out (DialAll + Output on one connection per node) and, in the same
+// run, `pdsh -R ssh` on the same nodes with the same ssh_config, when pdsh
+// is installed. Compare ns/op of gorun/nodes=N with pdsh/nodes=N.
 func BenchmarkFanout(b *testing.B) {
 	c := testCluster(b)
-	for n := 1; n <= len(c.nodes); n++ {
-		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
-			hosts := c.nodes[:n]
+	pdsh, pdshErr := exec.LookPath("pdsh")
+	for _, n := range []int{1, 4, 16, 32} {
+		if n > len(c.nodes) {
+			break
+		}
+		hosts := c.nodes[:n]
+		b.Run(fmt.Sprintf("gorun/nodes=%d", n), func(b *testing.B) {
 			for b.Loop() {
 				remotes, err := DialAll(context.Background(), hosts, c.config(), 0)
 				if err == nil {
@@ -1006,6 +1014,18 @@ func BenchmarkFanout(b *testing.B) {
 				CloseAll(remotes)
 				if err != nil {
 					b.Fatal(err)
+				}
+			}
+		})
+		b.Run(fmt.Sprintf("pdsh/nodes=%d", n), func(b *testing.B) {
+			if pdshErr != nil {
+				b.Skip("pdsh is not installed")
+			}
+			for b.Loop() {
+				cmd := exec.Command(pdsh, "-R", "ssh", "-f", "64", "-w", strings.Join(hosts, ","), "true")
+				cmd.Env = append(os.Environ(), "PDSH_SSH_ARGS_APPEND=-F "+c.sshConfig)
+				if out, err := cmd.CombinedOutput(); err != nil {
+					b.Fatalf("pdsh: %v: %s", err, out)
 				}
 			}
 		})

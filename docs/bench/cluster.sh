@@ -18,7 +18,12 @@ ms() { date +%s%3N; }
 median() { sort -n | awk '{a[NR]=$1} END {print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'; }
 hosts() { local n=$1 s="" i; for ((i = 0; i < n; i++)); do s+="${s:+,}node$i:1"; done; echo "$s"; }
 
-echo "== fan-out: connect + run a trivial command on N nodes (median of $rounds, ms)"
+echo "== fan-out layer: sshexec.DialAll + Output(true) vs pdsh -R ssh, go test -bench (ms/op)"
+GORUN_TESTCLUSTER=$STATE go test -run '^$' -bench Fanout -benchtime "${rounds}x" ./sshexec 2>/dev/null |
+  awk '/^BenchmarkFanout\// { split($1, a, "/"); n = a[3]; sub(/-[0-9]+$/, "", n); ms[a[2] " " n] = $3 / 1e6; ns[n] = 1 }
+       END { for (n in ns) printf "%s gorun_ms=%.0f pdsh_ms=%.0f ratio=%.2f\n", n, ms["gorun " n], ms["pdsh " n], ms["gorun " n] / ms["pdsh " n] }' | sort -t= -k2 -n
+
+echo "== launch fan-out: connect + run a trivial command on N nodes (median of $rounds, ms)"
 echo "   gorun: the full launch path (ssh, agent upload check, agent, job) with /bin/true as torchrun"
 echo "   gorun_installed: the same with --remote-gorun (a gorun already on the nodes: no upload check)"
 echo "   pdsh:  pdsh -R ssh -w node[0-(N-1)] true"
