@@ -99,29 +99,32 @@ func (r *Remote) EnsureAgent(ctx context.Context, bin Binary) (string, error) {
 func (r *Remote) ensureAgent(ctx context.Context, bin Binary) (string, error) {
 	name, size := bin.Name, bin.Size
 
-	// One round trip: architecture, cache dir, and the size of any copy
-	// already there (-1 if none). The script is a constant; name is hex.
-	probe := `uname -m && d="${XDG_CACHE_HOME:-$HOME/.cache}/gorun" && printf '%s\n' "$d" && ` +
-		`if [ -f "$d/$1" ]; then wc -c < "$d/$1"; else echo -1; fi`
+	// One round trip, shell builtins only when the copy is there (the
+	// usual case): the cache dir, then "present", or else the node's
+	// architecture. A file under the content-addressed name is always whole,
+	// since uploads are renamed into place, and was checked for the
+	// architecture by the gorun that uploaded it.
+	probe := `d="${XDG_CACHE_HOME:-$HOME/.cache}/gorun" && printf '%s\n' "$d" && ` +
+		`if [ -x "$d/$1" ]; then echo present; else uname -m; fi`
 	out, err := r.output(ctx, []string{"sh", "-c", probe, "sh", name}, nil)
 	if err != nil {
 		return "", fmt.Errorf("probe node: %w", err)
 	}
 	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 3 {
+	if len(lines) != 2 {
 		return "", fmt.Errorf("probe node: unexpected answer %q", out)
 	}
-	arch := strings.TrimSpace(lines[0])
-	if goarch, ok := unameArch[arch]; !ok || goarch != runtime.GOARCH {
-		return "", fmt.Errorf("node is %s (uname -m) but this gorun is built for %s: build gorun for the node's architecture and pass it with --remote-gorun", arch, runtime.GOARCH)
-	}
-	dir := lines[1]
+	dir := lines[0]
 	if !strings.HasPrefix(dir, "/") {
 		return "", fmt.Errorf("probe node: cache dir %q is not absolute (is $HOME set?)", dir)
 	}
 	final := dir + "/" + name
-	if have, err := strconv.ParseInt(strings.TrimSpace(lines[2]), 10, 64); err == nil && have == size {
+	if lines[1] == "present" {
 		return final, nil
+	}
+	arch := strings.TrimSpace(lines[1])
+	if goarch, ok := unameArch[arch]; !ok || goarch != runtime.GOARCH {
+		return "", fmt.Errorf("node is %s (uname -m) but this gorun is built for %s: build gorun for the node's architecture and pass it with --remote-gorun", arch, runtime.GOARCH)
 	}
 
 	f, err := os.Open(bin.Path)
