@@ -282,7 +282,7 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 			remote = append(remote, h.Name)
 		}
 	}
-	dialled, err := sshexec.DialAll(ctx, remote, cfg, 64)
+	dialled, err := sshexec.DialAll(ctx, remote, cfg, sshexec.DefaultFanout)
 	for name, r := range dialled {
 		runners[name] = r
 	}
@@ -392,16 +392,21 @@ func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
 func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, head bool, stdout, stderr io.Writer) error {
-	kill := make(chan struct{})
+	kill, finished := make(chan struct{}), make(chan struct{})
+	defer close(finished)
 	go func() {
-		<-ctx.Done()
+		select {
+		case <-ctx.Done():
+		case <-finished:
+			return
+		}
 		second := make(chan os.Signal, 1)
 		signal.Notify(second, os.Interrupt, syscall.SIGTERM)
 		defer signal.Stop(second)
 		select {
 		case <-second:
 			close(kill)
-		case <-time.After(time.Minute):
+		case <-finished:
 		}
 	}()
 	restarts := 0
