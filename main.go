@@ -264,6 +264,7 @@ var errUnreachable = errors.New("cannot reach every node; nothing was started")
 // mode), SSH for the rest, dialled in parallel. On any failure every
 // connection is closed and the error names each failing host.
 func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string) (map[string]sshexec.Runner, error) {
+	var err error
 	runners := make(map[string]sshexec.Runner)
 	if len(hosts) == 0 {
 		runners["localhost"] = sshexec.NewLocal(self)
@@ -282,6 +283,13 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 			remote = append(remote, h.Name)
 		}
 	}
+	if len(remote) > 0 && cfg.RemoteGorun == "" {
+		// Hashed once: every node runs the same content-addressed copy,
+		// uploaded on first use where it is missing.
+		if cfg.Agent, err = sshexec.HashBinary(self); err != nil {
+			return nil, fmt.Errorf("read the gorun binary: %w", err)
+		}
+	}
 	dialled, err := sshexec.DialAll(ctx, remote, cfg, sshexec.DefaultFanout)
 	for name, r := range dialled {
 		runners[name] = r
@@ -289,22 +297,6 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 	if err != nil {
 		closeAll(runners)
 		return nil, fmt.Errorf("%w:\n%v", errUnreachable, err)
-	}
-	if len(dialled) == 0 {
-		return runners, nil
-	}
-	bin, err := sshexec.HashBinary(self) // once: every node gets the same content-addressed copy
-	if err != nil {
-		closeAll(runners)
-		return nil, fmt.Errorf("read the gorun binary: %w", err)
-	}
-	err = sshexec.ForEach(ctx, remote, sshexec.DefaultFanout, func(ctx context.Context, name string) error {
-		_, err := dialled[name].EnsureAgent(ctx, bin)
-		return err
-	})
-	if err != nil {
-		closeAll(runners)
-		return nil, fmt.Errorf("%w: install the gorun agent:\n%v", errUnreachable, err)
 	}
 	return runners, nil
 }
@@ -363,7 +355,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		if failed && cl.Gorun.Preflight == "on" {
 			return errPreflightFailed
 		}
-		facts = planFacts(report, runners, self)
+		facts = planFacts(report)
 	}
 	plan, err := envplan.Build(spec, facts)
 	if err != nil {
@@ -683,7 +675,7 @@ func collectOn(ctx context.Context, r sshexec.Runner, req collectRequest) (prefl
 		return preflight.Facts{}, fmt.Errorf("no collector for %T", r)
 	}
 	arg, _ := json.Marshal(req)
-	out, err := remote.Output(ctx, []string{remote.AgentPath(), "_collect", string(arg)}) // uploaded by connect
+	out, err := remote.AgentOutput(ctx, "_collect", string(arg))
 	if err != nil {
 		return preflight.Facts{}, err
 	}
@@ -709,7 +701,9 @@ func collectLocal(ctx context.Context, req collectRequest) preflight.Facts {
 			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
 		},
 	}
-	return preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo, ProbePort: req.ProbePort})
+	facts := preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo, ProbePort: req.ProbePort})
+	facts.Gorun, _ = os.Executable()
+	return facts
 }
 
 // torchrunPython is the interpreter torchrun runs under (its #! line).
@@ -750,16 +744,12 @@ func hasWarnings(r preflight.Report) bool {
 	return false
 }
 
-// planFacts reduces preflight facts to what the plan needs, plus where
-// gorun itself is on each node (for the worker-start hook).
-func planFacts(r preflight.Report, runners map[string]sshexec.Runner, self string) envplan.Facts {
+// planFacts reduces preflight facts to what the plan needs.
+func planFacts(r preflight.Report) envplan.Facts {
 	facts := make(envplan.Facts, len(r.Nodes))
 	for _, n := range r.Nodes {
 		f := n.Facts
-		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: self, Python: f.Torch.Python}
-		if remote, ok := runners[n.Host].(*sshexec.Remote); ok {
-			nf.Gorun = remote.AgentPath() // uploaded by connect
-		}
+		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: f.Gorun, Python: f.Torch.Python}
 		for _, g := range f.GPUs {
 			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})
 		}

@@ -42,6 +42,9 @@ type Facts struct {
 	// ScriptSHA256 is the hex SHA-256 of the training script on this node;
 	// empty when no script was given or it could not be read.
 	ScriptSHA256 string `json:"script_sha256,omitempty"`
+	// Gorun is the gorun binary that collected these facts on the node; the
+	// plan's worker-start hook runs it.
+	Gorun string `json:"gorun,omitempty"`
 	// Errors lists collector problems that did not stop collection
 	// ("read /sys/class/infiniband: permission denied").
 	Errors []string `json:"errors,omitempty"`

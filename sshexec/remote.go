@@ -33,7 +33,11 @@ type Config struct {
 	AcceptNew bool
 	// RemoteGorun is a gorun binary already installed on every node; set, it
 	// skips the upload.
-	RemoteGorun       string
+	RemoteGorun string
+	// Agent is this gorun, to be run on the node from its content-addressed
+	// copy and uploaded on first use when the node lacks it (see agent.go's
+	// launcher in lazyagent.go). Unset, EnsureAgent must run before Start.
+	Agent             Binary
 	ConnectTimeout    time.Duration // TCP connect plus SSH handshake; default ConnectTimeout or 10 s
 	KeepaliveInterval time.Duration // default 3 s
 	KeepaliveMax      int           // unanswered keepalives before the link is declared dead; default 3
@@ -378,7 +382,16 @@ func (r *Remote) output(ctx context.Context, argv []string, stdin io.Reader) ([]
 	if len(argv) == 0 {
 		return nil, errors.New("run: empty command")
 	}
-	cmd := QuoteArgv(argv)
+	return r.run(ctx, QuoteArgv(argv), stdin)
+}
+
+// outputCmd runs a command line already quoted; errors wrap *ssh.ExitError
+// when the command ran and exited non-zero.
+func (r *Remote) outputCmd(ctx context.Context, cmd string) ([]byte, error) {
+	return r.run(ctx, cmd, nil)
+}
+
+func (r *Remote) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, error) {
 	sess, err := r.newSession(ctx)
 	if err != nil {
 		return nil, fmt.Errorf("run %s: %w", cmd, err)
@@ -400,15 +413,26 @@ func (r *Remote) output(ctx context.Context, argv []string, stdin io.Reader) ([]
 	tail := strings.TrimSpace(lastBytes(stderr.Bytes(), stderrTail))
 	var ee *ssh.ExitError
 	if errors.As(err, &ee) {
-		if tail == "" {
-			return stdout.Bytes(), fmt.Errorf("run %s: exit code %d", cmd, ee.ExitStatus())
-		}
-		return stdout.Bytes(), fmt.Errorf("run %s: exit code %d: %s", cmd, ee.ExitStatus(), tail)
+		return stdout.Bytes(), &ExitError{Cmd: cmd, Code: ee.ExitStatus(), Stderr: tail}
 	}
 	if lost := r.lostAfter(2 * time.Second); lost != nil {
 		err = lost
 	}
 	return stdout.Bytes(), fmt.Errorf("run %s: %w", cmd, err)
+}
+
+// ExitError is a command that ran on the node and exited non-zero.
+type ExitError struct {
+	Cmd    string
+	Code   int
+	Stderr string // its last bytes
+}
+
+func (e *ExitError) Error() string {
+	if e.Stderr == "" {
+		return fmt.Sprintf("run %s: exit code %d", e.Cmd, e.Code)
+	}
+	return fmt.Sprintf("run %s: exit code %d: %s", e.Cmd, e.Code, e.Stderr)
 }
 
 func lastBytes(b []byte, n int) string {
@@ -432,7 +456,7 @@ func (r *Remote) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 
 func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
 	gorun := r.agentPath()
-	if gorun == "" {
+	if gorun == "" && r.cfg.Agent.Name == "" {
 		return nil, errors.New("no gorun on the node: set --remote-gorun or upload it first (EnsureAgent)")
 	}
 	sess, err := r.newSession(ctx)
@@ -448,11 +472,28 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 		errR, err = sess.StderrPipe()
 	}
 	if err == nil {
-		err = sess.Start(QuoteArgv([]string{gorun, "_agent"}))
+		if gorun != "" {
+			err = sess.Start(QuoteArgv([]string{gorun, "_agent"}))
+		} else {
+			err = sess.Start(launchCommand(r.cfg.Agent, true, "_agent"))
+		}
 	}
 	if err != nil {
 		sess.Close()
 		return nil, err
+	}
+	if gorun == "" {
+		// The launcher names the copy it runs, or nothing when the node
+		// lacks it: then upload it and start again, in a new session.
+		path, err := readLauncherLine(outR)
+		if err != nil {
+			sess.Close()
+			if _, err := r.EnsureAgent(ctx, r.cfg.Agent); err != nil {
+				return nil, err
+			}
+			return r.start(ctx, job, stdout, stderr)
+		}
+		r.knowAgent(path)
 	}
 
 	tracked := &remoteProcess{r: r}

@@ -1,0 +1,74 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestClusterLazyAgent: with Config.Agent set and the node lacking the
+// copy, the first AgentOutput or Start uploads it and runs it; a launcher
+// that finds it runs it at once and names it.
+func TestClusterLazyAgent(t *testing.T) {
+	c := testCluster(t)
+	ctx := context.Background()
+	// A stand-in agent with fresh content, so no node has it yet; like the
+	// real one, it reads the job line first.
+	nonce := make([]byte, 8)
+	rand.Read(nonce)
+	script := filepath.Join(t.TempDir(), "fake-gorun")
+	os.WriteFile(script, []byte("#!/bin/sh\n# "+hex.EncodeToString(nonce)+"\nread -r job\necho \"ran $*\"\n"), 0o755)
+	bin, err := HashBinary(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := c.config()
+	cfg.Agent = bin
+
+	r := dialT(t, c.nodes[0], cfg)
+	out, err := r.AgentOutput(ctx, "_collect", "it's")
+	if err != nil || strings.TrimSpace(string(out)) != "ran _collect it's" {
+		t.Fatalf("AgentOutput on a node without the copy: %q, %v", out, err)
+	}
+	path := r.AgentPath()
+	if !strings.HasSuffix(path, "/"+bin.Name) {
+		t.Fatalf("AgentPath = %q after the upload", path)
+	}
+	t.Cleanup(func() { os.Remove(path) }) // the nodes share this filesystem
+
+	// A fresh connection: the launcher finds the copy and starts it at once.
+	r2 := dialT(t, c.nodes[1], cfg)
+	var stdout, stderr bytes.Buffer
+	p, err := r2.Start(ctx, Job{Argv: []string{"unused"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("Wait = %d, %v; stderr %q", code, err, stderr.String())
+	}
+	if got := stdout.String(); got != "ran _agent\n" {
+		t.Fatalf("job output %q: the launcher's line must not reach it", got)
+	}
+	if r2.AgentPath() != path {
+		t.Fatalf("the launcher named %q, want %q", r2.AgentPath(), path)
+	}
+
+	// Removed behind gorun's back: Start uploads again.
+	os.Remove(path)
+	r3 := dialT(t, c.nodes[2%len(c.nodes)], cfg)
+	p, err = r3.Start(ctx, Job{Argv: []string{"unused"}}, &stdout, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("Wait after a re-upload = %d, %v", code, err)
+	}
+	if _, err := os.Stat(path); err != nil {
+		t.Fatalf("not uploaded again: %v", err)
+	}
+}
