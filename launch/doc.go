@@ -20,16 +20,26 @@
 // a newline when the stream ends. A line longer than 64 KiB is written in
 // pieces, every piece after the first marked "[node1 0]+ ". Options.Diag gets
 // gorun's own messages (restarts, the final failure summary), in order with
-// the output written before them.
+// the output written before them. With Options.Plain (one local node, where
+// gorun stands in for torchrun) lines pass through as torchrun prints them.
+//
+// # Worker start
+//
+// ExecRank is the other end of the plan's per-rank CPU binding: torchrun
+// starts `gorun _rank -- <python> -u script`, which binds itself to its local
+// rank's CPUs and execs the interpreter.
 //
 // # Failures and restarts
 //
 // The first node to exit non-zero, fail to start, or be lost (its Wait
 // reports an error) is the failure of the attempt; every other node is then
 // stopped and waited for, and the failures they report while stopping are
-// consequences, not causes. Where torchrun printed a ChildFailedError "Root
-// Cause" block, the failure names the worker's rank, local rank and own exit
-// code. Attempts are numbered from 0 for Options.Attempt; launch adds
+// consequences, not causes. One exception: a worker's exit 1 (a Python
+// error, often a peer that lost its connection to the worker that crashed)
+// waits up to half a second for a node reporting a worker with a code of
+// its own, which is then named instead. Where torchrun printed a
+// ChildFailedError "Root Cause" block, the failure names the worker's rank,
+// local rank and own exit code. Attempts are numbered from 0 for Options.Attempt; launch adds
 // nothing to a Job, so the caller exports the attempt number
 // (GORUN_RESTART_COUNT) and picks a fresh port there.
 //
