@@ -8,7 +8,8 @@
 // noticed within about 15 s.
 //
 // Long-running jobs are started through the node agent (gorun itself, run as a
-// hidden subcommand): it starts the job in its own session as a child
+// hidden subcommand, from a content-addressed copy under the remote user's
+// cache dir that is uploaded on first use, when a launcher finds it missing): it starts the job in its own session as a child
 // subreaper, streams its output, and tears the whole process tree down when
 // told to, when its stdin closes, or when the head's heartbeat stops. So a
 // job never outlives a lost head, and torchrun's workers, which run in
