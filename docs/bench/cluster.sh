@@ -24,8 +24,8 @@ GORUN_TESTCLUSTER=$STATE go test -run '^$' -bench Fanout -benchtime "${rounds}x"
        END { for (n in ns) printf "%s gorun_ms=%.0f pdsh_ms=%.0f ratio=%.2f\n", n, ms["gorun " n], ms["pdsh " n], ms["gorun " n] / ms["pdsh " n] }' | sort -t= -k2 -n
 
 echo "== launch fan-out: connect + run a trivial command on N nodes (median of $rounds, ms)"
-echo "   gorun: the full launch path (ssh, agent upload check, agent, job) with /bin/true as torchrun"
-echo "   gorun_installed: the same with --remote-gorun (a gorun already on the nodes: no upload check)"
+echo "   gorun: the full launch path (ssh, the launcher finding the node's gorun, agent, job) with /bin/true as torchrun"
+echo "   gorun_installed: the same with --remote-gorun (an installed gorun: no launcher)"
 echo "   pdsh:  pdsh -R ssh -w node[0-(N-1)] true"
 "${gorun[@]}" --hosts "$(hosts 32)" --torchrun /bin/true x >/dev/null 2>&1 # upload once
 installed=$(ls -t "$HOME"/.cache/gorun/gorun-* | head -1)
