@@ -65,7 +65,11 @@ func TestBuildInputErrors(t *testing.T) {
 			s.Hosts = hosts("a,b")
 			return s
 		}, "--nnodes"},
-		{"no script", func() Spec { return newSpec(nil, "") }, "training_script"},
+		{"no script", func() Spec {
+			s := newSpec(nil, "train.py")
+			s.Torchrun.TrainingScript = "" // a Spec made by hand, not by the parser
+			return s
+		}, "training_script"},
 		{"env without =", func() Spec {
 			s := newSpec(nil, "train.py")
 			s.Gorun.Env = []string{"NOVALUE"}
