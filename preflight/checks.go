@@ -84,6 +84,7 @@ func Check(f Facts, want Want) []Finding {
 	add(drv...)
 	add(checkGPUCount(f, want)...)
 	add(checkVisibleDevices(f, want)...)
+	add(checkCUDAEnv(f)...)
 	if haveGPUs {
 		add(checkGPUHealth(f)...)
 		add(checkGPUModes(f)...)
@@ -170,6 +171,14 @@ func checkDriver(f Facts, want Want) ([]Finding, bool) {
 	}
 	out = append(out, checkModules(f)...)
 	out = append(out, checkNouveau(d)...)
+	if d.LibraryVersion != "" && d.KernelModuleVersion != "" && d.LibraryVersion != d.KernelModuleVersion {
+		out = append(out, Finding{
+			ID: "driver.library", Severity: SeverityFail,
+			Message:  "libnvidia-ml is from another driver version than the loaded kernel module",
+			Evidence: fmt.Sprintf("libnvidia-ml.so.1 → %s, /proc/driver/nvidia/version %s", d.LibraryVersion, d.KernelModuleVersion),
+			Remedy:   "a driver upgrade is half done: reboot the node (or reload the nvidia modules with no GPU process running)",
+		})
+	}
 	if d.KernelModuleVersion != "" && d.DriverVersion != "" {
 		if d.KernelModuleVersion != d.DriverVersion {
 			out = append(out, Finding{
@@ -788,4 +797,31 @@ func unsupported(g GPUFacts, what string) bool {
 		}
 	}
 	return false
+}
+
+// cudaDebugEnv are variables DCGM's deployment check warns about: each turns
+// on a debugger, profiler, injection or core dumps that slow CUDA down or
+// change how it fails.
+var cudaDebugEnv = []string{
+	"NSIGHT_CUDA_DEBUGGER", "CUDA_INJECTION32_PATH", "CUDA_INJECTION64_PATH", "CUDA_AUTO_BOOST",
+	"CUDA_ENABLE_COREDUMP_ON_EXCEPTION", "CUDA_COREDUMP_FILE", "CUDA_DEVICE_WAITS_ON_EXCEPTION",
+	"CUDA_PROFILE", "COMPUTE_PROFILE", "OPENCL_PROFILE",
+}
+
+func checkCUDAEnv(f Facts) []Finding {
+	var set []string
+	for _, name := range cudaDebugEnv {
+		if v, ok := f.Env[name]; ok {
+			set = append(set, name+"="+v)
+		}
+	}
+	if len(set) == 0 {
+		return nil
+	}
+	return []Finding{{
+		ID: "env.cuda_debug", Severity: SeverityWarn,
+		Message:  "CUDA debugging, profiling or core-dump variables are set; they slow jobs down or change how they fail",
+		Evidence: strings.Join(set, " "),
+		Remedy:   "unset them unless you are debugging on purpose",
+	}}
 }

@@ -55,6 +55,17 @@ func TestCheck(t *testing.T) {
 		{"cpu node, gpu job", cpuNode, gpuJob, "driver.present", SeverityFail, "NVML library not found"},
 		{"cpu node, 8 gpus asked", cpuNode, Want{NProc: "8", GPUsRequested: true}, "gpu.count", SeverityFail, "none are visible"},
 		{"nouveau", func() Facts { f := cpuNode(); f.Driver.Modules["nouveau"] = true; return f }, Want{}, "driver.nouveau", SeverityFail, "nouveau"},
+		{"half-done driver upgrade: library and module differ", func() Facts {
+			f := healthyNode()
+			f.Source, f.GPUs, f.Driver.NVMLError, f.Driver.NVMLErrorCode = "", nil, "ERROR_LIB_RM_VERSION_MISMATCH", 18
+			f.Driver.DriverVersion, f.Driver.LibraryVersion = "", "580.172.08"
+			return f
+		}, gpuJob, "driver.library", SeverityFail, "580.172.08"},
+		{"CUDA debugging variables set", func() Facts {
+			f := healthyNode()
+			f.Env = map[string]string{"CUDA_LAUNCH_BLOCKING": "1", "CUDA_INJECTION64_PATH": "/opt/x.so"}
+			return f
+		}, gpuJob, "env.cuda_debug", SeverityWarn, "CUDA_INJECTION64_PATH=/opt/x.so"},
 		{"rm version mismatch", func() Facts {
 			f := healthyNode()
 			f.Source, f.GPUs, f.Driver.NVMLError, f.Driver.NVMLErrorCode = "", nil, "ERROR_LIB_RM_VERSION_MISMATCH", 18

@@ -79,8 +79,12 @@ type DriverFacts struct {
 	DevNodes []string `json:"dev_nodes,omitempty"`
 	// NVMLError is the NVML Init error text, empty on success or when NVML
 	// was not tried; NVMLErrorCode is its nvml.Return value.
-	NVMLError     string `json:"nvml_error,omitempty"`
-	NVMLErrorCode int    `json:"nvml_error_code,omitempty"`
+	// LibraryVersion is the version in the file name libnvidia-ml.so.1
+	// resolves to ("libnvidia-ml.so.580.159.04"); it must match the kernel
+	// module's even when NVML cannot start.
+	LibraryVersion string `json:"library_version,omitempty"`
+	NVMLError      string `json:"nvml_error,omitempty"`
+	NVMLErrorCode  int    `json:"nvml_error_code,omitempty"`
 }
 
 // GPUFacts describe one GPU. Fields NVML could not answer keep their zero

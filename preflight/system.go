@@ -104,6 +104,7 @@ func collectSystem(r sysReader, f *Facts) {
 	} else {
 		note("/proc/driver/nvidia/version", err)
 	}
+	d.LibraryVersion = nvmlLibraryVersion(r)
 	mods, err := loadedModules(r)
 	note("/proc/modules", err)
 	d.Modules = mods
@@ -113,6 +114,27 @@ func collectSystem(r sysReader, f *Facts) {
 	f.ShmBytes = shmBytes(r)
 	f.MemlockBytes, err = memlockBytes(r)
 	note("memlock limit", err)
+}
+
+// nvmlLibDirs are where distributions and NVIDIA's installers put
+// libnvidia-ml.so.1 (the last one inside NVIDIA's container images).
+var nvmlLibDirs = []string{
+	"usr/lib/x86_64-linux-gnu", "usr/lib/aarch64-linux-gnu", "usr/lib64", "usr/lib", "usr/local/nvidia/lib64",
+}
+
+// nvmlLibraryVersion is the driver version in the name of the file
+// libnvidia-ml.so.1 links to, "" when there is none.
+func nvmlLibraryVersion(r sysReader) string {
+	for _, dir := range nvmlLibDirs {
+		target, err := os.Readlink(r.path(dir + "/libnvidia-ml.so.1"))
+		if err != nil {
+			continue
+		}
+		if v, ok := strings.CutPrefix(filepath.Base(target), "libnvidia-ml.so."); ok && v != "1" {
+			return v
+		}
+	}
+	return ""
 }
 
 // parseProcVersion reads /proc/driver/nvidia/version: the first line, the
@@ -284,7 +306,8 @@ func unameArch(goarch string) string {
 
 // envPrefixes are the variables Facts.Env keeps; everything else stays on
 // the node.
-var envPrefixes = []string{"CUDA_", "NCCL_", "TORCH_", "NVIDIA_", "PET_", "GLOO_", "OMP_", "UCX_"}
+var envPrefixes = []string{"CUDA_", "NCCL_", "TORCH_", "NVIDIA_", "PET_", "GLOO_", "OMP_", "UCX_",
+	"NSIGHT_CUDA_DEBUGGER", "COMPUTE_PROFILE", "OPENCL_PROFILE"}
 
 // envFacts filters environ ("K=V" list) down to the variables that shape a
 // GPU job.

@@ -181,3 +181,21 @@ func TestInterfaceWith(t *testing.T) {
 		t.Errorf("HostRoute = %+v", rt)
 	}
 }
+
+func TestNVMLLibraryVersion(t *testing.T) {
+	root := t.TempDir()
+	dir := filepath.Join(root, "usr/lib/x86_64-linux-gnu")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := sysReader{root: root}
+	if v := nvmlLibraryVersion(r); v != "" {
+		t.Fatalf("no library: got %q", v)
+	}
+	if err := os.Symlink("libnvidia-ml.so.580.159.04", filepath.Join(dir, "libnvidia-ml.so.1")); err != nil {
+		t.Fatal(err)
+	}
+	if v := nvmlLibraryVersion(r); v != "580.159.04" {
+		t.Fatalf("got %q, want 580.159.04", v)
+	}
+}
