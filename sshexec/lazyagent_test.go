@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 // TestClusterLazyAgent: with Config.Agent set and the node lacking the
@@ -30,6 +31,18 @@ func TestClusterLazyAgent(t *testing.T) {
 	cfg := c.config()
 	cfg.Agent = bin
 
+	// A copy from an old build, untouched for ten days, is cleared by the
+	// upload (the nodes share this filesystem and its home directory).
+	home, _ := os.UserHomeDir()
+	stale := filepath.Join(home, ".cache/gorun", "gorun-"+hex.EncodeToString(nonce)+"-stale")
+	os.MkdirAll(filepath.Dir(stale), 0o755)
+	if err := os.WriteFile(stale, nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	old := time.Now().Add(-10 * 24 * time.Hour)
+	os.Chtimes(stale, old, old)
+	t.Cleanup(func() { os.Remove(stale) })
+
 	r := dialT(t, c.nodes[0], cfg)
 	out, err := r.AgentOutput(ctx, "_collect", "it's")
 	if err != nil || strings.TrimSpace(string(out)) != "ran _collect it's" {
@@ -40,6 +53,9 @@ func TestClusterLazyAgent(t *testing.T) {
 		t.Fatalf("AgentPath = %q after the upload", path)
 	}
 	t.Cleanup(func() { os.Remove(path) }) // the nodes share this filesystem
+	if _, err := os.Stat(stale); err == nil {
+		t.Errorf("a copy untouched for ten days survived the upload")
+	}
 
 	// A fresh connection: the launcher finds the copy and starts it at once.
 	r2 := dialT(t, c.nodes[1], cfg)

@@ -137,7 +137,11 @@ func (r *Remote) ensureAgent(ctx context.Context, bin Binary) (string, error) {
 		return "", err
 	}
 	tmp := final + ".tmp." + hex.EncodeToString(nonce[:])
-	script := `mkdir -p "$1" && cat > "$2" && chmod 755 "$2" && mv -f "$2" "$3" && wc -c < "$3"`
+	// Copies from other builds not touched for a week are removed: a job
+	// still running one keeps its open file, and a launch that wants one
+	// again finds it missing and uploads it.
+	script := `mkdir -p "$1" && cat > "$2" && chmod 755 "$2" && mv -f "$2" "$3" && wc -c < "$3" && ` +
+		`{ find "$1" -maxdepth 1 -name 'gorun-*' ! -path "$3" -mtime +7 -delete 2>/dev/null || true; }`
 	out, err = r.output(ctx, []string{"sh", "-c", script, "sh", dir, tmp, final}, f)
 	if err != nil {
 		// Best effort: leave no partial file behind.
