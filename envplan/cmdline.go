@@ -41,15 +41,16 @@ func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, e
 // repeats included (the last one wins). A PET_ flag that reads as false and a
 // PET_ value overridden on argv are not listed; gorun's own options never are.
 //
+// A prefix that matches both spellings of one option (--nproc matches
+// --nproc-per-node and --nproc_per_node) is ambiguous, as argparse has it
+// (checked against torchrun 2.11: envplan/testdata/torchrun_parse_diff.py).
+//
 // Differences from torchrun, all deliberate:
-//   - a prefix that matches only spellings of one option (--nproc matches
-//     --nproc-per-node and --nproc_per_node) selects that option, where
-//     argparse calls it ambiguous;
 //   - arguments after the training script are never inspected (some Python
 //     versions refuse an ambiguous prefix there);
-//   - gorun's own options share the prefix namespace, so four prefixes that
-//     picked one torchrun option now are ambiguous: --e (--event-log-handler),
-//     --h (--help), --re (--redirects) and --t (--tee);
+//   - gorun's own options share the prefix namespace, so three prefixes that
+//     picked one torchrun option now are ambiguous: --h (--help), --re
+//     (--redirects) and --t (--tee);
 //   - an empty PET_ variable counts as unset (getenv cannot tell them apart);
 //   - values torchrun only rejects once it runs (an empty training script,
 //     --nproc-per-node 0, a negative --node-rank, a --master-port above 65535,
@@ -277,6 +278,7 @@ type match struct {
 	hasExplicit bool
 	sep         bool // the explicit value followed '='
 	candidates  []*optionSpec
+	names       []string // the option strings an ambiguous prefix matched
 }
 
 // argparse treats these as arguments, not options, when no option looks like
@@ -311,11 +313,18 @@ func (p *parser) classify(tok string) (match, tokenKind) {
 		found = append(found, m)
 	}
 	prefix, val, hasEq := strings.Cut(tok, "=")
+	var matched []string
 	if strings.HasPrefix(tok, "--") {
 		for _, n := range p.names {
 			if strings.HasPrefix(n, prefix) {
+				matched = append(matched, n)
 				add(match{spec: p.byName[n], typed: prefix, explicit: val, hasExplicit: hasEq, sep: hasEq})
 			}
+		}
+		// As argparse: a prefix of two spellings of one option
+		// (--nproc: --nproc-per-node, --nproc_per_node) is ambiguous too.
+		if len(found) == 1 && len(matched) > 1 {
+			return match{typed: prefix, names: matched}, tokAmbiguous
 		}
 	} else {
 		// A short option may carry its value: -r3.
@@ -408,9 +417,11 @@ func (p *parser) finishArgv() error {
 }
 
 func ambiguousError(m match) error {
-	names := make([]string, len(m.candidates))
-	for i, s := range m.candidates {
-		names[i] = s.canonical()
+	names := m.names
+	if names == nil {
+		for _, s := range m.candidates {
+			names = append(names, s.canonical())
+		}
 	}
 	return &InputError{
 		Where:   m.typed,

@@ -77,8 +77,8 @@ func TestParseCommandLineAccepts(t *testing.T) {
 		{
 			// argparse calls this ambiguous (two spellings of one option);
 			// gorun resolves it.
-			name:  "prefix matching only spellings of one option",
-			argv:  []string{"--nproc", "2", "train.py"},
+			name:  "prefix matching one spelling of one option",
+			argv:  []string{"--nproc-p", "2", "train.py"},
 			cfg:   func(c *Config) { c.NProcPerNode = "2" },
 			given: []Arg{{Name: "--nproc-per-node", Dest: "nproc_per_node", Value: "2"}},
 		},
@@ -381,7 +381,11 @@ func TestParseCommandLineRefuses(t *testing.T) {
 		{name: "value is --", argv: []string{"--nnodes", "--", "train.py"}, where: "--nnodes", problem: "expected one argument"},
 		{name: "value missing at the end", argv: []string{"--nnodes"}, where: "--nnodes", problem: "expected one argument"},
 		{name: "short option missing its value", argv: []string{"-r"}, where: "-r", problem: "expected one argument"},
-		{name: "prefix missing its value", argv: []string{"--nproc", "-h"}, where: "--nproc", problem: "expected one argument"},
+		{name: "prefix missing its value", argv: []string{"--nproc-p", "-h"}, where: "--nproc-p", problem: "expected one argument"},
+		{name: "prefix of both spellings of one option, as argparse", argv: []string{"--nproc", "2", "train.py"}, where: "--nproc",
+			problem: "ambiguous option: could match --nproc-per-node, --nproc_per_node"},
+		{name: "prefix of both spellings of --max-restarts", argv: []string{"--max", "2", "train.py"}, where: "--max",
+			problem: "ambiguous option: could match --max-restarts, --max_restarts"},
 		{name: "gorun option missing its value", argv: []string{"--hosts", "--nnodes", "2", "x"}, where: "--hosts", problem: "expected one argument"},
 		{name: "nnodes three parts", argv: []string{"--nnodes", "2:20:30", "train.py"}, where: "--nnodes", problem: `nnodes=2:20:30 is not in "MIN:MAX" format`},
 		{name: "nnodes zero", argv: []string{"--nnodes=0", "train.py"}, where: "--nnodes", problem: "at least 1"},
@@ -588,7 +592,7 @@ func TestGorunNamesDoNotShadowTorchrun(t *testing.T) {
 // Adding gorun's options changes only these torchrun prefixes from one
 // option to ambiguous; a new gorun option that breaks more fails here.
 func TestPrefixesThatChangeMeaning(t *testing.T) {
-	want := []string{"--e", "--h", "--re", "--t"}
+	want := []string{"--h", "--re", "--t"}
 	p := newParser()
 	var got []string
 	seen := map[string]bool{}
@@ -607,7 +611,7 @@ func TestPrefixesThatChangeMeaning(t *testing.T) {
 				for _, o2 := range torchrunOptions {
 					for _, n2 := range o2 {
 						if strings.HasPrefix(n2, prefix) {
-							owners[o2[0]] = true
+							owners[n2] = true // argparse counts option strings, not options
 						}
 					}
 				}
