@@ -163,7 +163,11 @@ func (t tableWriter) node(n NodePlan) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(n.Env)) {
 		v := n.Env[name]
-		t.line("    " + name + "=" + displayWord(v.Value) + "  [" + v.Source + "]")
+		value := displayWord(v.Value)
+		if IsSecret(name) {
+			value = hiddenValue
+		}
+		t.line("    " + name + "=" + value + "  [" + v.Source + "]")
 		t.wrap("        ", "        ", v.Reason)
 	}
 	if len(n.Ranks) == 0 {
@@ -258,6 +262,14 @@ func normalize(p Plan) Plan {
 		if n.Env == nil {
 			n.Env = map[string]Var{}
 		}
+		env := make(map[string]Var, len(n.Env))
+		for name, v := range n.Env {
+			if IsSecret(name) {
+				v.Value = hiddenValue
+			}
+			env[name] = v
+		}
+		n.Env = env
 		if n.Ranks == nil {
 			n.Ranks = []RankPlan{}
 		}
@@ -284,6 +296,10 @@ func RenderShell(w io.Writer, p Plan) error {
 			}
 			if !validEnvName(name) {
 				return fmt.Errorf("render plan as shell: node %s: %q is not a variable name", n.Host, name)
+			}
+			if IsSecret(name) {
+				words = append(words, name+`="$`+name+`"`) // taken from the shell that runs the line
+				continue
 			}
 			words = append(words, name+"="+shellQuote(v.Value))
 		}

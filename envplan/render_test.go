@@ -3,6 +3,7 @@ package envplan
 import (
 	"bytes"
 	"flag"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -316,5 +317,35 @@ func TestRenderBrief(t *testing.T) {
 		if len(l) > 80 {
 			t.Errorf("line over 80 columns: %q", l)
 		}
+	}
+}
+
+func TestSecretsAreNotPrinted(t *testing.T) {
+	spec := newSpec(nil, "train.py")
+	spec.Gorun.Env = []string{"WANDB_API_KEY=s3cr3t-value", "HF_TOKEN=hf_s3cr3t", "LR=3e-4"}
+	p, err := Build(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Nodes[0].Env["WANDB_API_KEY"].Value != "s3cr3t-value" {
+		t.Fatal("the plan itself must keep the value: the job needs it")
+	}
+	for name, render := range map[string]func(io.Writer, Plan) error{"table": RenderTable, "json": RenderJSON, "shell": RenderShell, "brief": RenderBrief} {
+		var b strings.Builder
+		if err := render(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		out := b.String()
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("%s shows a secret:\n%s", name, out)
+		}
+		if name != "brief" && !strings.Contains(out, "3e-4") {
+			t.Errorf("%s hides an ordinary value:\n%s", name, out)
+		}
+	}
+	var b strings.Builder
+	RenderShell(&b, p)
+	if !strings.Contains(b.String(), `WANDB_API_KEY="$WANDB_API_KEY"`) {
+		t.Errorf("shell line does not take the secret from the environment:\n%s", b.String())
 	}
 }

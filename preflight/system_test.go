@@ -164,8 +164,10 @@ func TestCollectSystem(t *testing.T) {
 }
 
 func TestEnvFacts(t *testing.T) {
-	got := envFacts([]string{"CUDA_VISIBLE_DEVICES=0,1", "AWS_SECRET_ACCESS_KEY=x", "NCCL_DEBUG=INFO", "HOME=/root", "LD_LIBRARY_PATH=/usr/local/cuda/compat", "bogus"})
-	want := map[string]string{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/usr/local/cuda/compat"}
+	got := envFacts([]string{"CUDA_VISIBLE_DEVICES=0,1", "AWS_SECRET_ACCESS_KEY=x", "NCCL_DEBUG=INFO", "HOME=/root",
+		"LD_LIBRARY_PATH=/usr/local/cuda/compat", "NVIDIA_API_KEY=nvapi-123", "bogus"})
+	want := map[string]string{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/usr/local/cuda/compat",
+		"NVIDIA_API_KEY": "<hidden>"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("envFacts = %v", got)
 	}
