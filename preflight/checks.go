@@ -88,6 +88,7 @@ func Check(f Facts, want Want) []Finding {
 	if haveGPUs {
 		add(checkGPUHealth(f)...)
 		add(checkGPUModes(f)...)
+		add(checkClocks(f)...)
 		add(checkPCIe(f)...)
 		add(checkP2P(f)...)
 		add(checkTopology(f)...)
@@ -824,4 +825,36 @@ func checkCUDAEnv(f Facts) []Finding {
 		Evidence: strings.Join(set, " "),
 		Remedy:   "unset them unless you are debugging on purpose",
 	}}
+}
+
+// slowdownEvents are clock events that mean a fault or a cooling or power
+// problem; power capping, idling and sync boost are normal.
+var slowdownEvents = map[string]bool{
+	"hw_slowdown": true, "hw_thermal_slowdown": true, "hw_power_brake_slowdown": true, "sw_thermal_slowdown": true,
+}
+
+func checkClocks(f Facts) []Finding {
+	var slow, temps []string
+	for _, g := range f.GPUs {
+		if g.TemperatureC > 0 {
+			temps = append(temps, fmt.Sprintf("GPU %d %d C", g.Index, g.TemperatureC))
+		}
+		for _, e := range g.ClockEvents {
+			if slowdownEvents[e] {
+				slow = append(slow, fmt.Sprintf("GPU %d: %s (%d C)", g.Index, e, g.TemperatureC))
+			}
+		}
+	}
+	if len(slow) > 0 {
+		return []Finding{{
+			ID: "gpu.clocks", Severity: SeverityWarn,
+			Message:  "GPU clocks are held down by a thermal, power-brake or hardware slowdown",
+			Evidence: strings.Join(slow, "; "),
+			Remedy:   "check cooling and power (nvidia-smi -q -d PERFORMANCE,TEMPERATURE); a slowdown on an idle GPU points to a hardware fault",
+		}}
+	}
+	if len(temps) == 0 {
+		return nil
+	}
+	return []Finding{ok("gpu.clocks", "no thermal or hardware clock slowdown", strings.Join(temps, ", "))}
 }

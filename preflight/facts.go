@@ -121,6 +121,11 @@ type GPUFacts struct {
 	// FabricState is the NVSwitch fabric state ("completed", "in_progress",
 	// "not_started"); "" when not supported.
 	FabricState string `json:"fabric_state,omitempty"`
+	// TemperatureC is the GPU's temperature; ClockEvents the reasons its
+	// clocks are held below their maximum right now ("idle",
+	// "hw_thermal_slowdown", ...).
+	TemperatureC int      `json:"temperature_c,omitempty"`
+	ClockEvents  []string `json:"clock_events,omitempty"`
 	// Unsupported names the facts NVML did not answer for this GPU
 	// ("ecc: Not Supported").
 	Unsupported []string `json:"unsupported,omitempty"`

@@ -189,6 +189,12 @@ func gpuFacts(lib nvml.Interface, d nvml.Device, index, cpuCount int) GPUFacts {
 	}); ok {
 		g.RemapPending, g.RemapFailed = v.pending, v.failed
 	}
+	if v, ok := nvmlCall(m, "temperature", func() (uint32, nvml.Return) { return d.GetTemperature(nvml.TEMPERATURE_GPU) }); ok {
+		g.TemperatureC = int(v)
+	}
+	if v, ok := nvmlCall(m, "clocks event reasons", d.GetCurrentClocksEventReasons); ok {
+		g.ClockEvents = clockEventNames(v)
+	}
 	if procs, ok := nvmlCall(m, "processes", d.GetComputeRunningProcesses); ok {
 		for _, p := range procs {
 			pf := ProcessFacts{PID: int(p.Pid), UsedMiB: p.UsedGpuMemory >> 20}
@@ -424,4 +430,30 @@ func fabricStateName(s uint8) string {
 		return "completed"
 	}
 	return ""
+}
+
+// clockEvents name the bits of nvmlDeviceGetCurrentClocksEventReasons.
+var clockEvents = []struct {
+	bit  uint64
+	name string
+}{
+	{nvml.ClocksEventReasonGpuIdle, "idle"},
+	{nvml.ClocksEventReasonApplicationsClocksSetting, "applications_clocks"},
+	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
+	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
+	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
+	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
+	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
+	{nvml.ClocksEventReasonDisplayClockSetting, "display_clocks"},
+}
+
+func clockEventNames(bits uint64) []string {
+	var names []string
+	for _, e := range clockEvents {
+		if bits&e.bit != 0 {
+			names = append(names, e.name)
+		}
+	}
+	return names
 }

@@ -112,6 +112,18 @@ func fakeH100(i int, all []*mock.Device) *mock.Device {
 			}
 			return []uint{0xff00}, nvml.SUCCESS
 		},
+		GetTemperatureFunc: func(nvml.TemperatureSensors) (uint32, nvml.Return) {
+			if i == 3 {
+				return 91, nvml.SUCCESS
+			}
+			return 38, nvml.SUCCESS
+		},
+		GetCurrentClocksEventReasonsFunc: func() (uint64, nvml.Return) {
+			if i == 3 { // a hot GPU held down by its hardware
+				return nvml.ClocksThrottleReasonHwThermalSlowdown | nvml.ClocksThrottleReasonHwSlowdown, nvml.SUCCESS
+			}
+			return nvml.ClocksEventReasonGpuIdle, nvml.SUCCESS
+		},
 		GetComputeRunningProcessesFunc: func() ([]nvml.ProcessInfo, nvml.Return) {
 			if i == 2 {
 				return []nvml.ProcessInfo{{Pid: 4242, UsedGpuMemory: 2 << 30}}, nvml.SUCCESS
@@ -153,6 +165,19 @@ func TestCollectNVMLDGXH100(t *testing.T) {
 	}
 	if f.P2P[0][1] != (P2PFacts{Read: P2POK, Write: P2POK, NVLink: P2POK}) {
 		t.Errorf("p2p = %+v", f.P2P[0][1])
+	}
+	if g0.TemperatureC != 38 || !slices.Equal(g0.ClockEvents, []string{"idle"}) {
+		t.Errorf("GPU 0 temperature %d, clock events %v", g0.TemperatureC, g0.ClockEvents)
+	}
+	if g3 := f.GPUs[3]; !slices.Equal(g3.ClockEvents, []string{"hw_slowdown", "hw_thermal_slowdown"}) {
+		t.Errorf("GPU 3 clock events %v", g3.ClockEvents)
+	}
+	found := false
+	for _, fd := range checkClocks(f) {
+		found = found || (fd.ID == "gpu.clocks" && fd.Severity == SeverityWarn && strings.Contains(fd.Evidence, "GPU 3: hw_thermal_slowdown (91 C)"))
+	}
+	if !found {
+		t.Errorf("no gpu.clocks warning for GPU 3: %+v", checkClocks(f))
 	}
 	if f.Topology[0][0] != "X" || f.Topology[0][1] != "NV18" || f.Topology[0][5] != "NV17" {
 		t.Errorf("topology row 0 = %v", f.Topology[0])
