@@ -329,19 +329,13 @@ func busID(p nvml.PciInfo) string {
 		if s == "" {
 			return ""
 		}
-		return normalizeBusID(s)
+		id, err := SysfsBusID(s)
+		if err != nil {
+			return ""
+		}
+		return id
 	}
 	return fmt.Sprintf("%04x:%02x:%02x.0", p.Domain, p.Bus, p.Device)
-}
-
-// normalizeBusID turns NVML's or nvidia-smi's "00000000:18:00.0" into the
-// sysfs form "0000:18:00.0".
-func normalizeBusID(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	if dom, rest, ok := strings.Cut(s, ":"); ok && len(dom) > 4 {
-		s = dom[len(dom)-4:] + ":" + rest
-	}
-	return s
 }
 
 func int8String(b []int8) string {
