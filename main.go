@@ -19,6 +19,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime/debug"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -134,11 +135,11 @@ func newApp(ctx context.Context) *cli.App {
 				},
 			},
 			{
-				// The worker-start hook: binds a worker to its planned CPUs,
-				// then execs it (see envplan's bindWorkers).
+				// The worker's supervisor: torchrun starts it in place of
+				// each worker (see envplan's wrapWorkers and launch.RunWorker).
 				Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
-					return launch.ExecRank(c.Args().Slice(), os.Getenv)
+					return cli.Exit("", launch.RunWorker(c.Args().Slice(), os.Getenv, os.Stderr))
 				},
 			},
 			{
@@ -381,6 +382,11 @@ func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
 	}
 }
 
+// restartBackoff is the pause between a failed attempt and the next: long
+// enough for the old attempt's sockets to close, short next to the
+// workers' start.
+const restartBackoff = time.Second
+
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
 func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, head bool, stdout, stderr io.Writer) error {
@@ -401,10 +407,6 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 		case <-finished:
 		}
 	}()
-	restarts := 0
-	if head {
-		restarts = cl.Torchrun.MaxRestarts // gorun restarts the whole group; each torchrun runs with 0
-	}
 	_, err := launch.Run(ctx, launch.Options{
 		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
 			if k > 0 {
@@ -412,8 +414,9 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 			}
 			return attempt(plan, runners, k)
 		},
-		MaxRestarts: restarts,
-		Backoff:     time.Second,
+		MaxRestarts: cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
+		Backoff:     restartBackoff,
+		HangTimeout: cl.Gorun.HangTimeout,
 		Out:         stdout,
 		Err:         stderr,
 		Diag:        stderr,
@@ -462,11 +465,17 @@ func attempt(plan envplan.Plan, runners map[string]sshexec.Runner, k int) ([]lau
 				env[name] = v.Value
 			}
 		}
-		env["GORUN_RESTART_COUNT"] = strconv.Itoa(k)
+		env[launch.RestartCountVar] = strconv.Itoa(k)
+		argv := slices.Clone(n.Command)
+		for i, a := range argv {
+			if a == envplan.GorunSelf {
+				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
+			}
+		}
 		nodes = append(nodes, launch.Node{
 			Name:   n.Host,
 			Runner: runners[n.Host],
-			Job:    sshexec.Job{Argv: n.Command, Env: env, Dir: cwd},
+			Job:    sshexec.Job{Argv: argv, Env: env, Dir: cwd},
 		})
 	}
 	return nodes, nil

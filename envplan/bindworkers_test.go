@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestBindWorkers(t *testing.T) {
+func TestWrapWorkers(t *testing.T) {
 	facts := Facts{"localhost": {CPUs: "0-7", Gorun: testGorun, Python: testPython}}
 	tests := []struct {
 		name    string
@@ -16,13 +16,13 @@ func TestBindWorkers(t *testing.T) {
 		wantVar string
 	}{
 		{"python script", []string{"--nproc_per_node=2"}, "train.py", []string{"--lr", "1"},
-			[]string{"torchrun", "--nproc_per_node=2", "--no_python", testGorun, "_rank", "--", testPython, "-u", "train.py", "--lr", "1"},
+			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testGorun, "_rank", "--", "train.py", "--lr", "1"},
 			"0-3;4-7"},
-		{"module: the hook runs python -m, torchrun gets no --module", []string{"--nproc_per_node=2", "--module"}, "pkg.train", nil,
-			[]string{"torchrun", "--nproc_per_node=2", "--no_python", testGorun, "_rank", "--", testPython, "-u", "-m", "pkg.train"},
+		{"module: the supervisor runs python -m, torchrun gets no --module", []string{"--nproc_per_node=2", "--module"}, "pkg.train", nil,
+			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testGorun, "_rank", "-m", "--", "pkg.train"},
 			"0-3;4-7"},
-		{"no-python: the hook runs the program itself", []string{"--nproc_per_node=4", "--no_python"}, "./train.sh", []string{"x"},
-			[]string{"torchrun", "--nproc_per_node=4", "--no_python", testGorun, "_rank", "--", "./train.sh", "x"},
+		{"no-python: the supervisor runs the program itself", []string{"--nproc_per_node=4", "--no_python"}, "./train.sh", []string{"x"},
+			[]string{"torchrun", "--nproc_per_node=4", "--no_python", "--max_restarts=0", testGorun, "_rank", "--no-python", "--", "./train.sh", "x"},
 			"0-1;2-3;4-5;6-7"},
 	}
 	for _, tt := range tests {
@@ -42,16 +42,31 @@ func TestBindWorkers(t *testing.T) {
 	}
 }
 
-func TestNoBindingWithoutInterpreter(t *testing.T) {
-	p, err := Build(newSpec([]string{"--nproc_per_node=2"}, "train.py"), Facts{"localhost": {CPUs: "0-7", Gorun: testGorun}})
+// TestWrapWithoutFacts: with preflight off the head does not know where
+// gorun is on a node, so the command names it for the node's agent.
+func TestWrapWithoutFacts(t *testing.T) {
+	p, err := Build(newSpec([]string{"--nproc_per_node=2"}, "train.py"), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	n := p.Nodes[0]
-	if _, ok := n.Env[RankCPUsVar]; ok || n.Ranks[0].CPUs != "" || slices.Contains(n.Command, "_rank") {
-		t.Fatalf("bound without knowing the interpreter: %q %+v", n.Command, n.Ranks)
+	want := []string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
+	if !slices.Equal(n.Command, want) {
+		t.Fatalf("command = %q, want %q", n.Command, want)
 	}
-	if !hasNote(p, NoteWarn, "interpreter") {
-		t.Fatalf("no note says why: %+v", p.Notes)
+	if _, ok := n.Env[RankCPUsVar]; ok {
+		t.Fatalf("bound without facts: %+v", n.Env[RankCPUsVar])
+	}
+}
+
+// TestNoWrapWithRunPath: --run-path runs the script inside torchrun's own
+// processes, so there is nothing to put a supervisor in front of.
+func TestNoWrapWithRunPath(t *testing.T) {
+	p, err := Build(newSpec([]string{"--nproc_per_node=2", "--run_path"}, "train.py"), Facts{"localhost": {CPUs: "0-7", Gorun: testGorun}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := p.Nodes[0]; slices.Contains(n.Command, "_rank") {
+		t.Fatalf("wrapped with --run-path: %q", n.Command)
 	}
 }

@@ -320,9 +320,7 @@ func (b *builder) build() (Plan, error) {
 			base = -1
 		}
 		b.env(&n, h, nproc, nprocKnown, fewest)
-		if fewest > 0 {
-			b.bindWorkers(&n, h)
-		}
+		b.wrapWorkers(&n, h)
 		p.Nodes = append(p.Nodes, n)
 	}
 	if len(pendingAddr) > 0 {
@@ -441,10 +439,6 @@ func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
 	}
 	f, known := b.facts[h.Name]
 	if !known || f.CPUs == "" {
-		return 0
-	}
-	if f.Gorun == "" || (f.Python == "" && !b.cfg.NoPython) {
-		b.note(NoteWarn, "%s: the interpreter torchrun starts workers with is unknown (torch not found?), so ranks are not bound", h.Name)
 		return 0
 	}
 	key := bindKey(f, ranks)
@@ -620,9 +614,7 @@ func (b *builder) closingNotes() {
 	}
 	b.leftToNCCLNotes()
 	b.overrideNotes()
-	if b.head {
-		b.note(NoteInfo, "GORUN_RESTART_COUNT (the attempt number of the whole group, 0 first) is set on every node when the group starts; torchrun's TORCHELASTIC_RESTART_COUNT stays 0")
-	}
+	b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
 }
 
 // overrideNotes warns, once per variable, where a user value replaced a
@@ -653,10 +645,13 @@ func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
 	}
 	if !b.head {
 		for _, a := range b.spec.Given {
-			if !a.FromEnv { // torchrun reads PET_* from the inherited environment itself
+			if !a.FromEnv && a.Dest != "max_restarts" { // torchrun reads PET_* from the inherited environment itself
 				argv = appendArg(argv, a)
 			}
 		}
+		// gorun restarts the group itself, with a fresh torchrun; a
+		// PET_MAX_RESTARTS in the environment is overridden here too.
+		argv = append(argv, "--max_restarts=0")
 		return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
 	}
 
@@ -682,22 +677,12 @@ func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
 		}
 	}
 	argv = append(argv, "--max_restarts=0")
-	if b.addTee() {
-		argv = append(argv, "--tee=3")
-	}
 	for _, a := range b.spec.Given {
 		if !decided[a.Dest] {
 			argv = appendArg(argv, a)
 		}
 	}
 	return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
-}
-
-// addTee reports whether gorun adds --tee=3: in head-node mode, unless the
-// user chose where worker output goes, so every line torchrun prints
-// carries the worker's local rank.
-func (b *builder) addTee() bool {
-	return b.head && !b.spec.Set("tee") && !b.spec.Set("redirects")
 }
 
 // appendArg appends one user option: "--name=value" for long options (a
@@ -724,11 +709,6 @@ func appendArg(argv []string, a Arg) []string {
 func (b *builder) headNotes() {
 	if !b.head {
 		return
-	}
-	b.note(NoteInfo, "each torchrun runs with --max-restarts=0: gorun stops and restarts the whole group when any node fails, up to --max-restarts=%d times", b.cfg.MaxRestarts)
-	if b.addTee() {
-		b.cfg.Tee = "3"
-		b.note(NoteInfo, "--tee=3 added so torchrun prefixes every worker line with its local rank (\"[default0]:\"), which gorun turns into node:local_rank")
 	}
 	if b.static && b.spec.Set("node_rank") {
 		b.note(NoteWarn, "--node-rank=%d is replaced by each node's position in the host list", b.cfg.NodeRank)

@@ -111,7 +111,7 @@ func TestBuild(t *testing.T) {
 			s.Given = append(s.Given, Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=x", "train.py", "--x"}
+			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py", "--x"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q, want %q", p.Nodes[0].Command, want)
 			}
@@ -144,16 +144,16 @@ func TestBuild(t *testing.T) {
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--node_rank=1",
-				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0", "--tee=3",
-				"--no_python", testGorun, "_rank", "--", testPython, "-u", "train.py", "--lr", "1"}
+				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0",
+				"--no_python", testGorun, "_rank", "--", "train.py", "--lr", "1"}
 			if !slices.Equal(p.Nodes[1].Command, want) {
 				t.Errorf("command = %q,\nwant %q", p.Nodes[1].Command, want)
 			}
 			if got := ranksOf(p.Nodes[1]); !slices.Equal(got, []int{2, 3}) {
 				t.Errorf("ranks = %v", got)
 			}
-			if !hasNote(p, NoteInfo, "--max-restarts=5") || !hasNote(p, NoteInfo, "--tee=3") || !hasNote(p, NoteWarn, "--node-rank=3") {
-				t.Errorf("notes lack restarts/tee/node-rank: %+v", p.Notes)
+			if !hasNote(p, NoteInfo, "--max-restarts=5") || !hasNote(p, NoteWarn, "--node-rank=3") {
+				t.Errorf("notes lack restarts/node-rank: %+v", p.Notes)
 			}
 			if p.Config.MaxRestarts != 5 || p.Config.MasterAddr != "10.0.0.1" {
 				t.Errorf("config = %+v", p.Config)
@@ -435,17 +435,17 @@ func TestBuild(t *testing.T) {
 			s.Gorun.Torchrun = "python3  -m torch.distributed.run"
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"python3", "-m", "torch.distributed.run", "train.py"}
+			want := []string{"python3", "-m", "torch.distributed.run", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
 		}},
 		{"short options keep their value apart", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Given = []Arg{{Name: "-r", Dest: "redirects", Value: "3"}, {Name: "-m", Dest: "module", IsFlag: true}}
+			s.Given = []Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "-r", "3", "-m", "train.py"}
+			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"time"
 	"unicode"
 )
 
@@ -211,6 +212,7 @@ func optionTable() []*optionSpec {
 		gv("known_hosts", "--known-hosts"),
 		gf("ssh_accept_new", "--ssh-accept-new"),
 		gv("remote_gorun", "--remote-gorun"),
+		gv("hang_timeout", "--hang-timeout"),
 	}
 }
 
@@ -247,7 +249,7 @@ func newParser() *parser {
 		byName:  map[string]*optionSpec{},
 		set:     map[string]setting{},
 		argvSet: map[string]bool{},
-		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on"},
+		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", HangTimeout: DefaultHangTimeout},
 	}
 	for _, s := range p.specs {
 		for _, n := range s.names {
@@ -614,6 +616,13 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		o.KnownHosts = value
 	case "remote_gorun":
 		o.RemoteGorun = value
+	case "hang_timeout":
+		d, err := parseDuration(value)
+		if err != nil {
+			return &InputError{Where: typed, Problem: fmt.Sprintf("%q is not a duration", value),
+				Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds); 0 turns hang detection off"}
+		}
+		o.HangTimeout = d
 	}
 	return nil
 }
@@ -949,4 +958,20 @@ func newUUID4() string {
 	b[6] = b[6]&0x0f | 0x40
 	b[8] = b[8]&0x3f | 0x80
 	return fmt.Sprintf("%x-%x-%x-%x-%x", b[0:4], b[4:6], b[6:8], b[8:10], b[10:16])
+}
+
+// parseDuration reads a Go duration ("90s", "20m", "1h30m") or a plain
+// number of seconds; negative values are refused.
+func parseDuration(s string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if n < 0 || n > 1e9 {
+			return 0, errors.New("out of range")
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New("not a duration")
+	}
+	return d, nil
 }

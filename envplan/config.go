@@ -1,5 +1,7 @@
 package envplan
 
+import "time"
+
 // Config is the effective torchrun configuration, derived exactly as torchrun
 // 2.11 derives it (torch/distributed/run.py config_from_args). JSON names are
 // torchrun's own config names; this is part of gorun's public --format json
@@ -59,7 +61,18 @@ type Options struct {
 	KnownHosts   string   // --known-hosts FILE
 	SSHAcceptNew bool     // --ssh-accept-new
 	RemoteGorun  string   // --remote-gorun PATH: an installed gorun on the nodes
+	// HangTimeout (--hang-timeout) is how long the whole group may go
+	// without progress before the attempt counts as hung; 0 is off.
+	HangTimeout time.Duration
 }
+
+// DefaultHangTimeout is --hang-timeout's default: longer than PyTorch's own
+// NCCL collective timeout (10 min), so torch reports what it can first,
+// and as long as gloo's (30 min), so a quiet but healthy job (any line
+// from any worker, or a touch of $GORUN_HEARTBEAT_FILE, is progress) is
+// never stopped by mistake, while a job stuck where torch never looks (a
+// sleep, a Python deadlock, a data loader) no longer hangs forever.
+const DefaultHangTimeout = 30 * time.Minute
 
 // Arg is one torchrun option exactly as the user set it, normalised to
 // torchrun's canonical dashed name ("--nproc-per-node"). Flags without a value

@@ -96,17 +96,24 @@ var nodeColors = [...]string{"\x1b[36m", "\x1b[33m", "\x1b[32m", "\x1b[35m", "\x
 const colorReset = "\x1b[0m"
 
 // nodeLog is what one node's streams share: its name and colour, its last
-// lines and what torchrun said about the root cause.
+// lines (all of them, and each worker's) and what torchrun said about the
+// root cause.
 type nodeLog struct {
 	name  string
 	color string // "" for no colour
 	plain bool   // lines pass through as they are: no prefix, worker prefixes kept
 
 	mu    sync.Mutex
-	tail  [tailLines]tailLine
+	all   tail
+	ranks map[int]*tail
+	cause causeParser
+}
+
+// tail keeps the last tailLines lines.
+type tail struct {
+	lines [tailLines]tailLine
 	next  int // slot the next line goes to
 	count int
-	cause causeParser
 }
 
 type tailLine struct {
@@ -114,8 +121,34 @@ type tailLine struct {
 	text []byte
 }
 
+func (t *tail) add(rank int, text []byte) {
+	l := &t.lines[t.next]
+	l.rank = rank
+	if len(text) > tailLineBytes {
+		l.text = append(append(l.text[:0], truncUTF8(text, tailLineBytes)...), "…"...)
+	} else {
+		l.text = append(l.text[:0], text...)
+	}
+	t.next = (t.next + 1) % tailLines
+	if t.count < tailLines {
+		t.count++
+	}
+}
+
+// render returns the kept lines, oldest first, prefixed as on Out without
+// colour.
+func (t *tail) render(name string) []string {
+	out := make([]string, 0, t.count)
+	for i := range t.count {
+		l := t.lines[(t.next-t.count+i+tailLines)%tailLines]
+		p := appendPrefix(nil, name, "", l.rank, false)
+		out = append(out, string(append(p, l.text...)))
+	}
+	return out
+}
+
 func newNodeLog(name string, index int, color, plain bool) *nodeLog {
-	l := &nodeLog{name: name, plain: plain}
+	l := &nodeLog{name: name, plain: plain, ranks: map[int]*tail{}}
 	if color {
 		l.color = nodeColors[index%len(nodeColors)]
 	}
@@ -127,35 +160,36 @@ func newNodeLog(name string, index int, color, plain bool) *nodeLog {
 // parser.
 func (l *nodeLog) record(rank int, text []byte) {
 	l.mu.Lock()
-	t := &l.tail[l.next]
-	t.rank = rank
-	if len(text) > tailLineBytes {
-		t.text = append(append(t.text[:0], truncUTF8(text, tailLineBytes)...), "…"...)
-	} else {
-		t.text = append(t.text[:0], text...)
-	}
-	l.next = (l.next + 1) % tailLines
-	if l.count < tailLines {
-		l.count++
-	}
+	defer l.mu.Unlock()
+	l.all.add(rank, text)
 	if rank < 0 {
 		l.cause.feed(text)
+		return
 	}
-	l.mu.Unlock()
+	t := l.ranks[rank]
+	if t == nil {
+		t = &tail{}
+		l.ranks[rank] = t
+	}
+	t.add(rank, text)
 }
 
-// lastLines returns the kept lines, oldest first, prefixed as on Out without
-// colour.
+// lastLines returns the node's last lines, oldest first, prefixed as on Out
+// without colour.
 func (l *nodeLog) lastLines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	out := make([]string, 0, l.count)
-	for i := range l.count {
-		t := l.tail[(l.next-l.count+i+tailLines)%tailLines]
-		p := appendPrefix(nil, l.name, "", t.rank, false)
-		out = append(out, string(append(p, t.text...)))
+	return l.all.render(l.name)
+}
+
+// lastLinesOf returns the last lines of one local rank.
+func (l *nodeLog) lastLinesOf(rank int) []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if t := l.ranks[rank]; t != nil {
+		return t.render(l.name)
 	}
-	return out
+	return nil
 }
 
 func (l *nodeLog) rootCause() (rootCause, bool) {
@@ -193,6 +227,13 @@ type lineWriter struct {
 	sink *sink
 	out  io.Writer
 
+	// rank is the local rank of a worker's own stream; -1 for torchrun's,
+	// whose lines may carry --tee's worker prefix.
+	rank int
+	// relayed, when set, tells which local ranks send their own lines, so
+	// torchrun's --tee copies of them are dropped.
+	relayed func(rank int) bool
+
 	mu       sync.Mutex
 	partial  []byte
 	cont     bool // the held line has already been written in part
@@ -202,7 +243,13 @@ type lineWriter struct {
 }
 
 func newLineWriter(log *nodeLog, s *sink, out io.Writer) *lineWriter {
-	return &lineWriter{log: log, sink: s, out: out}
+	return &lineWriter{log: log, sink: s, out: out, rank: -1}
+}
+
+// newRankWriter returns the writer of one worker's stream, going where
+// parent (torchrun's stream of the same kind) goes.
+func newRankWriter(log *nodeLog, parent *lineWriter, rank int) *lineWriter {
+	return &lineWriter{log: log, sink: parent.sink, out: parent.out, rank: rank}
 }
 
 // Write never fails: output after close is dropped, since the process it
@@ -295,6 +342,11 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 		b = append(b, line...)
 		return append(b, '\n')
 	}
+	if w.relayed != nil {
+		if r, _ := splitWorkerPrefix(line); r >= 0 && w.relayed(r) {
+			return b // torchrun's --tee copy of a line the worker sent itself
+		}
+	}
 	rank, text := w.split(line)
 	w.log.record(rank, text)
 	b = append(b, w.prefix(rank, false)...)
@@ -320,6 +372,9 @@ func (w *lineWriter) piece(b, seg []byte) []byte {
 // split takes torchrun's worker prefix off a line, except in plain mode,
 // where lines are shown exactly as torchrun printed them.
 func (w *lineWriter) split(line []byte) (int, []byte) {
+	if w.rank >= 0 {
+		return w.rank, line
+	}
 	if w.log.plain {
 		return -1, line
 	}

@@ -2,9 +2,13 @@ package launch
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"sort"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorun/gorun/sshexec"
@@ -76,19 +80,35 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 // outcome is how one attempt ended.
 type outcome struct {
-	failure     *Failure // first failure observed, nil if every node exited 0
+	failure     *Failure // the root cause, nil if every node exited 0
 	interrupted bool     // ctx was cancelled or Kill closed
 	stopped     int      // nodes still running when an interruption stopped them
 }
 
 // member is one node of a running attempt.
 type member struct {
+	index          int
 	node           Node
 	log            *nodeLog
-	stdout, stderr *lineWriter
+	stdout, stderr *lineWriter // torchrun's own streams (the relayed frames), and the agent's stderr
+	agentErr       *lineWriter
+	decoder        *sshexec.FrameDecoder
 	proc           sshexec.Process
 	startErr       error
 	running        bool // started and not yet waited for
+
+	// Written by the node's stdout copy (frames) and read by runAttempt.
+	mu      sync.Mutex
+	workers map[int]*workerState // by local rank
+}
+
+// workerState is what the head knows of one worker of an attempt.
+type workerState struct {
+	started  workerStarted
+	out, err *lineWriter
+	last     time.Time // last progress: started, a line, a heartbeat
+	joined   bool      // reached the rendezvous store
+	done     bool      // exited or dumped its stacks
 }
 
 type exit struct {
@@ -97,26 +117,125 @@ type exit struct {
 	err  error
 }
 
+// event is a worker's start, exit or stack dump, passed from a node's
+// frame decoder to the attempt's loop.
+type event struct {
+	i       int
+	kind    byte
+	started workerStarted
+	exit    workerExit
+	lr      int
+}
+
 // settleWindow is how long a failure that looks like a consequence (a
 // worker's exit 1) waits for another node to report a worker with a code of
 // its own before the group is stopped; torchrun notices a worker's exit
-// within its 0.1 s monitor interval.
+// within its 0.1 s monitor interval. It applies only where no worker
+// reports for itself (torchrun's own failure summary is all there is).
 const settleWindow = 500 * time.Millisecond
+
+// dumpWait bounds how long a hang diagnosis waits for the workers' stacks.
+const dumpWait = 5 * time.Second
+
+// handleFrame is a node's frame decoder's handler: output goes straight
+// to the lines, events to the attempt's loop.
+func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
+	switch kind {
+	case sshexec.FrameStdout:
+		m.stdout.Write(p)
+	case sshexec.FrameStderr:
+		m.stderr.Write(p)
+	case frameOut, frameErr, frameProgress, frameInit, frameDumped:
+		lr, rest, err := splitRank(p)
+		if err != nil {
+			return
+		}
+		m.mu.Lock()
+		w := m.workers[lr]
+		if w == nil {
+			m.mu.Unlock()
+			return // nothing before the start frame
+		}
+		w.last = time.Now()
+		out := w.out
+		if kind == frameErr {
+			out = w.err
+		}
+		if kind == frameInit {
+			w.joined = true
+		}
+		m.mu.Unlock()
+		switch kind {
+		case frameOut, frameErr:
+			out.Write(rest)
+		case frameDumped:
+			events <- event{i: m.index, kind: kind, lr: lr}
+		}
+	case frameStarted:
+		var st workerStarted
+		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
+			return
+		}
+		m.mu.Lock()
+		m.workers[st.LocalRank] = &workerState{started: st, last: time.Now(),
+			out: newRankWriter(m.log, m.stdout, st.LocalRank), err: newRankWriter(m.log, m.stderr, st.LocalRank)}
+		m.mu.Unlock()
+		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
+	case frameExit:
+		var ex workerExit
+		if json.Unmarshal(p, &ex) != nil {
+			return
+		}
+		m.mu.Lock()
+		if w := m.workers[ex.LocalRank]; w != nil {
+			// Its last lines were sent before the exit: complete a
+			// partial one now, so the summary has it.
+			w.out.close()
+			w.err.close()
+		}
+		m.mu.Unlock()
+		events <- event{i: m.index, kind: kind, exit: ex, lr: ex.LocalRank}
+	}
+}
+
+// relayed reports whether local rank lr speaks for itself, so torchrun's
+// --tee copies of its lines are dropped.
+func (m *member) relayed(lr int) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.workers[lr] != nil
+}
 
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
 func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcome {
+	events := make(chan event, 256)
 	ms := make([]*member, len(nodes))
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
-		ms[i] = &member{node: n, log: l,
-			stdout: newLineWriter(l, s, opts.Out), stderr: newLineWriter(l, s, opts.Err)}
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}}
+		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
+		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
+		m.agentErr = newLineWriter(l, s, opts.Err)
+		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
+		m.node.Job.Relay = true
+		ms[i] = m
+	}
+	closeStreams := func(m *member) {
+		m.mu.Lock()
+		for _, w := range m.workers {
+			w.out.close()
+			w.err.close()
+		}
+		m.mu.Unlock()
+		m.stdout.close()
+		m.stderr.close()
+		m.agentErr.close()
 	}
 	defer func() {
 		for _, m := range ms {
-			m.stdout.close()
-			m.stderr.close()
+			closeStreams(m)
 		}
 	}()
 
@@ -128,14 +247,15 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 	unhook := context.AfterFunc(ctx, cancelStart)
 	startAll(startCtx, ms)
 	unhook()
+	attemptStart := time.Now()
 
 	var o outcome
-	failed := -1
+	sv := supervisor{ms: ms, opts: opts, s: s}
 	for i, m := range ms {
-		if m.startErr != nil && o.failure == nil {
-			o.failure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,
-				Reason: "start: " + m.startErr.Error()}
-			failed = i
+		if m.startErr != nil && sv.nodeFailure == nil {
+			sv.nodeFailure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,
+				Phase: "start", Reason: "start: " + m.startErr.Error()}
+			sv.nodeFailed, sv.nodeFirst = i, true
 		}
 	}
 
@@ -153,22 +273,23 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 		}()
 	}
 
-	stopAll := func(now bool) int {
-		n := 0
-		for _, m := range ms {
-			if m.running {
-				m.proc.Stop(now)
-				n++
+	done, kill := ctx.Done(), opts.Kill
+	var settle <-chan time.Time
+	var hang, dumpDone <-chan time.Time
+	var hangTimer, dumpTimer *time.Timer
+	defer func() {
+		for _, t := range []*time.Timer{hangTimer, dumpTimer} {
+			if t != nil {
+				t.Stop()
 			}
 		}
-		return n
+	}()
+	if opts.HangTimeout > 0 {
+		hangTimer = time.NewTimer(opts.HangTimeout)
+		hang = hangTimer.C
 	}
-	done, kill := ctx.Done(), opts.Kill
-	stopping := false
-	var settle <-chan time.Time
-	if o.failure != nil {
-		n := stopAll(false)
-		stopping = true
+	if sv.nodeFailure != nil {
+		n := sv.stopAll(false)
 		if ctx.Err() != nil {
 			// The start failed because the user cancelled it.
 			o.interrupted, o.stopped, done = true, n, nil
@@ -176,64 +297,280 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 	}
 	for waiting > 0 {
 		select {
+		case ev := <-events:
+			switch ev.kind {
+			case frameStarted:
+				sv.started++
+			case frameExit:
+				if sv.workerExited(ev) && !sv.stopping {
+					sv.stopAll(false)
+				}
+				if sv.dumping {
+					sv.dumpPending--
+				}
+			case frameDumped:
+				if sv.dumping {
+					sv.dumpPending--
+				}
+			}
+			if sv.dumping && sv.dumpPending <= 0 && !sv.stopping {
+				sv.stopAll(false)
+			}
 		case e := <-exits:
 			waiting--
 			m := ms[e.i]
 			m.running = false
 			// Wait returns after the output is copied: complete a partial
 			// last line now, so it is in the tail and the parser has it.
-			m.stdout.close()
-			m.stderr.close()
+			closeStreams(m)
 			if e.err == nil && e.code == 0 {
 				continue
 			}
-			if stopping {
-				continue
+			if sv.stopping || sv.dumping {
+				continue // consequences of the stop, or of the stack dumps
 			}
 			f := exitFailure(m, e)
 			switch {
-			case o.failure == nil && f.Code == 1:
+			case sv.nodeFailure == nil && f.Code == 1:
 				// A generic Python error: often a peer that lost its
 				// connection to the worker that really crashed, whose own
 				// node may report a moment later. Wait briefly for it.
-				o.failure, failed = &f, e.i
+				sv.nodeFailure, sv.nodeFailed = &f, e.i
 				settle = time.After(settleWindow)
 				continue
-			case o.failure == nil, o.failure.Code == 1 && f.Code > 1:
-				o.failure, failed = &f, e.i
+			case sv.nodeFailure == nil, sv.nodeFailure.Code == 1 && f.Code > 1:
+				sv.nodeFailure, sv.nodeFailed = &f, e.i
 			case f.Code == 1 && settle != nil:
 				continue // another consequence; keep waiting for the cause
 			}
+			if len(sv.causes) == 0 && e.err != nil {
+				sv.nodeFirst = true // a lost node explains what follows
+			}
 			settle = nil
-			stopAll(false)
-			stopping = true
+			sv.stopAll(false)
 		case <-settle:
 			settle = nil
-			stopAll(false)
-			stopping = true
+			sv.stopAll(false)
+		case <-hang:
+			if sv.stopping {
+				continue
+			}
+			if wait := sv.hangCheck(attemptStart); wait > 0 {
+				hangTimer.Reset(wait)
+				continue
+			}
+			dumpTimer = time.NewTimer(dumpWait)
+			dumpDone = dumpTimer.C
+			if sv.dumpPending <= 0 {
+				sv.stopAll(false)
+			}
+		case <-dumpDone:
+			if !sv.stopping {
+				sv.stopAll(false)
+			}
 		case <-done:
 			done = nil
 			o.interrupted = true
 			o.stopped = waiting
-			if !stopping {
-				stopAll(false)
-				stopping = true
+			if !sv.stopping {
+				sv.stopAll(false)
 			}
 		case <-kill:
 			kill = nil
 			if !o.interrupted {
 				o.interrupted, o.stopped = true, waiting
 			}
-			stopAll(true)
-			stopping = true
+			sv.stopAll(true)
 		}
 	}
-	if o.failure != nil {
-		// Lines that arrived while the others were stopped belong in the
-		// summary too.
-		o.failure.LastLines = ms[failed].log.lastLines()
-	}
+	o.failure = sv.rootCause()
 	return o
+}
+
+// supervisor is an attempt's view of its failures.
+type supervisor struct {
+	ms   []*member
+	opts Options
+	s    *sink
+
+	stopping bool
+	started  int // workers that reported their start
+	finished int // workers that exited 0
+
+	// A node that exited non-zero, was lost or did not start, judged by
+	// torchrun's exit and failure summary.
+	nodeFailure *Failure
+	nodeFailed  int
+	nodeFirst   bool // it came before any worker failure and explains them
+
+	// Worker failures that were not caused by a stop, in arrival order.
+	causes []workerCause
+
+	hang        *Failure
+	dumping     bool
+	dumpPending int
+}
+
+type workerCause struct {
+	i     int
+	exit  workerExit
+	phase string
+}
+
+// stopAll stops every running node and returns how many it asked.
+func (sv *supervisor) stopAll(now bool) int {
+	sv.stopping = true
+	n := 0
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Stop(now)
+			n++
+		}
+	}
+	return n
+}
+
+// workerExited records a worker's end and reports whether it is a failure
+// that should stop the group: the first exit gorun did not cause.
+func (sv *supervisor) workerExited(ev event) bool {
+	m := sv.ms[ev.i]
+	ex := ev.exit
+	m.mu.Lock()
+	w := m.workers[ev.lr]
+	joined := w != nil && w.joined
+	if w != nil {
+		w.done = true
+	}
+	m.mu.Unlock()
+	if !ex.failed() {
+		sv.finished++
+		return false
+	}
+	if ex.Stopped || sv.dumping {
+		return false
+	}
+	phase := "start-up (before init_process_group)"
+	switch {
+	case sv.finished > 0:
+		phase = "exit (other workers had finished)"
+	case joined:
+		phase = "training"
+	}
+	sv.causes = append(sv.causes, workerCause{i: ev.i, exit: ex, phase: phase})
+	if sv.stopping {
+		return false
+	}
+	sv.s.message(sv.opts.Diag, fmt.Sprintf("gorun: %s%s %s during %s; stopping every node\n",
+		m.node.Name, rankWords(ex.Rank, ex.LocalRank), exitWords(ex), phase))
+	return true
+}
+
+// hangCheck returns how long until the group would count as hung, or 0
+// when it is: then it names the silent workers and asks every one of them
+// for its stacks.
+func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
+	if sv.started == 0 {
+		return sv.opts.HangTimeout // torchrun's rendezvous has its own timeout
+	}
+	latest := attemptStart
+	type silent struct {
+		node      string
+		rank, lr  int
+		last      time.Time
+		running   bool
+		nodeIndex int
+	}
+	var all []silent
+	for _, m := range sv.ms {
+		m.mu.Lock()
+		for lr, w := range m.workers {
+			if w.last.After(latest) {
+				latest = w.last
+			}
+			if !w.done {
+				all = append(all, silent{m.node.Name, w.started.Rank, lr, w.last, m.running, m.index})
+			}
+		}
+		m.mu.Unlock()
+	}
+	if wait := time.Until(latest.Add(sv.opts.HangTimeout)); wait > 0 {
+		return wait
+	}
+	if len(all) == 0 {
+		return sv.opts.HangTimeout
+	}
+	sort.Slice(all, func(a, b int) bool {
+		if all[a].nodeIndex != all[b].nodeIndex {
+			return all[a].nodeIndex < all[b].nodeIndex
+		}
+		return all[a].lr < all[b].lr
+	})
+	var names []string
+	var b strings.Builder
+	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", HeartbeatFileVar, sv.opts.HangTimeout)
+	for _, w := range all {
+		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
+		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
+	}
+	b.WriteString("gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
+	sv.s.message(sv.opts.Diag, b.String())
+	first := all[0]
+	sv.hang = &Failure{Node: first.node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
+		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, strings.Join(names, ", "))}
+	sv.dumping = true
+	sv.dumpPending = len(all)
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Tell(tellDump)
+		}
+	}
+	return 0
+}
+
+// rootCause picks the failure of the attempt: a hang when one was
+// declared; else the earliest worker failure that no stop caused (by the
+// worker's own clock), unless a node was lost or failed to start first;
+// else what torchrun's exit said.
+func (sv *supervisor) rootCause() *Failure {
+	if sv.hang != nil {
+		f := *sv.hang
+		for _, m := range sv.ms {
+			if m.node.Name == f.Node {
+				f.LastLines = m.log.lastLines()
+			}
+		}
+		return &f
+	}
+	if len(sv.causes) > 0 && !sv.nodeFirst {
+		c := sv.causes[0]
+		for _, o := range sv.causes[1:] {
+			if o.exit.Time < c.exit.Time {
+				c = o
+			}
+		}
+		m := sv.ms[c.i]
+		return &Failure{Node: m.node.Name, Rank: c.exit.Rank, LocalRank: c.exit.LocalRank,
+			Code: c.exit.shellCode(), Signal: c.exit.Signal, Phase: c.phase,
+			Reason:    fmt.Sprintf("worker%s %s during %s", rankWords(c.exit.Rank, c.exit.LocalRank), exitWords(c.exit), c.phase),
+			LastLines: m.log.lastLinesOf(c.exit.LocalRank)}
+	}
+	if sv.nodeFailure == nil {
+		return nil
+	}
+	f := *sv.nodeFailure
+	if f.Phase == "" && sv.started == 0 {
+		f.Phase = "rendezvous (no worker had started)"
+	}
+	f.LastLines = sv.ms[sv.nodeFailed].log.lastLines()
+	return &f
+}
+
+// exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
+func exitWords(ex workerExit) string {
+	if ex.Signal != 0 {
+		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
+	}
+	return fmt.Sprintf("exited with %d", ex.Code)
 }
 
 // startAll starts every node concurrently and waits for all the starts.
@@ -248,7 +585,7 @@ func startAll(ctx context.Context, ms []*member) {
 				m.startErr = errors.New("no runner")
 				return
 			}
-			p, err := r.Start(ctx, m.node.Job, m.stdout, m.stderr)
+			p, err := r.Start(ctx, m.node.Job, m.decoder, m.agentErr)
 			if err != nil {
 				m.startErr = err
 				return

@@ -80,8 +80,9 @@ type fakeProc struct {
 }
 
 func (p *fakeProc) run(stdout, stderr io.Writer) {
-	io.WriteString(stdout, p.sc.out)
-	io.WriteString(stderr, p.sc.errOut)
+	// A relayed agent frames the job's output on its stdout.
+	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte(p.sc.out)))
+	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStderr, []byte(p.sc.errOut)))
 	var timeout <-chan time.Time
 	if p.sc.after > 0 {
 		t := time.NewTimer(p.sc.after)
@@ -114,6 +115,8 @@ func (p *fakeProc) Wait() (int, error) {
 	defer p.mu.Unlock()
 	return p.code, p.err
 }
+
+func (p *fakeProc) Tell(byte) {}
 
 func (p *fakeProc) Stop(now bool) {
 	p.mu.Lock()

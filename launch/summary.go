@@ -21,8 +21,14 @@ func renderSummary(f Failure, attempts int) string {
 	if r := strings.TrimSpace(rankWords(f.Rank, f.LocalRank)); r != "" {
 		fmt.Fprintf(&b, "  worker: %s\n", r)
 	}
-	if f.Code >= 0 {
+	switch {
+	case f.Signal > 0:
+		fmt.Fprintf(&b, "  code:   %d (killed by %s)\n", f.Code, signalName(f.Signal))
+	case f.Code >= 0:
 		fmt.Fprintf(&b, "  code:   %d\n", f.Code)
+	}
+	if f.Phase != "" {
+		fmt.Fprintf(&b, "  phase:  %s\n", f.Phase)
 	}
 	fmt.Fprintf(&b, "  reason: %s\n", f.Reason)
 	if len(f.LastLines) > 0 {

@@ -41,7 +41,17 @@ type Options struct {
 	// Kill, when closed, turns a graceful stop into an immediate one (second
 	// Ctrl-C).
 	Kill <-chan struct{}
+	// HangTimeout, when positive, is how long the group may go without
+	// progress from any worker (an output line, or a touch of the file in
+	// $GORUN_HEARTBEAT_FILE) before the attempt counts as hung: the silent
+	// workers are named, their stacks printed, and the attempt fails with
+	// ExitHang.
+	HangTimeout time.Duration
 }
+
+// ExitHang is the exit code of a job whose last attempt hung: distinct
+// from bad input (2) and an interruption (130); timeout(1) uses it too.
+const ExitHang = 124
 
 // Failure says which part of the group failed last, and how.
 type Failure struct {
@@ -53,6 +63,12 @@ type Failure struct {
 	// reports it), else torchrun's exit code; -1 when the node was lost or
 	// never started.
 	Code int
+	// Signal is the signal that killed the worker, 0 if none.
+	Signal int
+	// Phase is where the worker was: "rendezvous (no worker had started)",
+	// "start-up (before init_process_group)", "training", "exit (other
+	// workers had finished)", or "hang".
+	Phase string
 	// Reason says what happened in words: "exit 1: worker rank 3 (local
 	// rank 1) exited with 7", "node lost: ...", "start: ...".
 	Reason string

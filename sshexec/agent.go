@@ -39,7 +39,7 @@ const killRepeat = 50 * time.Millisecond
 // It reads one JSON line (a Job) from stdin, starts the job in a new session
 // with stdin /dev/null and stdout/stderr on its own stdout/stderr, and then
 // reads control bytes from stdin: 'h' heartbeat, 't' graceful stop, 'k'
-// kill now. EOF on stdin, a missed heartbeat (Job.Heartbeat), SIGTERM,
+// kill now, 'r' and a byte to pass to the relay clients (Job.Relay). EOF on stdin, a missed heartbeat (Job.Heartbeat), SIGTERM,
 // SIGINT, SIGHUP or ctx being cancelled stop the job gracefully: SIGTERM to
 // every descendant, Job.Grace, then SIGKILL until none is left. The agent is
 // a child subreaper, so workers that their parent left behind (torchrun's
@@ -96,8 +96,31 @@ func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) 
 		a.logf("read job: empty argv")
 		return AgentExitBadSpec
 	}
+	if self, err := os.Executable(); err == nil {
+		for i, arg := range job.Argv {
+			if arg == SelfArg {
+				job.Argv[i] = self
+			}
+		}
+	}
 
-	out, err := startJob(job, stdout, stderr)
+	jobOut, jobErr := stdout, stderr
+	if job.Relay {
+		rl, err := startRelay(stdout)
+		if err != nil {
+			a.logf("%v", err)
+			return AgentExitNoStart
+		}
+		defer rl.close()
+		a.relay = rl
+		if job.Env == nil {
+			job.Env = map[string]string{}
+		}
+		job.Env[RelaySocketVar] = rl.path()
+		jobOut = frameWriter{rl, FrameStdout}
+		jobErr = frameWriter{rl, FrameStderr}
+	}
+	out, err := startJob(job, jobOut, jobErr)
 	if err != nil {
 		a.logf("start %s: %v", job.Argv[0], err)
 		return AgentExitNoStart
@@ -109,10 +132,27 @@ func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) 
 	return code
 }
 
+// frameWriter frames what the job's main process writes to one stream.
+type frameWriter struct {
+	r    *relay
+	kind byte
+}
+
+func (w frameWriter) Write(p []byte) (int, error) {
+	written := len(p)
+	for len(p) > 0 {
+		n := min(len(p), MaxFrame)
+		w.r.write(AppendFrame(nil, w.kind, p[:n]))
+		p = p[n:]
+	}
+	return written, nil
+}
+
 // agent holds what the supervision loop shares.
 type agent struct {
 	stderr io.Writer
 	self   int
+	relay  *relay // nil unless Job.Relay
 }
 
 func (a *agent) logf(format string, args ...any) {
@@ -136,6 +176,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 	defer hb.Stop()
 	var (
 		stopping, killing bool
+		telling           bool // the next control byte is for the relay clients
 		graceC            <-chan time.Time
 		killC             <-chan time.Time
 		mainDone          = r.mainDone
@@ -201,7 +242,16 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 			if !stopping {
 				hb.Reset(heartbeat)
 			}
+			if telling {
+				telling = false
+				if a.relay != nil {
+					go a.relay.broadcast(b)
+				}
+				continue
+			}
 			switch b {
+			case ctlTell:
+				telling = true
 			case ctlTerm:
 				terminate("")
 			case ctlKill:

@@ -95,6 +95,9 @@ func (p *agentProcess) Wait() (int, error) {
 	return p.code, p.err
 }
 
+// Tell implements Process. It never blocks.
+func (p *agentProcess) Tell(b byte) { p.ctl.relay(b) }
+
 // Stop implements Process. It never blocks.
 func (p *agentProcess) Stop(now bool) {
 	p.ctl.stop(now)

@@ -11,6 +11,7 @@ const (
 	ctlHeartbeat = 'h' // the head is alive
 	ctlTerm      = 't' // stop the job: SIGTERM, grace, SIGKILL
 	ctlKill      = 'k' // SIGKILL the job's whole tree now
+	ctlTell      = 'r' // the next byte goes to every relay client
 )
 
 // Stop levels a controlWriter has been asked for, in increasing order.
@@ -31,6 +32,7 @@ type controlWriter struct {
 	requested int // highest stop level asked for
 
 	wake chan struct{} // capacity 1: a stop level was raised
+	tell chan byte     // bytes for the relay clients; full means dropped
 	quit chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine returns
 	once sync.Once
@@ -43,6 +45,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 		w:        w,
 		interval: interval,
 		wake:     make(chan struct{}, 1),
+		tell:     make(chan byte, 16),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -68,6 +71,15 @@ func (c *controlWriter) stop(now bool) {
 		case c.wake <- struct{}{}:
 		default: // a wake-up is already pending; run reads the latest level
 		}
+	}
+}
+
+// relay queues b for the agent to pass to its relay clients, without
+// waiting; when the queue is full (the agent is not reading) it is dropped.
+func (c *controlWriter) relay(b byte) {
+	select {
+	case c.tell <- b:
+	default:
 	}
 }
 
@@ -100,6 +112,10 @@ func (c *controlWriter) run() {
 				return // agent gone; Wait reports it
 			}
 			sent = level
+		case b := <-c.tell:
+			if _, err := c.w.Write([]byte{ctlTell, b}); err != nil {
+				return
+			}
 		case <-tick.C:
 			if _, err := c.w.Write([]byte{ctlHeartbeat}); err != nil {
 				return

@@ -6,6 +6,10 @@ import (
 	"time"
 )
 
+// SelfArg, as an element of Job.Argv, stands for the agent's own
+// executable: the gorun on the node, wherever it was installed or uploaded.
+const SelfArg = "{gorun}"
+
 // Job is a command to run on a node under the agent. Env is the complete
 // set of variables to add to (or override in) the agent's environment; it
 // travels inside the job spec, never through sshd's Setenv.
@@ -19,6 +23,12 @@ type Job struct {
 	// Grace is how long a stop waits between SIGTERM and SIGKILL; 0 uses
 	// DefaultGrace.
 	Grace time.Duration `json:"grace"`
+	// Relay makes the agent's stdout a stream of frames (AppendFrame): the
+	// job's own stdout and stderr as FrameStdout and FrameStderr, and
+	// whatever frames the job's descendants send on the unix socket named
+	// by RelaySocketVar in their environment, each passed on whole, in the
+	// order it arrived. Process.Tell reaches those descendants.
+	Relay bool `json:"relay,omitempty"`
 }
 
 // Defaults for Job.
@@ -51,4 +61,7 @@ type Process interface {
 	// Stop asks the agent to stop the whole tree: SIGTERM, grace, SIGKILL.
 	// With now set it skips the grace. Stop does not wait; call Wait.
 	Stop(now bool)
+	// Tell sends one byte to every descendant connected to a relayed job's
+	// socket (Job.Relay); it never blocks, and is dropped for other jobs.
+	Tell(b byte)
 }

@@ -1,0 +1,303 @@
+package launch
+
+import (
+	"bufio"
+	"encoding/json"
+	"errors"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/sshexec"
+)
+
+func TestRankCPUs(t *testing.T) {
+	tests := []struct {
+		lists, rank string
+		want        []int
+		err         bool
+	}{
+		{"", "0", nil, false},
+		{"0-1;2-3", "1", []int{2, 3}, false},
+		{"0,4;", "1", nil, false},
+		{"0-1;2-3", "2", nil, true},
+		{"0-1", "x", nil, true},
+		{"0-1;zz", "1", nil, true},
+	}
+	for _, tt := range tests {
+		got, err := rankCPUs(tt.lists, tt.rank)
+		if (err != nil) != tt.err || !slices.Equal(got, tt.want) {
+			t.Errorf("rankCPUs(%q, %q) = %v, %v; want %v, err %v", tt.lists, tt.rank, got, err, tt.want, tt.err)
+		}
+	}
+}
+
+// TestMain lets the test binary act as `gorun _rank` (os/exec's helper
+// process pattern): GORUN_TEST_RANK_ARGS holds its arguments as JSON.
+func TestMain(m *testing.M) {
+	if a := os.Getenv("GORUN_TEST_RANK_ARGS"); a != "" {
+		var args []string
+		if err := json.Unmarshal([]byte(a), &args); err != nil {
+			panic(err)
+		}
+		os.Exit(RunWorker(args, os.Getenv, os.Stderr))
+	}
+	os.Exit(m.Run())
+}
+
+// rankCmd is the test binary as a worker's supervisor running args.
+func rankCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
+	t.Helper()
+	a, _ := json.Marshal(args)
+	cmd := exec.Command(os.Args[0])
+	cmd.Env = append(append(os.Environ(), "GORUN_TEST_RANK_ARGS="+string(a), "LOCAL_RANK=1", "RANK=3", "WORLD_SIZE=4"), env...)
+	return cmd
+}
+
+// relayServer is a stand-in for the node agent's relay socket, collecting
+// one worker's frames.
+type relayServer struct {
+	path   string
+	conn   chan net.Conn
+	frames chan frameSeen
+}
+
+type frameSeen struct {
+	kind    byte
+	payload []byte
+}
+
+func newRelayServer(t *testing.T) *relayServer {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	r := &relayServer{path: path, conn: make(chan net.Conn, 1), frames: make(chan frameSeen, 1024)}
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		r.conn <- c
+		br := bufio.NewReader(c)
+		for {
+			kind, p, err := sshexec.ReadFrame(br, nil)
+			if err != nil {
+				close(r.frames)
+				return
+			}
+			r.frames <- frameSeen{kind, append([]byte(nil), p...)}
+		}
+	}()
+	return r
+}
+
+// collect returns every frame until the worker hung up, with output
+// joined per stream.
+func (r *relayServer) collect(t *testing.T) (started workerStarted, out, errOut string, exit workerExit, kinds string) {
+	t.Helper()
+	timeout := time.After(20 * time.Second)
+	for {
+		select {
+		case f, ok := <-r.frames:
+			if !ok {
+				return
+			}
+			kinds += string(f.kind)
+			switch f.kind {
+			case frameStarted:
+				json.Unmarshal(f.payload, &started)
+			case frameExit:
+				json.Unmarshal(f.payload, &exit)
+			case frameOut, frameErr:
+				lr, text, err := splitRank(f.payload)
+				if err != nil || lr != 1 {
+					t.Errorf("frame for local rank %d (%v), want 1", lr, err)
+				}
+				if f.kind == frameOut {
+					out += string(text)
+				} else {
+					errOut += string(text)
+				}
+			}
+		case <-timeout:
+			t.Fatal("worker did not hang up")
+		}
+	}
+}
+
+func exitCode(err error) (code int, sig syscall.Signal) {
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		ws := ee.Sys().(syscall.WaitStatus)
+		if ws.Signaled() {
+			return -1, ws.Signal()
+		}
+		return ws.ExitStatus(), 0
+	}
+	return 0, 0
+}
+
+// TestWorkerBindsAndExitsAsTheWorker: the worker runs on local rank 1's
+// CPUs, and the supervisor exits with the worker's own code.
+func TestWorkerBindsAndExitsAsTheWorker(t *testing.T) {
+	cmd := rankCmd(t, []string{envplan.RankCPUsVar + "=0;0"},
+		"--no-python", "--", "/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exit 7")
+	out, err := cmd.Output()
+	if code, _ := exitCode(err); code != 7 {
+		t.Fatalf("exit %v (%v), want 7; output %q", code, err, out)
+	}
+	if got := strings.Fields(string(out)); len(got) != 2 || got[1] != "0" {
+		t.Fatalf("worker affinity: %q, want CPU 0", out)
+	}
+}
+
+// TestWorkerRelays: with a relay socket the supervisor reports the start,
+// every line of both streams in order, and the exit; nothing goes to its
+// own stdout.
+func TestWorkerRelays(t *testing.T) {
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "GORUN_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=0"},
+		"--no-python", "--", "/bin/sh", "-c",
+		`for i in 1 2 3; do echo "line $i"; done; printf 'no newline'; echo oops >&2; echo "rc=$TORCHELASTIC_RESTART_COUNT fh=$PYTHONFAULTHANDLER sock=${GORUN_AGENT_SOCK:-unset}"; exit 3`)
+	own, err := cmd.Output()
+	if code, _ := exitCode(err); code != 3 {
+		t.Fatalf("exit %v (%v), want 3", code, err)
+	}
+	started, out, errOut, exit, kinds := r.collect(t)
+	if len(own) != 0 {
+		t.Errorf("supervisor's own stdout %q, want nothing (it all goes to the relay)", own)
+	}
+	if kinds[0] != frameStarted || kinds[len(kinds)-1] != frameExit {
+		t.Errorf("frames %q, want started first and exit last", kinds)
+	}
+	if started.Rank != 3 || started.LocalRank != 1 || started.WorldSize != 4 || started.PID <= 0 {
+		t.Errorf("started = %+v", started)
+	}
+	if want := "line 1\nline 2\nline 3\nno newlinerc=2 fh=1 sock=unset\n"; out != want {
+		t.Errorf("stdout relayed %q, want %q", out, want)
+	}
+	if errOut != "oops\n" {
+		t.Errorf("stderr relayed %q", errOut)
+	}
+	if exit.Code != 3 || exit.Signal != 0 || exit.Stopped || exit.LocalRank != 1 || exit.Time < started.Time {
+		t.Errorf("exit = %+v", exit)
+	}
+}
+
+// TestWorkerDeathBySignal: a worker killed by a signal nobody sent through
+// the supervisor is a failure of its own, and the supervisor dies by the
+// same signal.
+func TestWorkerDeathBySignal(t *testing.T) {
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c", "kill -KILL $$")
+	err := cmd.Run()
+	if _, sig := exitCode(err); sig != syscall.SIGKILL {
+		t.Fatalf("supervisor ended with %v, want killed by SIGKILL", err)
+	}
+	_, _, _, exit, _ := r.collect(t)
+	if exit.Signal != int(syscall.SIGKILL) || exit.Code != -1 || exit.Stopped {
+		t.Errorf("exit = %+v, want SIGKILL, not stopped", exit)
+	}
+}
+
+// TestWorkerForwardsStop: SIGTERM to the supervisor reaches the worker
+// once, the exit says it was stopped, and the supervisor dies by SIGTERM.
+func TestWorkerForwardsStop(t *testing.T) {
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
+		`trap 'echo got TERM; exit 143' TERM; echo ready; while :; do sleep 0.05; done`)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for f := range r.frames {
+		if f.kind == frameOut {
+			out += string(f.payload[4:])
+			if strings.Contains(out, "ready") {
+				break
+			}
+		}
+	}
+	cmd.Process.Signal(syscall.SIGTERM)
+	err := cmd.Wait()
+	_, _, rest, exit, _ := r.collect(t)
+	_ = rest
+	if code, _ := exitCode(err); code != 143 {
+		t.Errorf("supervisor ended with %v, want exit 143 as the worker", err)
+	}
+	if !exit.Stopped || exit.Code != 143 {
+		t.Errorf("exit = %+v, want code 143, stopped", exit)
+	}
+}
+
+// TestWorkerDumpsStacks: asked for stacks, a Python worker without py-spy
+// prints every thread's traceback through faulthandler and ends; its end
+// counts as a stop.
+func TestWorkerDumpsStacks(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3")
+	}
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=/usr/bin:/bin", "PYTHON_EXEC=" + py},
+		"--", "-c", "import time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck()\n")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn := <-r.conn
+	for f := range r.frames {
+		if f.kind == frameOut && strings.Contains(string(f.payload), "ready") {
+			break
+		}
+	}
+	conn.Write([]byte{tellDump})
+	cmd.Wait()
+	_, _, errOut, exit, _ := r.collect(t)
+	if !strings.Contains(errOut, "in stuck") || !strings.Contains(errOut, "Fatal Python error: Aborted") {
+		t.Errorf("stderr relayed %q, want a faulthandler traceback through stuck()", errOut)
+	}
+	if exit.Signal != int(syscall.SIGABRT) || !exit.Stopped {
+		t.Errorf("exit = %+v, want SIGABRT, stopped", exit)
+	}
+}
+
+// TestWorkerInterpreter: the worker's Python is torchrun's sys.executable,
+// read from the parent's argv[0], which keeps a virtualenv's path.
+func TestWorkerInterpreter(t *testing.T) {
+	if os.Getenv("GORUN_TEST_PRINT_INTERPRETER") == "1" {
+		os.Stdout.WriteString(interpreter(os.Getenv, os.Getppid()))
+		os.Exit(0)
+	}
+	cmd := exec.Command("/bin/sh", "-c", `"$0" -test.run=^TestWorkerInterpreter$; true`, os.Args[0])
+	cmd.Args[0] = "/opt/venv/bin/python3.11" // how the kernel starts a "#!/opt/venv/bin/python3.11" script
+	cmd.Env = append(os.Environ(), "GORUN_TEST_PRINT_INTERPRETER=1", "PYTHON_EXEC=")
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(out) != "/opt/venv/bin/python3.11" {
+		t.Errorf("interpreter = %q, want the parent's argv[0]", out)
+	}
+	if got := interpreter(func(string) string { return "/x/python" }, os.Getpid()); got != "/x/python" {
+		t.Errorf("PYTHON_EXEC: got %q", got)
+	}
+}
+
+func TestWorkerBadArgs(t *testing.T) {
+	for _, args := range [][]string{{}, {"--"}, {"--bogus", "--", "x"}} {
+		if code := RunWorker(args, func(string) string { return "" }, new(strings.Builder)); code != 127 {
+			t.Errorf("RunWorker(%q) = %d, want 127", args, code)
+		}
+	}
+}

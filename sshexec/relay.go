@@ -1,0 +1,242 @@
+package sshexec
+
+import (
+	"bufio"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// RelaySocketVar names the unix socket, in a relayed job's environment, on
+// which the job's descendants report to the agent (see Job.Relay).
+const RelaySocketVar = "GORUN_AGENT_SOCK"
+
+// Frame kinds the agent itself writes; every other kind comes from a relay
+// client and is passed on untouched.
+const (
+	FrameStdout byte = 'O' // a chunk of the job's main process's stdout
+	FrameStderr byte = 'E' // a chunk of its stderr
+)
+
+// MaxFrame bounds a frame's payload, so that a confused client cannot make
+// the agent or the head hold unbounded memory.
+const MaxFrame = 1 << 20
+
+const frameHeader = 5 // kind byte, then the payload length (uint32, big endian)
+
+// AppendFrame appends one frame to dst.
+func AppendFrame(dst []byte, kind byte, payload []byte) []byte {
+	dst = append(dst, kind, 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(payload)))
+	return append(dst, payload...)
+}
+
+// ReadFrame reads one frame. The payload is valid until the next call.
+func ReadFrame(br *bufio.Reader, buf []byte) (kind byte, payload []byte, err error) {
+	var h [frameHeader]byte
+	if _, err := io.ReadFull(br, h[:]); err != nil {
+		return 0, nil, err
+	}
+	n := binary.BigEndian.Uint32(h[1:])
+	if n > MaxFrame {
+		return 0, nil, fmt.Errorf("frame of %d bytes is over the limit of %d", n, MaxFrame)
+	}
+	if cap(buf) < int(n) {
+		buf = make([]byte, n)
+	}
+	buf = buf[:n]
+	if _, err := io.ReadFull(br, buf); err != nil {
+		return 0, nil, fmt.Errorf("frame cut short: %w", io.ErrUnexpectedEOF)
+	}
+	return h[0], buf, nil
+}
+
+// FrameDecoder is an io.Writer that cuts a relayed agent's stdout into
+// frames, however the bytes arrive, and hands each to a function. It is
+// not safe for concurrent use; a runner writes each stream from one
+// goroutine.
+type FrameDecoder struct {
+	handle func(kind byte, payload []byte)
+	buf    []byte
+	err    error
+}
+
+// NewFrameDecoder returns a decoder calling handle for every frame; the
+// payload is valid only during the call.
+func NewFrameDecoder(handle func(kind byte, payload []byte)) *FrameDecoder {
+	return &FrameDecoder{handle: handle}
+}
+
+// Write implements io.Writer. After a malformed header it drops the rest,
+// so the agent's pipe keeps draining; Err reports what went wrong.
+func (d *FrameDecoder) Write(p []byte) (int, error) {
+	if d.err != nil {
+		return len(p), nil
+	}
+	n := len(p)
+	if len(d.buf) == 0 {
+		p = d.whole(p) // the common case: frames straight from p, no copy
+	}
+	d.buf = append(d.buf, p...)
+	rest := d.whole(d.buf)
+	d.buf = d.buf[:copy(d.buf, rest)]
+	if cap(d.buf) > 4*MaxFrame && len(d.buf) < MaxFrame {
+		d.buf = append([]byte(nil), d.buf...)
+	}
+	return n, nil
+}
+
+// whole hands every complete frame at the start of b to the handler and
+// returns what is left.
+func (d *FrameDecoder) whole(b []byte) []byte {
+	for d.err == nil && len(b) >= frameHeader {
+		n := binary.BigEndian.Uint32(b[1:frameHeader])
+		if n > MaxFrame {
+			d.err = fmt.Errorf("frame of %d bytes is over the limit of %d", n, MaxFrame)
+			return nil
+		}
+		if len(b) < frameHeader+int(n) {
+			break
+		}
+		d.handle(b[0], b[frameHeader:frameHeader+int(n)])
+		b = b[frameHeader+int(n):]
+	}
+	return b
+}
+
+// Err reports a malformed stream, nil if none was seen.
+func (d *FrameDecoder) Err() error { return d.err }
+
+// Pending reports whether a frame was cut short (bytes held with no end).
+func (d *FrameDecoder) Pending() int { return len(d.buf) }
+
+// relay is the agent's side of Job.Relay: a unix socket the job's
+// descendants connect to, and one writer that puts their frames and the
+// main process's output on the agent's stdout, whole frames only.
+type relay struct {
+	dir string
+	ln  *net.UnixListener
+
+	mu    sync.Mutex // serialises writes to out and guards conns
+	out   io.Writer
+	werr  error
+	conns map[*net.UnixConn]struct{}
+
+	readers sync.WaitGroup
+}
+
+// startRelay listens on a fresh socket in a private directory.
+func startRelay(out io.Writer) (*relay, error) {
+	dir, err := os.MkdirTemp("", "gorun-agent-")
+	if err != nil {
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	path := filepath.Join(dir, "sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, fmt.Errorf("relay: %w", err)
+	}
+	r := &relay{dir: dir, ln: ln, out: out, conns: map[*net.UnixConn]struct{}{}}
+	r.readers.Add(1)
+	go r.accept()
+	return r, nil
+}
+
+func (r *relay) path() string { return filepath.Join(r.dir, "sock") }
+
+func (r *relay) accept() {
+	defer r.readers.Done()
+	for {
+		c, err := r.ln.AcceptUnix()
+		if err != nil {
+			return // closed
+		}
+		r.mu.Lock()
+		r.conns[c] = struct{}{}
+		r.mu.Unlock()
+		r.readers.Add(1)
+		go r.read(c)
+	}
+}
+
+// read passes one client's frames on until it hangs up.
+func (r *relay) read(c *net.UnixConn) {
+	defer r.readers.Done()
+	defer func() {
+		r.mu.Lock()
+		delete(r.conns, c)
+		r.mu.Unlock()
+		c.Close()
+	}()
+	br := bufio.NewReaderSize(c, 64<<10)
+	var buf, frame []byte
+	for {
+		kind, payload, err := ReadFrame(br, buf)
+		if err != nil {
+			return
+		}
+		buf = payload[:0]
+		if kind == FrameStdout || kind == FrameStderr {
+			continue // the agent's own kinds cannot be forged
+		}
+		frame = AppendFrame(frame[:0], kind, payload)
+		r.write(frame)
+	}
+}
+
+// write puts one or more whole frames on out. After a write error (the
+// head is gone) frames are dropped; the agent is stopping anyway.
+func (r *relay) write(frames []byte) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.werr == nil {
+		_, r.werr = r.out.Write(frames)
+	}
+}
+
+// copyStream frames everything read from rd as kind until EOF.
+func (r *relay) copyStream(kind byte, rd io.Reader) {
+	buf := make([]byte, 32<<10)
+	var frame []byte
+	for {
+		n, err := rd.Read(buf)
+		if n > 0 {
+			frame = AppendFrame(frame[:0], kind, buf[:n])
+			r.write(frame)
+		}
+		if err != nil {
+			return
+		}
+	}
+}
+
+// broadcast sends b to every connected client.
+func (r *relay) broadcast(b byte) {
+	r.mu.Lock()
+	conns := make([]*net.UnixConn, 0, len(r.conns))
+	for c := range r.conns {
+		conns = append(conns, c)
+	}
+	r.mu.Unlock()
+	for _, c := range conns {
+		_, _ = c.Write([]byte{b}) // a client that is gone is gone
+	}
+}
+
+// close stops accepting, waits for the clients still connected to hang up
+// (their processes are gone when the agent calls this) and removes the
+// socket.
+func (r *relay) close() {
+	r.ln.Close()
+	r.readers.Wait()
+	os.RemoveAll(r.dir)
+}
+
+// ErrRelay marks a relayed stream the head could not decode.
+var ErrRelay = errors.New("relay stream corrupt")
