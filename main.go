@@ -89,6 +89,9 @@ func newApp(ctx context.Context) *cli.App {
 		SkipFlagParsing: true,
 		HideHelp:        true,
 		HideVersion:     true,
+		// exitCode alone prints errors and picks the exit code; urfave/cli
+		// would print an ExitCoder's message again and exit on its own.
+		ExitErrHandler: func(*cli.Context, error) {},
 		Action: func(c *cli.Context) error {
 			return runLaunch(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},

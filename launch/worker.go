@@ -17,6 +17,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -391,14 +392,29 @@ func (w *worker) dumpStacks(ctx context.Context, pid int) {
 	_ = unix.Kill(pid, syscall.SIGABRT)
 }
 
-// exitBySignal ends this process by sig, as the worker ended. No core file:
-// the worker's own is the one that matters.
+// exitBySignal ends this process by sig, as the worker ended. The Go
+// runtime's own handling would print a goroutine dump for SIGABRT, SIGQUIT
+// and the faults, so the default action is restored with rt_sigaction
+// itself. No core file: the worker's own is the one that matters.
 func exitBySignal(sig syscall.Signal) {
 	_ = unix.Setrlimit(unix.RLIMIT_CORE, &unix.Rlimit{})
 	signal.Reset(sig)
-	_ = unix.Kill(os.Getpid(), sig)
+	var dfl sigaction // SIG_DFL, no flags, empty mask
+	_, _, _ = unix.RawSyscall6(unix.SYS_RT_SIGACTION, uintptr(sig), uintptr(unsafe.Pointer(&dfl)), 0, 8, 0, 0)
+	var set unix.Sigset_t
+	set.Val[(int(sig)-1)/64] |= 1 << ((uint(sig) - 1) % 64)
+	_ = unix.PthreadSigmask(unix.SIG_UNBLOCK, &set, nil)
+	_ = unix.Tgkill(os.Getpid(), unix.Gettid(), sig)
 	time.Sleep(100 * time.Millisecond) // the signal is being delivered
 	os.Exit(128 + int(sig))
+}
+
+// sigaction is the kernel's struct sigaction on Linux (amd64 and arm64).
+type sigaction struct {
+	handler  uintptr
+	flags    uint64
+	restorer uintptr
+	mask     uint64
 }
 
 // workerCommand builds the worker's command from _rank's arguments.

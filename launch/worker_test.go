@@ -252,6 +252,8 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	r := newRelayServer(t)
 	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=/usr/bin:/bin", "PYTHON_EXEC=" + py},
 		"--", "-c", "import time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck()\n")
+	var own strings.Builder
+	cmd.Stderr = &own
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
@@ -262,7 +264,10 @@ func TestWorkerDumpsStacks(t *testing.T) {
 		}
 	}
 	conn.Write([]byte{tellDump})
-	cmd.Wait()
+	err = cmd.Wait()
+	if _, sig := exitCode(err); sig != syscall.SIGABRT || strings.Contains(own.String(), "goroutine") {
+		t.Errorf("supervisor ended with %v, want SIGABRT as the worker and no Go dump; stderr %q", err, own.String())
+	}
 	_, _, errOut, exit, _ := r.collect(t)
 	if !strings.Contains(errOut, "in stuck") || !strings.Contains(errOut, "Fatal Python error: Aborted") {
 		t.Errorf("stderr relayed %q, want a faulthandler traceback through stuck()", errOut)

@@ -9,7 +9,12 @@ Environment knobs (all optional):
   CRASH_RANK=<global rank>     this rank exits with CRASH_CODE (default 13) ...
   CRASH_NODE=<hostname>        ... or every rank on this host (with CRASH_LOCAL_RANK: that one)
   CRASH_ON_ATTEMPT=0           ... only when GORUN_RESTART_COUNT (default 0) equals this
-  CRASH_STEP=1                 ... at this step, after the collectives have started
+  CRASH_STEP=1                 ... at this step, after the collectives have started;
+                               "init": before init_process_group (a start-up crash)
+  CRASH_TIME_FILE=<path>       the crashing rank writes time.time() there as it exits
+  STARTUP_SLEEP=<seconds>      every rank prints "starting" and sleeps before init_process_group
+  HANG_RANK=<global rank>      this rank sleeps forever at step HANG_STEP (default 1),
+                               so its peers wait in their next collective
 Each rank prints one "ready" line with its CPU affinity, so tests can check binding.
 """
 import os, socket, sys, time
@@ -43,12 +48,26 @@ def should_crash(rank, local_rank, host, attempt):
     return False
 
 
+def crash_now(tag, step):
+    code = int(os.environ.get("CRASH_CODE", 13))
+    print(f"{tag} CRASH on purpose at step={step} attempt={attempt} code={code}", file=sys.stderr, flush=True)
+    if os.environ.get("CRASH_TIME_FILE"):
+        with open(os.environ["CRASH_TIME_FILE"], "w") as f:
+            f.write(repr(time.time()))
+    os._exit(code)  # no cleanup: like a real crash, peers are left waiting
+
+
 t0 = time.time()
 host = socket.gethostname()
+attempt = int(os.environ.get("GORUN_RESTART_COUNT", "0") or 0)
+if os.environ.get("CRASH_STEP") == "init" and should_crash(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), host, attempt):
+    crash_now(f"[{host} rank={os.environ['RANK']} before init]", "init")
+if os.environ.get("STARTUP_SLEEP"):
+    print(f"[{host} rank={os.environ['RANK']}] starting", flush=True)
+    time.sleep(float(os.environ["STARTUP_SLEEP"]))
 dist.init_process_group("gloo")
 rank, world = dist.get_rank(), dist.get_world_size()
 lr = int(os.environ.get("LOCAL_RANK", 0))
-attempt = int(os.environ.get("GORUN_RESTART_COUNT", "0") or 0)
 tag = f"[{host} rank={rank}/{world} local={lr} pid={os.getpid()}]"
 
 envs = [n for n in os.environ.get("PRINT_ENV", "").split(",") if n]
@@ -65,13 +84,17 @@ model = DDP(nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 1)))
 opt = torch.optim.SGD(model.parameters(), lr=0.05)
 steps = int(os.environ.get("STEPS", 5)); sleep = float(os.environ.get("STEP_SLEEP", 0))
 crash = should_crash(rank, lr, host, attempt)
-crash_step = int(os.environ.get("CRASH_STEP", 1))
+crash_step = int(os.environ.get("CRASH_STEP", 1)) if os.environ.get("CRASH_STEP") != "init" else -1
+hang = os.environ.get("HANG_RANK") == str(rank)
+hang_step = int(os.environ.get("HANG_STEP", 1))
 g = torch.Generator().manual_seed(rank)
 for s in range(steps):
     if crash and s == crash_step:
-        code = int(os.environ.get("CRASH_CODE", 13))
-        print(f"{tag} CRASH on purpose at step={s} attempt={attempt} code={code}", file=sys.stderr, flush=True)
-        os._exit(code)  # no cleanup: like a real crash, peers are left waiting in collectives
+        crash_now(tag, s)
+    if hang and s == hang_step:
+        print(f"{tag} hanging on purpose at step={s}", flush=True)
+        while True:
+            time.sleep(3600)
     x = torch.randn(32, 16, generator=g); y = x.sum(1, keepdim=True)
     loss = nn.functional.mse_loss(model(x), y)
     opt.zero_grad(); loss.backward(); opt.step()

@@ -1,0 +1,272 @@
+package examples
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// Worker-level supervision on the real cluster: real sshd, Debian's real
+// torchrun, real gloo DDP workers. gorun must see a worker's failure at
+// any phase, whatever torchrun does next.
+
+// workers lists the training processes (python, not their supervisors) of
+// one run's attempt: command line carrying the mark, environment carrying
+// GORUN_RESTART_COUNT=attempt.
+func workers(mark string, attempt int) []int {
+	var pids []int
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		dir := filepath.Join("/proc", e.Name())
+		cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte(mark)) || bytes.Contains(cmd, []byte("\x00_rank\x00")) ||
+			!bytes.Contains(cmd, []byte("train_ddp.py")) || bytes.Contains(cmd, []byte("torchrun")) {
+			continue
+		}
+		env, _ := os.ReadFile(filepath.Join(dir, "environ"))
+		if !bytes.Contains(env, []byte("\x00GORUN_RESTART_COUNT="+strconv.Itoa(attempt)+"\x00")) {
+			continue
+		}
+		if stat, _ := os.ReadFile(filepath.Join(dir, "stat")); strings.Contains(string(stat), ") Z ") {
+			continue
+		}
+		pids = append(pids, pid)
+	}
+	return pids
+}
+
+// stopWindow is the target: every node stopped within 1 s of the failing
+// worker's exit. The measure is when the last worker of the attempt is
+// gone, polled every 10 ms, so it errs late by at most 10 ms; the bound
+// asserted is the target itself.
+const stopWindow = time.Second
+
+// TestClusterStartupCrash: a worker on node1 exits with 3 before
+// init_process_group. torchrun would leave its peers waiting in rendezvous
+// and itself in the exit barrier; gorun stops the whole group within
+// stopWindow, restarts it, and the job succeeds.
+func TestClusterStartupCrash(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	crashFile := filepath.Join(t.TempDir(), "crash-time")
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--max-restarts", "1",
+		"--env", "CRASH_NODE=node1", "--env", "CRASH_LOCAL_RANK=0", "--env", "CRASH_STEP=init",
+		"--env", "CRASH_CODE=3", "--env", "CRASH_TIME_FILE="+crashFile,
+		script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+
+	// Watch the first attempt's workers until they are all gone.
+	gone := make(chan time.Time, 1)
+	go func() {
+		seen := false
+		deadline := time.Now().Add(3 * time.Minute)
+		for time.Now().Before(deadline) {
+			n := len(workers(mark, 0))
+			seen = seen || n > 0
+			if seen && n == 0 {
+				gone <- time.Now()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		close(gone)
+	}()
+	if code := r.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	end, ok := <-gone
+	if !ok {
+		t.Fatalf("never saw the first attempt's workers come and go")
+	}
+	b, err := os.ReadFile(crashFile)
+	if err != nil {
+		t.Fatalf("the crash left no time: %v", err)
+	}
+	secs, _ := strconv.ParseFloat(string(b), 64)
+	crash := time.Unix(0, int64(secs*1e9))
+	took := end.Sub(crash)
+	t.Logf("every worker of attempt 0 gone %v after the crash (target %v)", took.Round(time.Millisecond), stopWindow)
+	if took > stopWindow {
+		t.Errorf("the group took %v to stop after the crash, want at most %v:\n%s", took, stopWindow, r.output())
+	}
+	out := r.output()
+	for _, want := range []string{
+		"gorun: node1 rank 2 (local rank 0) exited with 3 during start-up (before init_process_group); stopping every node",
+		"restarting the whole group (attempt 2 of 2)",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "attempt=1 restart=1"); n != 6 {
+		t.Errorf("want 6 ranks in sync on attempt 1, got %d:\n%s", n, out)
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+// TestClusterWorkerSIGKILL: a worker killed by SIGKILL in the middle of
+// training. No restart is left, so gorun exits as the worker died (128+9)
+// and the summary names its node, rank, signal and phase.
+func TestClusterWorkerSIGKILL(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	r.waitLine(t, `^\[node2 1\] .* step=2 `, 3*time.Minute)
+	victim := -1
+	for _, pid := range workers(mark, 0) {
+		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
+		if bytes.Contains(b, []byte("\x00RANK=5\x00")) {
+			victim = pid
+		}
+	}
+	if victim < 0 {
+		t.Fatalf("no worker with RANK=5 found")
+	}
+	syscall.Kill(victim, syscall.SIGKILL)
+	killed := time.Now()
+	code := r.wait(t, time.Minute)
+	out := r.output()
+	if code != 137 {
+		t.Fatalf("exit %d, want 137 (the worker's SIGKILL):\n%s", code, out)
+	}
+	for _, want := range []string{
+		"gorun: node2 rank 5 (local rank 1) was killed by signal 9 (SIGKILL) during training; stopping every node",
+		"code:   137 (killed by SIGKILL)",
+		"phase:  training",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	noneLeft(t, mark, 10*time.Second)
+	t.Logf("gorun exited and every process was gone %v after the SIGKILL", time.Since(killed).Round(time.Millisecond))
+}
+
+// TestLocalRestartsOwnedByGorun: without hosts, gorun still restarts the
+// group itself with a fresh torchrun (each with --max-restarts=0), and the
+// workers of attempt 1 see 1 in both restart variables. torchrun is a
+// wrapper script, as on many clusters: the workers must still run under
+// torchrun's own interpreter.
+func TestLocalRestartsOwnedByGorun(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	dir := t.TempDir()
+	starts := filepath.Join(dir, "starts")
+	wrapper := filepath.Join(dir, "torchrun-wrapper")
+	os.WriteFile(wrapper, []byte("#!/bin/sh\necho \"$*\" >> "+starts+"\nexec "+shim(t)+" \"$@\"\n"), 0o755)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "PATH=" + dir + ":/usr/bin:/bin",
+		"CRASH_RANK=1", "CRASH_CODE=5", "PRINT_ENV=GORUN_RESTART_COUNT,TORCHELASTIC_RESTART_COUNT"},
+		"--torchrun", wrapper, "--nproc-per-node", "2", "--max-restarts", "1", script(t), "--tag", mark)
+	if code := r.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	b, _ := os.ReadFile(starts)
+	lines := strings.Split(strings.TrimSpace(string(b)), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("torchrun started %d times, want 2:\n%s", len(lines), b)
+	}
+	for _, l := range lines {
+		if !strings.Contains(l, "--max_restarts=0") {
+			t.Errorf("torchrun started without --max_restarts=0: %s", l)
+		}
+	}
+	out := r.output()
+	if n := strings.Count(out, "ready attempt=1 affinity="); n != 2 {
+		t.Errorf("want 2 workers on attempt 1, got %d:\n%s", n, out)
+	}
+	if n := strings.Count(out, "env GORUN_RESTART_COUNT=1 TORCHELASTIC_RESTART_COUNT=1"); n != 2 {
+		t.Errorf("want both workers of attempt 1 to see 1 in both variables, got %d:\n%s", n, out)
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+// TestClusterHangCaught: rank 3 stops making progress (a sleep), so its
+// peers wait in their next collective and the group goes silent. gorun
+// names the silent ranks, prints every one's Python stacks, and exits with
+// its hang code, within the timeout plus 5 s.
+func TestClusterHangCaught(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	const timeout = 5 * time.Second
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "5s",
+		"--env", "HANG_RANK=3", "--env", "STEPS=100", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	r.waitLine(t, `hanging on purpose`, 3*time.Minute)
+	hung := time.Now()
+	r.waitLine(t, `^gorun: hang: no worker made progress`, timeout+5*time.Second+2*time.Second)
+	caught := time.Since(hung)
+	code := r.wait(t, time.Minute)
+	out := r.output()
+	t.Logf("hang caught %v after the last progress (timeout %v)", caught.Round(time.Millisecond), timeout)
+	if caught > timeout+5*time.Second {
+		t.Errorf("caught %v after the hang, want within %v", caught, timeout+5*time.Second)
+	}
+	if code != 124 {
+		t.Fatalf("exit %d, want 124 (hang):\n%s", code, out)
+	}
+	for _, want := range []string{
+		"gorun:   silent: node1 rank 3 (local rank 1)",
+		"gorun:   silent: node0 rank 0 (local rank 0)",
+		"phase:  hang",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// Every rank's stacks, prefixed with its node and local rank; the
+	// sleeping rank in time.sleep's line, its peers inside backward's
+	// all_reduce.
+	for _, p := range []string{`\[node1 1\] .*train_ddp\.py", line \d+ in <module>`, `\[node0 0\] .*in backward`} {
+		if !regexp.MustCompile(p).MatchString(out) {
+			t.Errorf("no stack line matching %s:\n%s", p, out)
+		}
+	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
+// TestClusterCtrlCEachPhase: SIGINT while the nodes are checked and
+// connected, while torchrun starts, and while workers start up (before
+// init_process_group): exit 130 and nothing left on any node.
+func TestClusterCtrlCEachPhase(t *testing.T) {
+	c := needCluster(t, 3)
+	phases := []struct {
+		name  string
+		after string // the line to wait for before SIGINT; "" for at once
+		env   []string
+	}{
+		{"connect and preflight", "", nil},
+		{"torchrun starting (rendezvous)", `^job: `, nil},
+		{"worker start-up", `\] starting$`, []string{"--env", "STARTUP_SLEEP=30"}},
+		{"exit", `params-in-sync OK`, []string{"--env", "CRASH_NODE=nobody"}},
+	}
+	for _, ph := range phases {
+		t.Run(ph.name, func(t *testing.T) {
+			mark := marker(t)
+			args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t))
+			args = append(append(args, ph.env...), script(t), "--tag", mark)
+			r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+			if ph.after != "" {
+				r.waitLine(t, ph.after, 3*time.Minute)
+			} else {
+				time.Sleep(100 * time.Millisecond)
+			}
+			r.cmd.Process.Signal(syscall.SIGINT)
+			code := r.wait(t, 30*time.Second)
+			if code != 130 && !(ph.name == "exit" && code == 0) {
+				t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, r.output())
+			}
+			noneLeft(t, mark, 10*time.Second)
+		})
+	}
+}
