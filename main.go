@@ -311,6 +311,16 @@ func closeAll(runners map[string]sshexec.Runner) {
 	}
 }
 
+// interrupted turns err into an interruption when the user's signal is
+// what ended the step (an interruption exits 130, not 2), and returns err
+// as it is otherwise.
+func interrupted(ctx context.Context, when string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w %s", launch.ErrInterrupted, when)
+}
+
 // runLaunch is the main job: parse, resolve hosts, connect, check, plan,
 // then print the plan (--dry-run) or launch and supervise.
 func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
@@ -340,12 +350,15 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if !cl.Gorun.DryRun || cl.Gorun.Preflight != "off" {
 		runners, err = connect(ctx, cl, hosts, self)
 		if err != nil {
-			return err
+			return interrupted(ctx, "while connecting to the nodes", err)
 		}
 		defer closeAll(runners)
 	}
 	if cl.Gorun.Preflight != "off" {
 		report := checkNodes(ctx, cl, hosts, runners, stderr)
+		if ctx.Err() != nil {
+			return interrupted(ctx, "during preflight; nothing was started", nil)
+		}
 		failed := !report.OK
 		switch {
 		case failed || hasWarnings(report):
@@ -538,10 +551,13 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	runners, err := connect(ctx, cl, hosts, self)
 	if err != nil {
-		return err
+		return interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(runners)
 	report := checkNodes(ctx, cl, hosts, runners, stderr)
+	if ctx.Err() != nil {
+		return interrupted(ctx, "during preflight", nil)
+	}
 	if asJSON {
 		err = writeJSON(stdout, report)
 	} else {

@@ -393,8 +393,10 @@ func TestClusterRestartAfterCrash(t *testing.T) {
 func TestClusterCtrlC(t *testing.T) {
 	c := needCluster(t, 3)
 	mark := marker(t)
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"},
+	// STEPS and STEP_SLEEP reach the remote workers through --env only.
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
+		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark},
 		args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
 	r.cmd.Process.Signal(syscall.SIGINT)
@@ -408,8 +410,10 @@ func TestClusterCtrlC(t *testing.T) {
 func TestClusterHeadKilled(t *testing.T) {
 	c := needCluster(t, 3)
 	mark := marker(t)
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	// STEPS and STEP_SLEEP reach the remote workers through --env only.
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
+		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
 	r.cmd.Process.Kill()
 	took := noneLeft(t, mark, 10*time.Second)
@@ -419,8 +423,10 @@ func TestClusterHeadKilled(t *testing.T) {
 func TestClusterLinkCut(t *testing.T) {
 	c := needCluster(t, 3)
 	mark := marker(t)
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	// STEPS and STEP_SLEEP reach the remote workers through --env only.
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
+		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
 	veth := "gorun-v2" // node2's link to the bridge
 	if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {

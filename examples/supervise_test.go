@@ -120,8 +120,9 @@ func TestClusterStartupCrash(t *testing.T) {
 func TestClusterWorkerSIGKILL(t *testing.T) {
 	c := needCluster(t, 3)
 	mark := marker(t)
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=100000", "STEP_SLEEP=0.1"}, args...)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
+		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `^\[node2 1\] .* step=2 `, 3*time.Minute)
 	victim := -1
 	for _, pid := range workers(mark, 0) {
@@ -224,10 +225,15 @@ func TestClusterHangCaught(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	// Every rank's stacks, prefixed with its node and local rank; the
-	// sleeping rank in time.sleep's line, its peers inside backward's
-	// all_reduce.
-	for _, p := range []string{`\[node1 1\] .*train_ddp\.py", line \d+ in <module>`, `\[node0 0\] .*in backward`} {
+	// Every rank's stacks, prefixed with its node and local rank: the
+	// sleeping rank on the script's time.sleep line, its peers inside
+	// torch's DDP, waiting for it.
+	src, _ := os.ReadFile(script(t))
+	sleepLine := 1 + strings.Count(string(src[:bytes.Index(src, []byte("time.sleep(3600)"))]), "\n")
+	for _, p := range []string{
+		`\[node1 1\]   File ".*train_ddp\.py", line ` + strconv.Itoa(sleepLine) + ` in <module>`,
+		`\[node0 0\]   File ".*torch/nn/parallel/distributed\.py", line \d+ in`,
+	} {
 		if !regexp.MustCompile(p).MatchString(out) {
 			t.Errorf("no stack line matching %s:\n%s", p, out)
 		}

@@ -39,9 +39,14 @@ const (
 	WorkerEchoVar = "GORUN_WORKER_ECHO"
 )
 
-// pollEvery is how often the supervisor looks at the heartbeat file and,
-// until the worker has joined, at the worker's connection to the store.
-const pollEvery = time.Second
+// How often the supervisor looks at the heartbeat file, and at the
+// worker's connection to the store until it has joined: often at first,
+// since a worker may crash a moment after it joined, and the phase of its
+// failure should still be right.
+const (
+	pollEvery   = time.Second
+	pollJoining = 50 * time.Millisecond
+)
 
 // RunWorker is `gorun _rank [--no-python | -m] -- script args...`, which
 // torchrun starts in place of each worker. It stays the worker's parent:
@@ -139,6 +144,14 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	w.connOK = w.conn != nil
 	echo := getenv(WorkerEchoVar) == "1"
 	var copies sync.WaitGroup
+	announced, failed := make(chan struct{}), make(chan struct{})
+	defer func() {
+		select {
+		case <-announced:
+		default:
+			close(failed) // the worker never ran: the readers just end
+		}
+	}()
 	var writeEnds []*os.File
 	closeWriteEnds := func() {
 		for _, f := range writeEnds {
@@ -167,8 +180,13 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			copies.Add(1)
 			go func() {
 				defer copies.Done()
+				defer pr.Close()
+				select {
+				case <-announced: // no line may reach the head before the start
+				case <-failed:
+					return
+				}
 				w.forward(s.kind, pr, own)
-				pr.Close()
 			}()
 		}
 	} else {
@@ -208,6 +226,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	closeWriteEnds()
 	w.send(frameStarted, jsonFrame(workerStarted{Rank: w.rank, LocalRank: w.localRank,
 		WorldSize: atoi(getenv("WORLD_SIZE"), -1), PID: pid, Time: time.Now().UnixNano()}))
+	close(announced)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
@@ -320,28 +339,33 @@ func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
 // that the worker joined the rendezvous store (it holds a connection to
 // MASTER_PORT), which ends its start-up.
 func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort int) {
-	t := time.NewTicker(pollEvery)
+	joined := storePort <= 0
+	every := pollEvery
+	if !joined {
+		every = pollJoining
+	}
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var last time.Time
 	if fi, err := os.Stat(heartbeat); err == nil {
 		last = fi.ModTime()
 	}
-	joined := storePort <= 0
-	for {
+	for n := 0; ; n++ {
 		select {
 		case <-ctx.Done():
 			return
 		case <-t.C:
 		}
-		if heartbeat != "" {
+		if !joined && connectedTo(pid, storePort) {
+			joined = true
+			w.send(frameInit, rankFrame(nil, w.localRank))
+			t.Reset(pollEvery)
+		}
+		if heartbeat != "" && (joined || n%int(pollEvery/pollJoining) == 0) {
 			if fi, err := os.Stat(heartbeat); err == nil && fi.ModTime().After(last) {
 				last = fi.ModTime()
 				w.send(frameProgress, rankFrame(nil, w.localRank))
 			}
-		}
-		if !joined && connectedTo(pid, storePort) {
-			joined = true
-			w.send(frameInit, rankFrame(nil, w.localRank))
 		}
 	}
 }

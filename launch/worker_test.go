@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -304,5 +305,35 @@ func TestWorkerBadArgs(t *testing.T) {
 		if code := RunWorker(args, func(string) string { return "" }, new(strings.Builder)); code != 127 {
 			t.Errorf("RunWorker(%q) = %d, want 127", args, code)
 		}
+	}
+}
+
+// TestWorkerReportsJoin: once the worker holds a connection to
+// MASTER_PORT (the rendezvous store), the supervisor says so, which ends
+// the worker's start-up phase.
+func TestWorkerReportsJoin(t *testing.T) {
+	store, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	go func() {
+		for {
+			c, err := store.Accept()
+			if err != nil {
+				return
+			}
+			defer c.Close()
+		}
+	}()
+	port := strconv.Itoa(store.Addr().(*net.TCPAddr).Port)
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "MASTER_PORT=" + port},
+		"--no-python", "--", "/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/"+port+"; sleep 0.5")
+	if err := cmd.Run(); err != nil {
+		t.Fatal(err)
+	}
+	if _, _, _, _, kinds := r.collect(t); !strings.ContainsRune(kinds, rune(frameInit)) {
+		t.Errorf("frames %q: no join reported", kinds)
 	}
 }
