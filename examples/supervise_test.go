@@ -101,7 +101,7 @@ func TestClusterStartupCrash(t *testing.T) {
 	}
 	out := r.output()
 	for _, want := range []string{
-		"gorun: node1 rank 2 (local rank 0) exited with 3 during start-up (before init_process_group); stopping every node",
+		"gorun: node1 rank 2 (local rank 0) exited with 3 during start-up (had not reached the rendezvous store); stopping every node",
 		"restarting the whole group (attempt 2 of 2)",
 	} {
 		if !strings.Contains(out, want) {

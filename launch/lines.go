@@ -5,6 +5,7 @@ import (
 	"io"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"unicode/utf8"
 )
 
@@ -102,6 +103,10 @@ type nodeLog struct {
 	name  string
 	color string // "" for no colour
 	plain bool   // lines pass through as they are: no prefix, worker prefixes kept
+
+	// tagWorkers prefixes worker lines in plain mode too, from the moment
+	// several workers' stacks are printed at once (a hang diagnosis).
+	tagWorkers atomic.Bool
 
 	mu    sync.Mutex
 	all   tail
@@ -384,7 +389,7 @@ func (w *lineWriter) split(line []byte) (int, []byte) {
 // prefix returns the prefix for rank, cached for the common small ranks;
 // none in plain mode.
 func (w *lineWriter) prefix(rank int, cont bool) []byte {
-	if w.log.plain {
+	if w.log.plain && (rank < 0 || !w.log.tagWorkers.Load()) {
 		return nil
 	}
 	if cont || rank >= 255 {

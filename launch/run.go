@@ -449,7 +449,7 @@ func (sv *supervisor) workerExited(ev event) bool {
 	if ex.Stopped || sv.dumping {
 		return false
 	}
-	phase := "start-up (before init_process_group)"
+	phase := "start-up (had not reached the rendezvous store)"
 	switch {
 	case sv.finished > 0:
 		phase = "exit (other workers had finished)"
@@ -520,6 +520,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	sv.dumping = true
 	sv.dumpPending = len(all)
 	for _, m := range sv.ms {
+		m.log.tagWorkers.Store(true) // stacks of several ranks: say whose
 		if m.running {
 			m.proc.Tell(tellDump)
 		}

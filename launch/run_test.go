@@ -28,6 +28,16 @@ type script struct {
 	stubborn  bool          // only Stop(true) ends it
 	stopCode  int           // exit code after a stop (torchrun exits 1 on SIGTERM)
 	startWait time.Duration // Start takes this long (cut short by its ctx)
+	frames    []timedFrame  // relayed worker frames, written in order, each after its delay
+	onTell    []byte        // frames written when a Tell arrives (a stack dump)
+	linger    time.Duration // a stop ends the process only after this long (frames still flow)
+}
+
+// timedFrame is a relayed frame a fake node writes after a delay from the
+// previous one.
+type timedFrame struct {
+	after time.Duration
+	frame []byte
 }
 
 // fakeRunner is a Runner whose one process follows a script.
@@ -58,7 +68,7 @@ func (r *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr 
 	if r.sc.startErr != nil {
 		return nil, r.sc.startErr
 	}
-	p := &fakeProc{sc: r.sc, stop: make(chan bool, 2), done: make(chan struct{})}
+	p := &fakeProc{sc: r.sc, stop: make(chan bool, 2), done: make(chan struct{}), tells: make(chan byte, 8)}
 	r.mu.Lock()
 	r.proc = p
 	r.mu.Unlock()
@@ -67,9 +77,10 @@ func (r *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr 
 }
 
 type fakeProc struct {
-	sc   script
-	stop chan bool
-	done chan struct{}
+	sc    script
+	stop  chan bool
+	done  chan struct{}
+	tells chan byte
 
 	mu      sync.Mutex
 	stops   []bool // the now argument of every Stop
@@ -83,6 +94,26 @@ func (p *fakeProc) run(stdout, stderr io.Writer) {
 	// A relayed agent frames the job's output on its stdout.
 	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte(p.sc.out)))
 	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStderr, []byte(p.sc.errOut)))
+	quit, workerDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(workerDone)
+		frames := p.sc.frames
+		for {
+			var next <-chan time.Time
+			if len(frames) > 0 {
+				next = time.After(frames[0].after)
+			}
+			select {
+			case <-quit:
+				return
+			case <-next:
+				stdout.Write(frames[0].frame)
+				frames = frames[1:]
+			case <-p.tells:
+				stdout.Write(p.sc.onTell)
+			}
+		}
+	}()
 	var timeout <-chan time.Time
 	if p.sc.after > 0 {
 		t := time.NewTimer(p.sc.after)
@@ -96,10 +127,13 @@ func (p *fakeProc) run(stdout, stderr io.Writer) {
 			wait = false
 		case now := <-p.stop:
 			if now || !p.sc.stubborn {
+				time.Sleep(p.sc.linger)
 				code, err, wait = p.sc.stopCode, nil, false
 			}
 		}
 	}
+	close(quit)
+	<-workerDone
 	p.mu.Lock()
 	p.code, p.err, p.ended = code, err, time.Now()
 	if err != nil {
@@ -116,7 +150,12 @@ func (p *fakeProc) Wait() (int, error) {
 	return p.code, p.err
 }
 
-func (p *fakeProc) Tell(byte) {}
+func (p *fakeProc) Tell(b byte) {
+	select {
+	case p.tells <- b:
+	default:
+	}
+}
 
 func (p *fakeProc) Stop(now bool) {
 	p.mu.Lock()
@@ -521,4 +560,144 @@ func TestRunPrefersTheCrashOverItsConsequence(t *testing.T) {
 		t.Errorf("failure = %+v, want node2's worker code 7", f)
 	}
 	checkNoLeak(t, before)
+}
+
+// Relayed worker frames, as a worker's supervisor sends them.
+func started(lr, rank int) []byte {
+	return sshexec.AppendFrame(nil, frameStarted, jsonFrame(workerStarted{Rank: rank, LocalRank: lr, WorldSize: 4, PID: 100 + rank}))
+}
+
+func exited(lr, rank, code, sig int, stopped bool, at time.Time) []byte {
+	return sshexec.AppendFrame(nil, frameExit, jsonFrame(workerExit{Rank: rank, LocalRank: lr, Code: code, Signal: sig, Stopped: stopped, Time: at.UnixNano()}))
+}
+
+func line(kind byte, lr int, text string) []byte {
+	return sshexec.AppendFrame(nil, kind, append(rankFrame(nil, lr), text...))
+}
+
+func joined(lr int) []byte { return sshexec.AppendFrame(nil, frameInit, rankFrame(nil, lr)) }
+
+// TestRunWorkerExitStopsGroup: a worker exits with 3 while its torchrun
+// keeps running (as torchrun 1.x sits in its exit barrier): the head stops
+// every node at once and names the worker, its code and phase.
+func TestRunWorkerExitStopsGroup(t *testing.T) {
+	before := runtime.NumGoroutine()
+	crash := script{stopCode: 1, frames: []timedFrame{
+		{0, started(0, 0)}, {0, line(frameErr, 0, "missing data file\n")}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
+	peer := script{stopCode: 143, frames: []timedFrame{{0, started(0, 1)}, {0, joined(0)}}}
+	c := &cluster{plan: [][]script{{crash, peer}}}
+	var diag syncBuffer
+	t0 := time.Now()
+	_, err := Run(context.Background(), Options{Attempt: c.attempt, Diag: &diag})
+	var jf *JobFailed
+	if !errors.As(err, &jf) {
+		t.Fatalf("err = %v, want *JobFailed", err)
+	}
+	f := jf.Failure
+	if f.Node != "node1" || f.Rank != 0 || f.LocalRank != 0 || f.Code != 3 || f.Phase != "start-up (had not reached the rendezvous store)" {
+		t.Errorf("failure = %+v", f)
+	}
+	if len(f.LastLines) != 1 || !strings.Contains(f.LastLines[0], "missing data file") {
+		t.Errorf("last lines = %q, want the worker's own", f.LastLines)
+	}
+	if took := time.Since(t0); took > time.Second {
+		t.Errorf("took %v to stop the group", took)
+	}
+	for i := range 2 {
+		if s := c.proc(0, i).stopCalls(); len(s) == 0 {
+			t.Errorf("node%d was not stopped", i+1)
+		}
+	}
+	if !strings.Contains(diag.String(), "gorun: node1 rank 0 (local rank 0) exited with 3 during start-up") {
+		t.Errorf("diag = %q", diag.String())
+	}
+	checkNoLeak(t, before)
+}
+
+// TestRunEarliestWorkerFailureIsTheCause: node1's worker reports first, but
+// node2's worker failed earlier by its own clock; a worker that was
+// stopped is never the cause.
+func TestRunEarliestWorkerFailureIsTheCause(t *testing.T) {
+	t0 := time.Now()
+	first := script{stopCode: 1, frames: []timedFrame{{0, started(0, 0)}, {0, joined(0)}, {10 * ms, exited(0, 0, 1, 0, false, t0.Add(50*ms))}}}
+	cause := script{stopCode: 1, linger: 100 * ms, frames: []timedFrame{{0, started(0, 1)}, {0, joined(0)}, {60 * ms, exited(0, 1, 9, 0, false, t0)}}}
+	stopped := script{stopCode: 143, frames: []timedFrame{{0, started(0, 2)}, {30 * ms, exited(0, 2, -1, 15, true, t0.Add(-time.Second))}}}
+	c := &cluster{plan: [][]script{{first, cause, stopped}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt})
+	var jf *JobFailed
+	if !errors.As(err, &jf) {
+		t.Fatalf("err = %v", err)
+	}
+	if f := jf.Failure; f.Node != "node2" || f.Code != 9 || f.Phase != "training" {
+		t.Errorf("failure = %+v, want node2's exit 9 in training", f)
+	}
+}
+
+// TestRunWorkerSignalCode: a worker killed by SIGKILL gives 137.
+func TestRunWorkerSignalCode(t *testing.T) {
+	kill := script{stopCode: 1, frames: []timedFrame{{0, started(1, 5)}, {0, joined(1)}, {5 * ms, exited(1, 5, -1, 9, false, time.Now())}}}
+	c := &cluster{plan: [][]script{{kill}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.ExitCode() != 137 || jf.Failure.Signal != 9 {
+		t.Fatalf("err = %v, want exit 137 by SIGKILL", err)
+	}
+	if s := renderSummary(jf.Failure, 1); !strings.Contains(s, "code:   137 (killed by SIGKILL)") || !strings.Contains(s, "phase:  training") {
+		t.Errorf("summary:\n%s", s)
+	}
+}
+
+// TestRunHang: no worker makes progress for the timeout: the silent ranks
+// are named, every node is asked for stacks, what they print is shown, and
+// the attempt fails with ExitHang.
+func TestRunHang(t *testing.T) {
+	before := runtime.NumGoroutine()
+	dump := append(line(frameErr, 0, "Fatal Python error: Aborted\n  File \"train.py\", line 9 in <module>\n"),
+		exited(0, 0, -1, 6, true, time.Now())...)
+	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "step 1\n")}}, onTell: dump}
+	c := &cluster{plan: [][]script{{quiet}}}
+	var out, diag syncBuffer
+	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms, Out: &out, Diag: &diag})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.ExitCode() != ExitHang || jf.Failure.Phase != "hang" {
+		t.Fatalf("err = %v, want a hang", err)
+	}
+	if !strings.Contains(diag.String(), "gorun:   silent: node1 rank 0 (local rank 0)") {
+		t.Errorf("diag = %q", diag.String())
+	}
+	if !strings.Contains(out.String(), "[node1 0] step 1\n") || !strings.Contains(out.String(), "[node1 0]   File \"train.py\", line 9 in <module>") {
+		t.Errorf("out = %q", out.String())
+	}
+	checkNoLeak(t, before)
+}
+
+// TestRunHeartbeatKeepsAlive: progress frames (a touched heartbeat file)
+// keep a quiet job from counting as hung.
+func TestRunHeartbeatKeepsAlive(t *testing.T) {
+	beat := sshexec.AppendFrame(nil, frameProgress, rankFrame(nil, 0))
+	frames := []timedFrame{{0, started(0, 0)}}
+	for range 6 {
+		frames = append(frames, timedFrame{50 * ms, beat})
+	}
+	frames = append(frames, timedFrame{0, exited(0, 0, 0, 0, false, time.Now())})
+	c := &cluster{plan: [][]script{{{after: 400 * ms, frames: frames}}}}
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms}); err != nil {
+		t.Fatalf("err = %v, want success", err)
+	}
+}
+
+// TestRunDropsTeeCopies: torchrun's --tee copy of a line a worker sent
+// itself is not printed twice.
+func TestRunDropsTeeCopies(t *testing.T) {
+	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "hello\n")},
+		{0, sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte("[default0]:hello\ntorchrun says\n"))},
+		{0, exited(0, 0, 0, 0, false, time.Now())}}}
+	c := &cluster{plan: [][]script{{sc}}}
+	var out syncBuffer
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Out: &out}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "[node1 0] hello\n[node1] torchrun says\n" {
+		t.Errorf("out = %q", got)
+	}
 }

@@ -66,7 +66,7 @@ type Failure struct {
 	// Signal is the signal that killed the worker, 0 if none.
 	Signal int
 	// Phase is where the worker was: "rendezvous (no worker had started)",
-	// "start-up (before init_process_group)", "training", "exit (other
+	// "start-up (had not reached the rendezvous store)", "training", "exit (other
 	// workers had finished)", or "hang".
 	Phase string
 	// Reason says what happened in words: "exit 1: worker rank 3 (local
