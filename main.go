@@ -384,7 +384,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(hosts) > 0 {
 		envplan.RenderBrief(stderr, plan)
 	}
-	return supervise(ctx, cl, plan, runners, len(hosts) > 0, stdout, stderr)
+	return supervise(ctx, cl, spec, plan, runners, stdout, stderr)
 }
 
 func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
@@ -405,7 +405,8 @@ const restartBackoff = time.Second
 
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
-func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, runners map[string]sshexec.Runner, head bool, stdout, stderr io.Writer) error {
+func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, plan envplan.Plan, runners map[string]sshexec.Runner, stdout, stderr io.Writer) error {
+	head := len(spec.Hosts) > 0
 	kill, finished := make(chan struct{}), make(chan struct{})
 	defer close(finished)
 	go func() {
@@ -425,6 +426,12 @@ func supervise(ctx context.Context, cl envplan.CommandLine, plan envplan.Plan, r
 	}()
 	_, err := launch.Run(ctx, launch.Options{
 		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
+			if k > 0 && head {
+				var err error
+				if spec, plan, err = recheck(ctx, cl, spec, plan, runners, stderr); err != nil {
+					return nil, err
+				}
+			}
 			if k > 0 {
 				plan = freshMasterPort(ctx, plan, stderr)
 			}

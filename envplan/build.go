@@ -234,12 +234,17 @@ func (b *builder) checkNNodes(n int) error {
 			Problem: fmt.Sprintf("--nnodes=%s but %d hosts were given", given, n),
 			Fix:     "drop --nnodes (gorun sets it from the hosts) or give that many hosts",
 		}
-	case b.static && hi != n:
+	case b.static && n > hi:
 		return &InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("static rendezvous waits for --nnodes maximum %d, but %d hosts were given", hi, n),
-			Fix:     "use --rdzv-backend=c10d for an elastic range, or give a fixed --nnodes",
+			Fix:     "give at most that many hosts, or use --rdzv-backend=c10d, where extra nodes wait as spares",
 		}
+	case b.static && lo != hi:
+		// gorun decides which nodes run each attempt, so torchrun gets
+		// the exact count; the range is gorun's, for dropping a node
+		// that fails its checks before a restart.
+		b.note(NoteInfo, "--nnodes=%s with a static rendezvous: torchrun gets --nnodes=%d, the hosts of this attempt; on a restart gorun drops a node that fails its checks while at least %d remain", given, n, lo)
 	case n < lo:
 		return &InputError{
 			Where:   "--nnodes",
@@ -657,7 +662,9 @@ func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
 
 	decided := map[string]bool{"nnodes": true, "max_restarts": true}
 	nnodes := strconv.Itoa(b.nnodesMax)
-	if b.nnodesMin != b.nnodesMax {
+	if b.static {
+		nnodes = strconv.Itoa(len(b.hosts)) // see checkNNodes
+	} else if b.nnodesMin != b.nnodesMax {
 		nnodes = fmt.Sprintf("%d:%d", b.nnodesMin, b.nnodesMax)
 	}
 	argv = append(argv, "--nnodes="+nnodes)

@@ -55,9 +55,9 @@ func TestBuildInputErrors(t *testing.T) {
 			s.Hosts = hosts("a,b")
 			return s
 		}, "--nnodes"},
-		{"static range beyond hosts", func() Spec {
-			s := newSpec([]string{"--nnodes=1:3"}, "train.py")
-			s.Hosts = hosts("a,b")
+		{"static range below the hosts", func() Spec {
+			s := newSpec([]string{"--nnodes=1:2"}, "train.py")
+			s.Hosts = hosts("a,b,c")
 			return s
 		}, "--nnodes"},
 		{"elastic minimum above hosts", func() Spec {
@@ -428,6 +428,18 @@ func TestBuild(t *testing.T) {
 		}, Facts{"localhost": {CPUs: "0-1", Gorun: testGorun, Python: testPython, GPUs: []GPU{{Index: 0, NUMANode: 0, CPUs: "0-1"}, {Index: 1, NUMANode: 0, CPUs: "0-1"}, {Index: 2, NUMANode: 0, CPUs: "0-1"}, {Index: 3, NUMANode: 0, CPUs: "0-1"}}}}, func(t *testing.T, p Plan) {
 			if p.Nodes[0].Ranks[0].CPUs != "" || !hasNote(p, NoteWarn, "cannot be split") {
 				t.Errorf("ranks %+v notes %+v", p.Nodes[0].Ranks, p.Notes)
+			}
+		}},
+		{"static range: torchrun gets the attempt's hosts, the range is gorun's", func() Spec {
+			s := newSpec([]string{"--nnodes=1:3"}, "train.py")
+			s.Hosts = hosts("a:1,b:1")
+			return s
+		}, nil, func(t *testing.T, p Plan) {
+			if c := p.Nodes[1].Command; !slices.Contains(c, "--nnodes=2") {
+				t.Errorf("command = %q, want --nnodes=2", c)
+			}
+			if p.Config.NNodesMin != 1 || p.Config.NNodesMax != 3 || !hasNote(p, NoteInfo, "drops a node") {
+				t.Errorf("config %d:%d, notes %+v", p.Config.NNodesMin, p.Config.NNodesMax, p.Notes)
 			}
 		}},
 		{"torchrun command with words", func() Spec {

@@ -3,6 +3,7 @@ package examples
 import (
 	"bytes"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -273,6 +274,63 @@ func TestClusterCtrlCEachPhase(t *testing.T) {
 				t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, r.output())
 			}
 			noneLeft(t, mark, 10*time.Second)
+		})
+	}
+}
+
+// TestClusterElasticShrink: 3 nodes with --nnodes 2:3; node2 dies during
+// the first attempt (its link is cut). Before the restart gorun checks
+// every node again, drops node2 with a line that names it, and the job
+// finishes on 2 nodes. Without a range the same loss ends the run with
+// exit 2.
+func TestClusterElasticShrink(t *testing.T) {
+	c := needCluster(t, 3)
+	veth := "gorun-v2" // node2's link to the bridge
+	for _, tc := range []struct {
+		name   string
+		nnodes []string
+		code   int
+		want   []string
+	}{
+		{"range 2:3: finishes on 2", []string{"--nnodes", "2:3"}, 0, []string{
+			"gorun: dropping node2; the group restarts on 2 nodes (--nnodes 2:3)",
+		}},
+		{"no range: exit 2", nil, 2, []string{
+			"gorun: node2 fails its checks before the restart",
+			"--nnodes gives no range",
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			mark := marker(t)
+			args := append(c.sshArgs(), "--hosts", c.hostsFlag(2))
+			args = append(append(args, tc.nnodes...), "--torchrun", shim(t), "--max-restarts", "1",
+				"--env", "STEPS=40", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
+			r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+			r.waitLine(t, `^\[node2 [01]\] .* ready attempt=0`, 3*time.Minute)
+			if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {
+				t.Fatalf("cut the link: %v %s", err, out)
+			}
+			restore := func() { exec.Command("ip", "link", "set", veth, "up").Run() }
+			t.Cleanup(restore)
+			code := r.wait(t, 4*time.Minute)
+			out := r.output()
+			if code != tc.code {
+				t.Fatalf("exit %d, want %d:\n%s", code, tc.code, out)
+			}
+			for _, w := range tc.want {
+				if !strings.Contains(out, w) {
+					t.Errorf("output lacks %q:\n%s", w, out)
+				}
+			}
+			if tc.code == 0 {
+				if n := strings.Count(out, "/4 local="); n < 4 || strings.Count(out, "params-in-sync OK") != 4 {
+					t.Errorf("want the job to finish on 4 ranks:\n%s", out)
+				}
+			}
+			restore()
+			// node2's agent tore its tree down when the head's heartbeat
+			// stopped reaching it.
+			noneLeft(t, mark, 15*time.Second)
 		})
 	}
 }
