@@ -1,8 +1,9 @@
 // Package launch runs a planned job on every node and supervises it as one
-// group: it starts each node's torchrun through an sshexec.Runner, streams
-// every line prefixed with its node and local rank, stops every node at once
-// when any part fails, restarts the whole group up to a limit, and leaves no
-// process behind.
+// group, down to every worker: it starts each node's torchrun through an
+// sshexec.Runner, hears from each worker's supervisor as it starts, prints
+// and exits, streams every line prefixed with its node and local rank,
+// stops every node at once when any worker fails, catches hangs, restarts
+// the whole group up to a limit, and leaves no process behind.
 //
 // launch consumes jobs and runners; it never parses flags and knows nothing of
 // SSH or GPUs. Run blocks until the group is done; cancelling its context is a
@@ -12,36 +13,55 @@
 //
 // # Output
 //
-// torchrun runs with --tee=3, so each worker line arrives as
-// "[default0]:hello" ("[<role><local_rank>]:"). launch replaces that with
-// the node and local rank, "[node1 0] hello", and marks torchrun's own lines
-// with the node alone, "[node1] ...". A line is written only when complete
-// (a trailing '\r' of CRLF is dropped); a partial last line is completed with
+// Every worker's supervisor (`gorun _rank`, RunWorker) reads its worker's
+// stdout and stderr and sends complete lines, with its local rank, to the
+// node agent's relay socket; the agent puts them on its stdout as frames,
+// beside torchrun's own output (sshexec.Job.Relay). So lines reach the head
+// as they are printed, in order per worker, without torchrun's --tee (which
+// polls log files). launch prefixes them with the node and local rank,
+// "[node1 0] hello", and marks torchrun's own lines with the node alone,
+// "[node1] ...". torchrun's --tee copies ("[default0]:hello") of lines a
+// worker sent itself are dropped. A line is written only when complete (a
+// trailing '\r' of CRLF is dropped); a partial last line is completed with
 // a newline when the stream ends. A line longer than 64 KiB is written in
-// pieces, every piece after the first marked "[node1 0]+ ". Options.Diag gets
-// gorun's own messages (restarts, the final failure summary), in order with
-// the output written before them. With Options.Plain (one local node, where
-// gorun stands in for torchrun) lines pass through as torchrun prints them.
+// pieces, every piece after the first marked "[node1 0]+ ". Options.Diag
+// gets gorun's own messages (failures, restarts, the final summary), in
+// order with the output written before them. With Options.Plain (one local
+// node, where gorun stands in for torchrun) lines pass through as printed,
+// except the stacks of a hang diagnosis, which name their worker.
 //
-// # Worker start
+// # Workers
 //
-// ExecRank is the other end of the plan's per-rank CPU binding: torchrun
-// starts `gorun _rank -- <python> -u script`, which binds itself to its local
-// rank's CPUs and execs the interpreter.
+// RunWorker stays each worker's parent: it binds the worker to its local
+// rank's CPUs, starts the interpreter torchrun itself runs under, forwards
+// every signal, reports the worker's start, its joining the rendezvous
+// store, heartbeats ($GORUN_HEARTBEAT_FILE touched) and its exit, prints its
+// stacks when asked (py-spy, or faulthandler on SIGABRT), and exits as the
+// worker did, so torchrun sees nothing different.
 //
 // # Failures and restarts
 //
-// The first node to exit non-zero, fail to start, or be lost (its Wait
-// reports an error) is the failure of the attempt; every other node is then
-// stopped and waited for, and the failures they report while stopping are
-// consequences, not causes. One exception: a worker's exit 1 (a Python
-// error, often a peer that lost its connection to the worker that crashed)
-// waits up to half a second for a node reporting a worker with a code of
-// its own, which is then named instead. Where torchrun printed a
-// ChildFailedError "Root Cause" block, the failure names the worker's rank,
-// local rank and own exit code. Attempts are numbered from 0 for Options.Attempt; launch adds
-// nothing to a Job, so the caller exports the attempt number
-// (GORUN_RESTART_COUNT) and picks a fresh port there.
+// The first worker exit that gorun did not cause is the failure of the
+// attempt, whatever torchrun does next: every node is stopped at once. The
+// root cause is the earliest such exit by its worker's clock; a worker
+// that was told to stop (a signal reached its supervisor) is a
+// consequence, never the cause. Its phase says how far it got: start-up
+// (not yet at the rendezvous store), training, or exit (others had
+// finished). Where no worker reports (torchrun itself failed, a node was
+// lost or never started), the first node to exit non-zero, fail to start,
+// or be lost is the failure, and a ChildFailedError "Root Cause" block
+// torchrun printed names the worker; there a worker's exit 1 waits up to
+// half a second for a node reporting a worker with a code of its own.
+//
+// With Options.HangTimeout, an attempt in which no worker made progress (a
+// line, a heartbeat) for that long is hung: the silent workers are named,
+// every worker is asked for its stacks (Process.Tell), and the attempt
+// fails with ExitHang.
+//
+// Attempts are numbered from 0 for Options.Attempt; launch adds nothing to
+// a Job but Relay, so the caller exports the attempt number
+// (GORUN_RESTART_COUNT, which RunWorker copies to
+// TORCHELASTIC_RESTART_COUNT), picks a fresh port, or drops a node there.
 //
 // # Runners
 //

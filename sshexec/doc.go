@@ -13,7 +13,12 @@
 // subreaper, streams its output, and tears the whole process tree down when
 // told to, when its stdin closes, or when the head's heartbeat stops. So a
 // job never outlives a lost head, and torchrun's workers, which run in
-// sessions of their own, never survive either.
+// sessions of their own, never survive either. With Job.Relay the agent
+// also listens on a unix socket named in the job's environment and passes
+// the frames its descendants send there to the head on its stdout, whole
+// and in arrival order, framing the job's own output alongside; the head
+// can send bytes back to them (Process.Tell). What the frames mean is the
+// caller's business.
 //
 // Every blocking call takes a context.Context first; cancelling it stops the
 // call. Runners are safe for concurrent use. Every string that reaches a
