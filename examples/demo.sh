@@ -3,8 +3,9 @@
 #
 # Brings up a 2-node cluster (network namespaces, each with a real OpenSSH
 # sshd), then, from this "head", runs a DDP job on both nodes through gorun:
-# the preflight report, the plan, every node's output prefixed, a forced
-# worker crash on the first attempt, the whole group restarted, success.
+# the plan, the preflight, every node's output prefixed, a worker crashing
+# at start-up on the first attempt, the whole group stopped and restarted,
+# success; then a hang caught with every rank's stack.
 # Everything is torn down at the end. Needs root (namespaces) and Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,8 +38,18 @@ script=$PWD/examples/testcluster/train_ddp.py
 echo; echo "demo: 1) the plan (gorun --dry-run): what would run where, and why"
 "${gorun[@]}" --dry-run "$script"
 
-echo; echo "demo: 2) the job, with global rank 3 (node1) crashing on the first attempt;"
-echo "        gorun stops both nodes at once and restarts the whole group"
-"${gorun[@]}" --max-restarts 1 --env CRASH_RANK=3 --env CRASH_ON_ATTEMPT=0 --env CRASH_CODE=7 \
-  --env STEPS=5 "$script"
-echo; echo "demo: the job succeeded after the group restart; tearing the cluster down"
+echo; echo "demo: 2) the job, with global rank 3 (node1) exiting with 7 before init_process_group"
+echo "        on the first attempt (a missing data file on one node, say): torchrun alone"
+echo "        would leave the other ranks waiting in rendezvous; gorun hears the worker's"
+echo "        exit, stops both nodes within a second and restarts the whole group"
+"${gorun[@]}" --max-restarts 1 --env CRASH_RANK=3 --env CRASH_ON_ATTEMPT=0 --env CRASH_STEP=init \
+  --env CRASH_CODE=7 --env STEPS=5 "$script"
+
+echo; echo "demo: 3) a hang: rank 1 stops at step 1 and the others wait for it in their next"
+echo "        collective; with --hang-timeout 5s gorun names the silent ranks, prints"
+echo "        every rank's Python stack and exits 124"
+code=0
+"${gorun[@]}" --hang-timeout 5s --env HANG_RANK=1 --env STEPS=20 --env STEP_SLEEP=0.2 "$script" || code=$?
+echo "demo: gorun exited $code (124: hang)"
+[ "$code" = 124 ] || exit 1
+echo; echo "demo: done; tearing the cluster down"

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -514,8 +515,13 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	}
 	b.WriteString("gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
 	sv.s.message(sv.opts.Diag, b.String())
-	first := all[0]
-	sv.hang = &Failure{Node: first.node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
+	var nodes []string
+	for _, w := range all {
+		if !slices.Contains(nodes, w.node) {
+			nodes = append(nodes, w.node)
+		}
+	}
+	sv.hang = &Failure{Node: strings.Join(nodes, ", "), Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
 		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, strings.Join(names, ", "))}
 	sv.dumping = true
 	sv.dumpPending = len(all)
@@ -534,13 +540,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 // else what torchrun's exit said.
 func (sv *supervisor) rootCause() *Failure {
 	if sv.hang != nil {
-		f := *sv.hang
-		for _, m := range sv.ms {
-			if m.node.Name == f.Node {
-				f.LastLines = m.log.lastLines()
-			}
-		}
-		return &f
+		return sv.hang // the stacks printed are its last lines
 	}
 	if len(sv.causes) > 0 && !sv.nodeFirst {
 		c := sv.causes[0]
