@@ -324,6 +324,9 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 			// Wait returns after the output is copied: complete a partial
 			// last line now, so it is in the tail and the parser has it.
 			closeStreams(m)
+			if err := m.decoder.Err(); err != nil {
+				s.message(opts.Diag, fmt.Sprintf("gorun: %s: the agent's output stream was corrupt, output after that was lost: %v\n", m.node.Name, err))
+			}
 			if e.err == nil && e.code == 0 {
 				continue
 			}

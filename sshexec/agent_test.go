@@ -34,6 +34,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testHeadEnv) == "1" {
 		os.Exit(serveTestHead())
 	}
+	if os.Getenv("GORUN_TEST_RELAY_CLIENT") == "1" {
+		os.Exit(relayClient())
+	}
 	os.Exit(m.Run())
 }
 

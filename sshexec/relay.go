@@ -3,7 +3,6 @@ package sshexec
 import (
 	"bufio"
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -111,9 +110,6 @@ func (d *FrameDecoder) whole(b []byte) []byte {
 
 // Err reports a malformed stream, nil if none was seen.
 func (d *FrameDecoder) Err() error { return d.err }
-
-// Pending reports whether a frame was cut short (bytes held with no end).
-func (d *FrameDecoder) Pending() int { return len(d.buf) }
 
 // relay is the agent's side of Job.Relay: a unix socket the job's
 // descendants connect to, and one writer that puts their frames and the
@@ -237,6 +233,3 @@ func (r *relay) close() {
 	r.readers.Wait()
 	os.RemoveAll(r.dir)
 }
-
-// ErrRelay marks a relayed stream the head could not decode.
-var ErrRelay = errors.New("relay stream corrupt")

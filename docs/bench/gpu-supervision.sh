@@ -25,7 +25,7 @@ overhead)
     for l in torchrun gorun; do
       if [ $l = torchrun ]; then cmd=("$torchrun"); else cmd=("$gorun" --torchrun "$torchrun"); fi
       printf '%s round %d: ' $l "$i"
-      "${cmd[@]}" --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py 2>&1 | grep -E 'ALLREDUCE' || echo failed
+      "${cmd[@]}" --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py 2>&1 | grep -E 'ALLREDUCE|MATMUL' | tr '\n' ' ' ; echo
     done
   done | tee "$dir/allreduce.txt"
   ;;

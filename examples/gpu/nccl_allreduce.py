@@ -1,6 +1,7 @@
 # A real NCCL job for a GPU node: every rank reports the GPU and CPUs it got
 # (to compare with gorun's plan), checks an all_reduce, and times a large
-# one (bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n).
+# one (bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n), then times
+# bf16 matmuls on its GPU.
 import os, socket, time
 import torch, torch.distributed as dist
 
@@ -36,4 +37,17 @@ algbw = size / dt / 1e9
 if rank == 0:
     print(f"ALLREDUCE bytes={size} time_ms={dt*1e3:.2f} algbw_GBps={algbw:.1f} "
           f"busbw_GBps={algbw * 2 * (world - 1) / world:.1f}", flush=True)
+# GPU work inside one worker (what a supervisor could disturb even with one
+# GPU, where an all_reduce moves nothing): bf16 matmuls.
+a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+for _ in range(3):
+    a @ a
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+for _ in range(20):
+    a @ a
+torch.cuda.synchronize()
+dt = (time.perf_counter() - t0) / 20
+if rank == 0:
+    print(f"MATMUL bf16 8192^3 time_ms={dt*1e3:.3f} tflops={2 * 8192**3 / dt / 1e12:.1f}", flush=True)
 dist.destroy_process_group()

@@ -1,0 +1,110 @@
+package sshexec
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"net"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// relayClient is the test binary as a descendant that reports on the relay
+// socket: it sends a frame, forges an agent frame (which must be dropped),
+// then answers every byte it is told with a frame carrying it.
+func relayClient() int {
+	c, err := net.Dial("unix", os.Getenv(RelaySocketVar))
+	if err != nil {
+		return 3
+	}
+	defer c.Close()
+	c.Write(AppendFrame(AppendFrame(nil, 'x', []byte("hello")), FrameStdout, []byte("forged\n")))
+	os.Stdout.WriteString("main out\n")
+	os.Stderr.WriteString("main err\n")
+	br := bufio.NewReader(c)
+	b, err := br.ReadByte()
+	if err != nil {
+		return 4
+	}
+	c.Write(AppendFrame(nil, 't', []byte{b}))
+	return 0
+}
+
+func TestFrameDecoderAnyChunking(t *testing.T) {
+	var stream []byte
+	want := []string{"a:", "b:one", "c:" + strings.Repeat("z", 70000)}
+	for _, w := range want {
+		stream = AppendFrame(stream, w[0], []byte(w[2:]))
+	}
+	for _, chunk := range []int{1, 2, 5, 4096, len(stream)} {
+		var got []string
+		d := NewFrameDecoder(func(kind byte, p []byte) { got = append(got, string(kind)+":"+string(p)) })
+		for b := stream; len(b) > 0; {
+			n := min(chunk, len(b))
+			d.Write(b[:n])
+			b = b[n:]
+		}
+		if d.Err() != nil || len(got) != len(want) {
+			t.Fatalf("chunks of %d: err %v, %d frames", chunk, d.Err(), len(got))
+		}
+		for i := range want {
+			if got[i] != want[i] {
+				t.Errorf("chunks of %d: frame %d = %.20q, want %.20q", chunk, i, got[i], want[i])
+			}
+		}
+	}
+	d := NewFrameDecoder(func(byte, []byte) { t.Error("a frame from a corrupt stream") })
+	d.Write([]byte{'x', 0xff, 0xff, 0xff, 0xff})
+	if d.Err() == nil {
+		t.Error("an oversized frame header was not reported")
+	}
+}
+
+// TestAgentRelay: a relayed job's output and its descendants' frames reach
+// the head framed, a forged agent frame is dropped, and Tell reaches the
+// descendant.
+func TestAgentRelay(t *testing.T) {
+	l := NewLocal(os.Args[0])
+	l.agentEnv = append(os.Environ(), testAgentEnv+"=1")
+	var mu sync.Mutex
+	var frames []string
+	told := make(chan struct{})
+	dec := NewFrameDecoder(func(kind byte, p []byte) {
+		mu.Lock()
+		defer mu.Unlock()
+		frames = append(frames, string(kind)+":"+string(p))
+		if kind == 'x' {
+			close(told)
+		}
+	})
+	var stderr bytes.Buffer
+	p, err := l.Start(context.Background(), Job{Argv: []string{os.Args[0]}, Relay: true,
+		Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, &stderr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-told:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the client's frame never arrived")
+	}
+	p.Tell('!')
+	code, err := p.Wait()
+	if code != 0 || err != nil {
+		t.Fatalf("exit %d, %v; stderr %s", code, err, stderr.String())
+	}
+	mu.Lock()
+	got := strings.Join(frames, "|")
+	mu.Unlock()
+	for _, want := range []string{"x:hello", "O:main out\n", "E:main err\n", "t:!"} {
+		if !strings.Contains(got, want) {
+			t.Errorf("frames %q lack %q", got, want)
+		}
+	}
+	if strings.Contains(got, "forged") {
+		t.Errorf("a client forged the job's own output: %q", got)
+	}
+}
