@@ -6,7 +6,7 @@
 // and in order.
 //
 //	floodcheck read -flood-lines N -out PHASE.json [FILE...]   (default: stdin)
-//	floodcheck summary DIR
+//	floodcheck summary DIR STYLE...
 //
 // read takes several files (the workers' own pipes, without gorun) and reads
 // each in its own goroutine. A line's arrival is the time the read that
@@ -26,6 +26,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -85,8 +86,12 @@ type Phase struct {
 	QuietExpected int  `json:"quiet_expected"` // from its END line
 	QuietSeen     int  `json:"quiet_seen"`
 	QuietEnd      bool `json:"quiet_end"`
+	// Its first and last send times: the rate it kept up (about 99/s).
+	QuietFirstSend int64 `json:"quiet_first_send"`
+	QuietLastSend  int64 `json:"quiet_last_send"`
 	// Quiet latencies (ns), all of them and those sent while flood lines
 	// were arriving.
+	QuietSent     []int64 `json:"quiet_sent"` // send times, in the order of QuietLat
 	QuietLat      []int64 `json:"quiet_lat"`
 	QuietLatFlood []int64 `json:"quiet_lat_flood"`
 
@@ -99,11 +104,11 @@ type Phase struct {
 
 // checker is the state of the lines read so far; inputs share it.
 type checker struct {
-	mu    sync.Mutex
-	p     Phase
-	flood seqs
-	quiet seqs
-	quiet2 [][2]int64 // send, receive
+	mu      sync.Mutex
+	p       Phase
+	flood   seqs
+	quiet   seqs
+	samples [][2]int64 // send, receive
 
 	// A long flood line that arrived in part; its pieces follow as
 	// lines of their own (gorun's plain mode gives them no marker).
@@ -111,6 +116,10 @@ type checker struct {
 	pendSeq int
 	pendOff int
 }
+
+// maxSeq bounds the sequence numbers taken as such, so a garbled one cannot
+// make seqs allocate without end.
+const maxSeq = 1 << 26
 
 // seqs tracks the sequence numbers of one worker.
 type seqs struct {
@@ -182,7 +191,7 @@ func (c *checker) floodLine(b []byte, now int64) {
 		return
 	}
 	seq, err := strconv.Atoi(string(f[0]))
-	if err != nil || len(f) != 2 || seq < 0 {
+	if err != nil || len(f) != 2 || seq < 0 || seq >= maxSeq {
 		c.bad(&c.p.Corrupt, "bad flood line %s", clip(b))
 		return
 	}
@@ -201,7 +210,8 @@ func (c *checker) floodLine(b []byte, now int64) {
 		c.bad(&c.p.Reordered, "flood line %d after %d", seq, c.flood.last)
 	}
 	want, got := payloadLen(seq), f[1]
-	if len(b)+1 > maxLine {
+	long := len("F  ")+len(f[0])+want > maxLine // gorun may cut it
+	if long {
 		c.p.LongLines++
 	}
 	if !c.payloadOK(seq, 0, got) {
@@ -209,12 +219,11 @@ func (c *checker) floodLine(b []byte, now int64) {
 		return
 	}
 	if len(got) < want {
-		if len("F  ")+len(f[0])+want <= maxLine {
+		if !long {
 			c.bad(&c.p.Corrupt, "flood line %d cut at %d of %d payload bytes", seq, len(got), want)
 			return
 		}
 		c.pend, c.pendSeq, c.pendOff = true, seq, len(got)
-		c.p.LongLines++
 		c.p.LongInPieces++
 	}
 }
@@ -239,7 +248,7 @@ func (c *checker) piece(b []byte) {
 		return
 	}
 	c.pendOff += len(b)
-	c.p.FloodBytes += int64(len(b) + 1)
+	c.p.FloodBytes += int64(len(b)) // the line's newline was counted with its first piece
 	if c.pendOff == payloadLen(c.pendSeq) {
 		c.pend = false
 	}
@@ -264,7 +273,7 @@ func (c *checker) quietLine(b []byte, now int64) {
 			sent, err = strconv.ParseInt(string(f[1]), 10, 64)
 		}
 	}
-	if err != nil || seq < 0 {
+	if err != nil || seq < 0 || seq >= maxSeq {
 		c.bad(&c.p.Corrupt, "bad quiet line %s", clip(b))
 		return
 	}
@@ -277,7 +286,11 @@ func (c *checker) quietLine(b []byte, now int64) {
 	if reordered {
 		c.bad(&c.p.Reordered, "quiet line %d after %d", seq, c.quiet.last)
 	}
-	c.quiet2 = append(c.quiet2, [2]int64{sent, now})
+	c.samples = append(c.samples, [2]int64{sent, now})
+	if c.p.QuietFirstSend == 0 || sent < c.p.QuietFirstSend {
+		c.p.QuietFirstSend = sent
+	}
+	c.p.QuietLastSend = max(c.p.QuietLastSend, sent)
 }
 
 // readAll feeds r's lines to c, each with the time of the read that
@@ -355,9 +368,9 @@ func read(args []string) error {
 	if !p.QuietEnd {
 		p.QuietExpected = -1
 	}
-	for _, sr := range c.quiet2 {
+	for _, sr := range c.samples {
 		lat := sr[1] - sr[0]
-		p.QuietLat = append(p.QuietLat, lat)
+		p.QuietSent, p.QuietLat = append(p.QuietSent, sr[0]), append(p.QuietLat, lat)
 		if p.FloodSeen > 0 && sr[0] >= p.FloodFirstRecv && sr[0] <= p.FloodLastRecv {
 			p.QuietLatFlood = append(p.QuietLatFlood, lat)
 		}
@@ -369,12 +382,13 @@ func read(args []string) error {
 	return os.WriteFile(*out, b, 0o644)
 }
 
-// Figures of one phase.
+// figures are one phase's numbers.
 type figures struct {
-	lost, errors                  int
-	floodRate, writeRate, secs    float64
-	p50, p99, max                 float64 // ms
-	n                             int     // samples behind p50...
+	lost, errors         int
+	floodRate, writeRate float64 // lines/s at the reader and at the worker
+	p50, p99, max        float64 // quiet latency, ms
+	quietRate            float64 // quiet lines/s the quiet worker sent
+	samples              int     // quiet lines behind p50...
 }
 
 func pct(lat []int64, q float64) float64 {
@@ -387,6 +401,8 @@ func pct(lat []int64, q float64) float64 {
 	return float64(s[min(max(i, 0), len(s)-1)]) / 1e6
 }
 
+// figures counts what p lost and its rates; the latencies are the quiet
+// lines sent while the flood arrived when duringFlood is set.
 func (p *Phase) figures(duringFlood bool) figures {
 	var f figures
 	if p.FloodExpected > 0 {
@@ -395,89 +411,102 @@ func (p *Phase) figures(duringFlood bool) figures {
 			f.lost++
 		}
 		if p.FloodLastRecv > p.FloodFirstRecv {
-			f.secs = float64(p.FloodLastRecv-p.FloodFirstRecv) / 1e9
-			f.floodRate = float64(p.FloodSeen) / f.secs
+			f.floodRate = float64(p.FloodSeen) / (float64(p.FloodLastRecv-p.FloodFirstRecv) / 1e9)
 		}
 		if p.FloodWriteNs > 0 {
 			f.writeRate = float64(p.FloodExpected) / (float64(p.FloodWriteNs) / 1e9)
 		}
 	}
-	if p.QuietExpected >= 0 || p.QuietSeen > 0 {
-		f.lost += max(p.QuietExpected, 0) - p.QuietSeen
-		if !p.QuietEnd {
-			f.lost++
-		}
+	f.lost += max(p.QuietExpected, 0) - p.QuietSeen
+	if !p.QuietEnd {
+		f.lost++
+	}
+	if p.QuietLastSend > p.QuietFirstSend {
+		f.quietRate = float64(p.QuietSeen-1) / (float64(p.QuietLastSend-p.QuietFirstSend) / 1e9)
 	}
 	f.errors = f.lost + p.Dup + p.Reordered + p.Corrupt + p.Stray
 	lat := p.QuietLat
 	if duringFlood {
 		lat = p.QuietLatFlood
 	}
-	f.p50, f.p99, f.max, f.n = pct(lat, 0.50), pct(lat, 0.99), pct(lat, 1), len(lat)
+	f.p50, f.p99, f.max, f.samples = pct(lat, 0.50), pct(lat, 0.99), pct(lat, 1), len(lat)
 	return f
 }
 
+func ratio(a, b float64) string {
+	if b == 0 {
+		return "n/a"
+	}
+	return fmt.Sprintf("%.2f", a/b)
+}
+
+// summary prints the figures of DIR's phases: gorun_alone (the quiet worker
+// alone through gorun) and, for each flood style, raw_STYLE (both workers
+// straight into floodcheck's pipes: the ceiling) and gorun_STYLE.
 func summary(args []string) (bool, error) {
-	if len(args) != 1 {
-		return false, errors.New("usage: floodcheck summary DIR")
+	if len(args) < 2 {
+		return false, errors.New("usage: floodcheck summary DIR STYLE...")
 	}
-	load := func(name string) (*Phase, error) {
-		b, err := os.ReadFile(filepath.Join(args[0], name+".json"))
-		if err != nil {
-			return nil, err
-		}
-		var p Phase
-		return &p, json.Unmarshal(b, &p)
-	}
-	names := []string{"ceiling", "raw_flood_quiet", "gorun_quiet_alone", "gorun_flood_quiet"}
+	dir, styles := args[0], args[1:]
 	ph := map[string]*Phase{}
+	names := []string{"gorun_alone"}
+	for _, s := range styles {
+		names = append(names, "raw_"+s, "gorun_"+s)
+	}
 	for _, n := range names {
-		p, err := load(n)
+		b, err := os.ReadFile(filepath.Join(dir, n+".json"))
 		if err != nil {
 			return false, err
 		}
-		ph[n] = p
+		var p Phase
+		if err := json.Unmarshal(b, &p); err != nil {
+			return false, fmt.Errorf("%s: %w", n, err)
+		}
+		ph[n] = &p
 	}
-	ceil := ph["ceiling"].figures(false)
-	raw := ph["raw_flood_quiet"].figures(true)
-	alone := ph["gorun_quiet_alone"].figures(false)
-	fl := ph["gorun_flood_quiet"].figures(true)
 
-	// Claim 1: every line through gorun, whole, once, in order.
-	var expected, seen, dup, reord, corrupt, stray int
-	for _, n := range []string{"gorun_quiet_alone", "gorun_flood_quiet"} {
+	// Claim 1: every line through gorun arrived whole, once, in order.
+	var expected, seen, lost, dup, reord, corrupt, stray, long, pieces int
+	for _, n := range names {
+		if !strings.HasPrefix(n, "gorun_") {
+			continue
+		}
 		p := ph[n]
 		expected += p.FloodExpected + max(p.QuietExpected, 0)
 		seen += p.FloodSeen + p.QuietSeen
+		lost += p.figures(false).lost
 		dup, reord, corrupt, stray = dup+p.Dup, reord+p.Reordered, corrupt+p.Corrupt, stray+p.Stray
+		long, pieces = long+p.LongLines, pieces+p.LongInPieces
 	}
-	g := ph["gorun_flood_quiet"]
-	ratio := func(a, b float64) string {
-		if b == 0 {
-			return "n/a"
+	fmt.Printf("through gorun: lines_expected=%d lines_seen=%d lost=%d dup=%d reordered=%d corrupt=%d stray=%d long_lines_over_64KiB=%d arrived_in_pieces=%d\n",
+		expected, seen, lost, dup, reord, corrupt, stray, long, pieces)
+
+	// Claim 2: the flood's rate, and the quiet worker's latency beside it.
+	alone := ph["gorun_alone"].figures(false)
+	fmt.Printf("quiet_alone: lines=%d lines_per_s=%.1f p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n",
+		ph["gorun_alone"].QuietSeen, alone.quietRate, alone.p50, alone.p99, alone.max)
+	for _, s := range styles {
+		raw, g := ph["raw_"+s], ph["gorun_"+s]
+		rf, gf := raw.figures(true), g.figures(true)
+		fmt.Printf("flood %s: lines=%d MB=%.0f flood_lines_per_s=%.0f ceiling_lines_per_s=%.0f gorun_vs_ceiling=%s (worker side: %.0f vs %.0f)\n",
+			s, g.FloodExpected, float64(g.FloodBytes)/1e6, gf.floodRate, rf.floodRate, ratio(gf.floodRate, rf.floodRate), gf.writeRate, rf.writeRate)
+		for _, r := range []struct {
+			name string
+			f    figures
+			p    *Phase
+		}{{"gorun", gf, g}, {"raw", rf, raw}} {
+			fmt.Printf("  quiet_with_flood %s: lines=%d lines_per_s=%.1f during_flood=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n",
+				r.name, r.p.QuietSeen, r.f.quietRate, r.f.samples, r.f.p50, r.f.p99, r.f.max)
 		}
-		return fmt.Sprintf("%.2f", a/b)
+		fmt.Printf("  ratio gorun_with_flood/gorun_alone: p50=%s p99=%s max=%s; gorun_with_flood/raw_with_flood: p50=%s p99=%s max=%s\n",
+			ratio(gf.p50, alone.p50), ratio(gf.p99, alone.p99), ratio(gf.max, alone.max),
+			ratio(gf.p50, rf.p50), ratio(gf.p99, rf.p99), ratio(gf.max, rf.max))
 	}
-	fmt.Printf("lines_expected=%d lines_seen=%d lost=%d dup=%d reordered=%d corrupt=%d stray=%d long_lines=%d long_lines_in_pieces=%d\n",
-		expected, seen, alone.lost+fl.lost, dup, reord, corrupt, stray, g.LongLines, g.LongInPieces)
-	fmt.Printf("flood_lines=%d flood_MB=%.0f flood_lines_per_s=%.0f (worker side %.0f) ceiling_lines_per_s=%.0f (worker side %.0f) gorun_vs_ceiling=%s\n",
-		g.FloodExpected, float64(g.FloodBytes)/1e6, fl.floodRate, fl.writeRate, ceil.floodRate, ceil.writeRate, ratio(fl.floodRate, ceil.floodRate))
-	for _, r := range []struct {
-		name string
-		f    figures
-		p    *Phase
-	}{{"alone", alone, ph["gorun_quiet_alone"]}, {"with_flood", fl, g}, {"raw_with_flood", raw, ph["raw_flood_quiet"]}} {
-		fmt.Printf("quiet_%s: lines=%d samples=%d p50_ms=%.2f p99_ms=%.2f max_ms=%.2f\n",
-			r.name, r.p.QuietSeen, r.f.n, r.f.p50, r.f.p99, r.f.max)
-	}
-	fmt.Printf("ratio_with_flood_vs_alone: p50=%s p99=%s max=%s\n", ratio(fl.p50, alone.p50), ratio(fl.p99, alone.p99), ratio(fl.max, alone.max))
-	fmt.Printf("ratio_gorun_vs_raw_with_flood: p50=%s p99=%s max=%s\n", ratio(fl.p50, raw.p50), ratio(fl.p99, raw.p99), ratio(fl.max, raw.max))
 
 	ok := true
 	for _, n := range names {
 		p := ph[n]
-		f := p.figures(false)
-		if f.errors > 0 {
+		if f := p.figures(false); f.errors > 0 {
 			ok = false
 			fmt.Printf("FAIL %s: lost=%d dup=%d reordered=%d corrupt=%d stray=%d\n", n, f.lost, p.Dup, p.Reordered, p.Corrupt, p.Stray)
 			for _, e := range p.Examples {
