@@ -341,6 +341,9 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 	if w.cont {
 		w.cont = false
 		if len(line) == 0 {
+			if w.log.plain {
+				b = append(b, '\n') // ends the line the pieces began
+			}
 			return b
 		}
 		b = append(b, w.prefix(w.contRank, true)...)
@@ -359,18 +362,27 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 	return append(b, '\n')
 }
 
-// piece writes one piece of an over-long line.
+// piece writes one piece of an over-long line. In plain mode, where no
+// prefix marks a piece, the pieces are written without a newline between
+// them, so the line comes out whole, as torchrun would print it.
 func (w *lineWriter) piece(b, seg []byte) []byte {
 	if w.cont {
 		b = append(b, w.prefix(w.contRank, true)...)
 		b = append(b, seg...)
-		return append(b, '\n')
+		return w.endPiece(b)
 	}
 	rank, text := w.split(seg)
 	w.log.record(rank, text)
 	w.cont, w.contRank = true, rank
 	b = append(b, w.prefix(rank, false)...)
 	b = append(b, text...)
+	return w.endPiece(b)
+}
+
+func (w *lineWriter) endPiece(b []byte) []byte {
+	if w.log.plain {
+		return b
+	}
 	return append(b, '\n')
 }
 

@@ -345,3 +345,27 @@ func TestPlainLinesPassThrough(t *testing.T) {
 		t.Fatalf("last lines = %q", got)
 	}
 }
+
+// TestPlainLongLinesWhole: in plain mode nothing marks a piece, so a line
+// longer than maxLine comes out whole, as torchrun would print it, from a
+// worker's stream too; however it was written.
+func TestPlainLongLinesWhole(t *testing.T) {
+	lines := []string{strings.Repeat("A", 100000), strings.Repeat("B", maxLine), strings.Repeat("C", maxLine+1), "short"}
+	in := strings.Join(lines, "\n") + "\n"
+	for _, chunk := range []int{len(in), 4096, 7} {
+		var out bytes.Buffer
+		s := newSink()
+		l := newNodeLog("localhost", 0, false, true)
+		w := newRankWriter(l, newLineWriter(l, s, &out), 0)
+		for b := []byte(in); len(b) > 0; {
+			n := min(chunk, len(b))
+			w.Write(b[:n])
+			b = b[n:]
+		}
+		w.close()
+		s.close()
+		if out.String() != in {
+			t.Errorf("chunks of %d: line lengths %v, want %v", chunk, lens(strings.Split(out.String(), "\n")), lens(strings.Split(in, "\n")))
+		}
+	}
+}
