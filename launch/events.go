@@ -18,11 +18,14 @@ const (
 	frameProgress byte = 'p' // local rank: $GORUN_HEARTBEAT_FILE was touched
 	frameInit     byte = 'i' // local rank: the worker joined the rendezvous store
 	frameDumped   byte = 'd' // local rank: a requested stack dump is written
+	frameRASDone  byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
 )
 
-// tellDump is what the head sends, through every agent, to every worker's
-// supervisor: print the worker's Python stacks now.
-const tellDump byte = 'D'
+// What the head sends, through every agent, to every worker's supervisor.
+const (
+	tellDump byte = 'D' // print the worker's Python stacks now
+	tellRAS  byte = 'R' // the RAS reporter: print NCCL's RAS report now
+)
 
 // workerStarted says a worker runs.
 type workerStarted struct {
@@ -31,6 +34,9 @@ type workerStarted struct {
 	WorldSize int   `json:"world_size"`
 	PID       int   `json:"pid"`
 	Time      int64 `json:"time_ns"` // node clock, Unix nanoseconds
+	// RASReporter is set on the one worker (local rank 0 of node 0) that
+	// asks NCCL's RAS for progress and, in a hang, for its report.
+	RASReporter bool `json:"ras_reporter,omitempty"`
 }
 
 // workerExit says how a worker ended.

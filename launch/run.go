@@ -135,8 +135,13 @@ type event struct {
 // reports for itself (torchrun's own failure summary is all there is).
 const settleWindow = 500 * time.Millisecond
 
-// dumpWait bounds how long a hang diagnosis waits for the workers' stacks.
-const dumpWait = 5 * time.Second
+// dumpWait bounds how long a hang diagnosis waits for the workers' stacks,
+// and rasWait for NCCL's RAS report before them (NCCL itself waits up to
+// 5 s, and once more, for the other processes).
+const (
+	dumpWait = 5 * time.Second
+	rasWait  = 12 * time.Second
+)
 
 // handleFrame is a node's frame decoder's handler: output goes straight
 // to the lines, events to the attempt's loop.
@@ -146,7 +151,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.stdout.Write(p)
 	case sshexec.FrameStderr:
 		m.stderr.Write(p)
-	case frameOut, frameErr, frameProgress, frameInit, frameDumped:
+	case frameOut, frameErr, frameProgress, frameInit, frameDumped, frameRASDone:
 		lr, rest, err := splitRank(p)
 		if err != nil {
 			return
@@ -169,7 +174,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		switch kind {
 		case frameOut, frameErr:
 			out.Write(rest)
-		case frameDumped:
+		case frameDumped, frameRASDone:
 			events <- event{i: m.index, kind: kind, lr: lr}
 		}
 	case frameStarted:
@@ -276,10 +281,10 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 
 	done, kill := ctx.Done(), opts.Kill
 	var settle <-chan time.Time
-	var hang, dumpDone <-chan time.Time
-	var hangTimer, dumpTimer *time.Timer
+	var hang, dumpDone, rasDone <-chan time.Time
+	var hangTimer, dumpTimer, rasTimer *time.Timer
 	defer func() {
-		for _, t := range []*time.Timer{hangTimer, dumpTimer} {
+		for _, t := range []*time.Timer{hangTimer, dumpTimer, rasTimer} {
 			if t != nil {
 				t.Stop()
 			}
@@ -312,6 +317,10 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 			case frameDumped:
 				if sv.dumping {
 					sv.dumpPending--
+				}
+			case frameRASDone:
+				if sv.rasPending {
+					sv.requestDumps()
 				}
 			}
 			if sv.dumping && sv.dumpPending <= 0 && !sv.stopping {
@@ -365,8 +374,16 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 			}
 			dumpTimer = time.NewTimer(dumpWait)
 			dumpDone = dumpTimer.C
-			if sv.dumpPending <= 0 {
+			if sv.rasPending {
+				dumpTimer.Reset(rasWait + dumpWait)
+				rasTimer = time.NewTimer(rasWait)
+				rasDone = rasTimer.C
+			} else if sv.dumpPending <= 0 {
 				sv.stopAll(false)
+			}
+		case <-rasDone:
+			if sv.rasPending {
+				sv.requestDumps()
 			}
 		case <-dumpDone:
 			if !sv.stopping {
@@ -411,8 +428,9 @@ type supervisor struct {
 	causes []workerCause
 
 	hang        *Failure
-	dumping     bool
+	dumping     bool // a hang was declared: stacks (and NCCL's report) are on their way
 	dumpPending int
+	rasPending  bool // waiting for NCCL's RAS report before asking for stacks
 }
 
 type workerCause struct {
@@ -516,7 +534,6 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
 		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
 	}
-	b.WriteString("gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
 	sv.s.message(sv.opts.Diag, b.String())
 	var nodes []string
 	for _, w := range all {
@@ -530,11 +547,36 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	sv.dumpPending = len(all)
 	for _, m := range sv.ms {
 		m.log.tagWorkers.Store(true) // stacks of several ranks: say whose
-		if m.running {
-			m.proc.Tell(tellDump)
+		m.mu.Lock()
+		for _, w := range m.workers {
+			sv.rasPending = sv.rasPending || (w.started.RASReporter && !w.done && m.running)
 		}
+		m.mu.Unlock()
+	}
+	if sv.rasPending {
+		// NCCL's report first, while every rank still runs: the stack
+		// dumps end the workers, and a dead rank no longer lags.
+		sv.s.message(sv.opts.Diag, "gorun: asking NCCL's RAS which ranks did not join (node 0, local rank 0)\n")
+		sv.tellAll(tellRAS)
+	} else {
+		sv.requestDumps()
 	}
 	return 0
+}
+
+// requestDumps asks every worker for its stacks.
+func (sv *supervisor) requestDumps() {
+	sv.rasPending = false
+	sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
+	sv.tellAll(tellDump)
+}
+
+func (sv *supervisor) tellAll(b byte) {
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Tell(b)
+		}
+	}
 }
 
 // rootCause picks the failure of the attempt: a hang when one was

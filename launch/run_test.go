@@ -29,7 +29,7 @@ type script struct {
 	stopCode  int           // exit code after a stop (torchrun exits 1 on SIGTERM)
 	startWait time.Duration // Start takes this long (cut short by its ctx)
 	frames    []timedFrame  // relayed worker frames, written in order, each after its delay
-	onTell    []byte        // frames written when a Tell arrives (a stack dump)
+	onTell    map[byte][]byte // frames written when a Tell of that byte arrives
 	linger    time.Duration // a stop ends the process only after this long (frames still flow)
 }
 
@@ -109,8 +109,8 @@ func (p *fakeProc) run(stdout, stderr io.Writer) {
 			case <-next:
 				stdout.Write(frames[0].frame)
 				frames = frames[1:]
-			case <-p.tells:
-				stdout.Write(p.sc.onTell)
+			case b := <-p.tells:
+				stdout.Write(p.sc.onTell[b])
 			}
 		}
 	}()
@@ -654,7 +654,7 @@ func TestRunHang(t *testing.T) {
 	before := runtime.NumGoroutine()
 	dump := append(line(frameErr, 0, "Fatal Python error: Aborted\n  File \"train.py\", line 9 in <module>\n"),
 		exited(0, 0, -1, 6, true, time.Now())...)
-	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "step 1\n")}}, onTell: dump}
+	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "step 1\n")}}, onTell: map[byte][]byte{tellDump: dump}}
 	c := &cluster{plan: [][]script{{quiet}}}
 	var out, diag syncBuffer
 	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms, Out: &out, Diag: &diag})
@@ -699,5 +699,27 @@ func TestRunDropsTeeCopies(t *testing.T) {
 	}
 	if got := out.String(); got != "[node1 0] hello\n[node1] torchrun says\n" {
 		t.Errorf("out = %q", got)
+	}
+}
+
+// TestRunHangAsksRASFirst: with an NCCL job's RAS reporter running, the
+// head asks for NCCL's report before the stacks (which end the workers).
+func TestRunHangAsksRASFirst(t *testing.T) {
+	reporter := sshexec.AppendFrame(nil, frameStarted, jsonFrame(workerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
+	ras := append(line(frameErr, 0, "nccl ras: ranks behind the others (did not join a collective, or no answer): 1\n"),
+		sshexec.AppendFrame(nil, frameRASDone, rankFrame(nil, 0))...)
+	dump := append(line(frameErr, 0, "Fatal Python error: Aborted\n"), exited(0, 0, -1, 6, true, time.Now())...)
+	sc := script{stopCode: 143, frames: []timedFrame{{0, reporter}}, onTell: map[byte][]byte{tellRAS: ras, tellDump: dump}}
+	c := &cluster{plan: [][]script{{sc}}}
+	var out syncBuffer
+	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 100 * ms, Out: &out, Err: &out, Diag: &out})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.ExitCode() != ExitHang {
+		t.Fatalf("err = %v, want a hang", err)
+	}
+	got := out.String()
+	r, d := strings.Index(got, "nccl ras: ranks behind"), strings.Index(got, "Fatal Python error")
+	if r < 0 || d < 0 || r > d {
+		t.Errorf("want NCCL's report, then the stacks:\n%s", got)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -108,6 +109,78 @@ type worker struct {
 
 	stopped  chan struct{} // closed when a stop signal arrived or a dump killed the worker
 	stopOnce sync.Once
+
+	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
+	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
+}
+
+// rasEvery is how often the RAS reporter asks NCCL how many collectives
+// the job has run: a sign of progress that needs no output from the
+// script. NCCL gathers the answer from every process, so not too often.
+const rasEvery = 30 * time.Second
+
+// rasReporter reports whether this worker asks NCCL's RAS for the job:
+// one per job, local rank 0 of node 0 (NCCL's RAS reports on every
+// process of the job from any of them), unless RAS is off.
+func rasReporter(getenv func(string) string) bool {
+	return getenv("LOCAL_RANK") == "0" && getenv("GROUP_RANK") == "0" && getenv("NCCL_RAS_ENABLE") != "0"
+}
+
+// watchRAS reports progress whenever the job's total of collectives has
+// grown since the last look. Without NCCL (nobody listens) or with an NCCL
+// too old for the JSON report (no exact counts) it says nothing.
+func (w *worker) watchRAS(ctx context.Context) {
+	t := time.NewTicker(rasEvery)
+	defer t.Stop()
+	var last uint64
+	seen := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, rasEvery/2)
+		text, err := QueryRASJSON(qctx, w.rasAddr)
+		cancel()
+		if err != nil {
+			continue
+		}
+		total, exact := ParseRAS(text).TotalCollectives()
+		if !exact {
+			continue
+		}
+		if seen && total > last {
+			w.send(frameProgress, rankFrame(nil, w.localRank))
+		}
+		last, seen = total, true
+	}
+}
+
+// reportRAS prints NCCL's RAS report on the job, each line marked
+// "nccl ras: ", then the ranks it finds lagging, and says when it is done.
+func (w *worker) reportRAS(ctx context.Context) {
+	defer w.send(frameRASDone, rankFrame(nil, w.localRank))
+	qctx, cancel := context.WithTimeout(ctx, rasWait-2*time.Second)
+	text, err := QueryRAS(qctx, w.rasAddr, true)
+	cancel()
+	var b []byte
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		if l != "" {
+			b = append(append(append(b, "nccl ras: "...), l...), '\n')
+		}
+	}
+	switch rep := ParseRAS(text); {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return // no NCCL in this job: nothing to say
+	case err != nil && text == "":
+		b = fmt.Appendf(b, "nccl ras: no report (%v)\n", err)
+	case len(rep.Lagging()) > 0:
+		b = fmt.Appendf(b, "nccl ras: ranks behind the others (did not join a collective, or no answer): %s\n", strings.Trim(fmt.Sprint(rep.Lagging()), "[]"))
+	default:
+		b = append(b, "nccl ras: no rank lags in its collective count\n"...)
+	}
+	w.send(frameErr, append(rankFrame(nil, w.localRank), b...))
 }
 
 func (w *worker) send(kind byte, payload []byte) {
@@ -224,12 +297,18 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	// Our copies of the write ends go now, so the readers end with the
 	// worker's last writer.
 	closeWriteEnds()
+	w.ras = rasReporter(getenv)
+	w.rasAddr = getenv("NCCL_RAS_ADDR")
 	w.send(frameStarted, jsonFrame(workerStarted{Rank: w.rank, LocalRank: w.localRank,
-		WorldSize: atoi(getenv("WORLD_SIZE"), -1), PID: pid, Time: time.Now().UnixNano()}))
+		WorldSize: atoi(getenv("WORLD_SIZE"), -1), PID: pid, Time: time.Now().UnixNano(), RASReporter: w.ras}))
 	close(announced)
 
 	ctx, cancel := context.WithCancel(context.Background())
 	var bg sync.WaitGroup
+	if w.ras {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.watchRAS(ctx) }()
+	}
 	bg.Add(3)
 	go func() { defer bg.Done(); w.forwardSignals(ctx, sigs, pid) }()
 	go func() { defer bg.Done(); w.watch(ctx, pid, heartbeat, atoi(getenv("MASTER_PORT"), 0)) }()
@@ -381,8 +460,11 @@ func (w *worker) listen(ctx context.Context, pid int) {
 		if err != nil {
 			return
 		}
-		if b == tellDump {
+		switch {
+		case b == tellDump:
 			w.dumpStacks(ctx, pid)
+		case b == tellRAS && w.ras:
+			w.reportRAS(ctx)
 		}
 	}
 }
