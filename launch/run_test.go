@@ -19,18 +19,18 @@ import (
 
 // script says how a fake node behaves in one attempt.
 type script struct {
-	out       string        // written to stdout once started
-	errOut    string        // written to stderr once started
-	after     time.Duration // exit by itself after this long; 0 runs until stopped
-	code      int           // exit code when exiting by itself
-	lost      error         // Wait reports the node lost instead of a code
-	startErr  error         // Start fails
-	stubborn  bool          // only Stop(true) ends it
-	stopCode  int           // exit code after a stop (torchrun exits 1 on SIGTERM)
-	startWait time.Duration // Start takes this long (cut short by its ctx)
-	frames    []timedFrame  // relayed worker frames, written in order, each after its delay
+	out       string          // written to stdout once started
+	errOut    string          // written to stderr once started
+	after     time.Duration   // exit by itself after this long; 0 runs until stopped
+	code      int             // exit code when exiting by itself
+	lost      error           // Wait reports the node lost instead of a code
+	startErr  error           // Start fails
+	stubborn  bool            // only Stop(true) ends it
+	stopCode  int             // exit code after a stop (torchrun exits 1 on SIGTERM)
+	startWait time.Duration   // Start takes this long (cut short by its ctx)
+	frames    []timedFrame    // relayed worker frames, written in order, each after its delay
 	onTell    map[byte][]byte // frames written when a Tell of that byte arrives
-	linger    time.Duration // a stop ends the process only after this long (frames still flow)
+	linger    time.Duration   // a stop ends the process only after this long (frames still flow)
 }
 
 // timedFrame is a relayed frame a fake node writes after a delay from the
