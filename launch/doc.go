@@ -24,8 +24,8 @@
 // worker sent itself are dropped. A line is written only when complete (a
 // trailing '\r' of CRLF is dropped); a partial last line is completed with
 // a newline when the stream ends. A line longer than 64 KiB is written in
-// pieces, every piece after the first marked "[node1 0]+ " (in plain mode
-// the pieces join up into the whole line). Options.Diag
+// pieces, every piece after the first marked "[node1 0]+ " (in plain mode,
+// where nothing could mark a piece, lines up to 16 MiB are written whole). Options.Diag
 // gets gorun's own messages (failures, restarts, the final summary), in
 // order with the output written before them. With Options.Plain (one local
 // node, where gorun stands in for torchrun) lines pass through as printed,

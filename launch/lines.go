@@ -14,6 +14,10 @@ const (
 	// maxLine is the longest line held whole; a longer one is written in
 	// pieces of this size, each continuation marked with contMarker.
 	maxLine = 64 << 10
+	// maxPlainLine is the same in plain mode, where nothing could mark a
+	// piece: a line up to this long is held and written whole; only
+	// beyond it are pieces written, which other lines may come between.
+	maxPlainLine = 16 << 20
 	// tailLines is how many last lines per node the failure summary keeps.
 	tailLines = 20
 	// tailLineBytes bounds each kept line; longer ones are cut with "…".
@@ -42,7 +46,7 @@ type sinkMsg struct {
 }
 
 func newSink() *sink {
-	s := &sink{ch: make(chan sinkMsg, 64), done: make(chan struct{})}
+	s := &sink{ch: make(chan sinkMsg, 8), done: make(chan struct{})}
 	s.pool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	go func() {
 		defer close(s.done)
@@ -310,18 +314,19 @@ func (w *lineWriter) close() {
 // cutLong writes the held partial line in pieces while it is longer than
 // maxLine, keeping the rest.
 func (w *lineWriter) cutLong(b []byte) []byte {
-	if len(w.partial) <= maxLine {
+	limit := w.limit()
+	if len(w.partial) <= limit {
 		return b
 	}
 	off := 0
-	for len(w.partial)-off > maxLine {
-		cut := cutPoint(w.partial[off : off+maxLine])
+	for len(w.partial)-off > limit {
+		cut := cutPoint(w.partial[off : off+limit])
 		b = w.piece(b, w.partial[off:off+cut])
 		off += cut
 	}
 	rest := copy(w.partial, w.partial[off:])
 	w.partial = w.partial[:rest]
-	if cap(w.partial) > 4*maxLine {
+	if cap(w.partial) > 4*limit {
 		w.partial = append([]byte(nil), w.partial...)
 	}
 	return b
@@ -333,8 +338,8 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
 		line = line[:n-1]
 	}
-	for len(line) > maxLine {
-		cut := cutPoint(line[:maxLine])
+	for limit := w.limit(); len(line) > limit; {
+		cut := cutPoint(line[:limit])
 		b = w.piece(b, line[:cut])
 		line = line[cut:]
 	}
@@ -360,6 +365,14 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 	b = append(b, w.prefix(rank, false)...)
 	b = append(b, text...)
 	return append(b, '\n')
+}
+
+// limit is the longest line held whole.
+func (w *lineWriter) limit() int {
+	if w.log.plain {
+		return maxPlainLine
+	}
+	return maxLine
 }
 
 // piece writes one piece of an over-long line. In plain mode, where no

@@ -350,9 +350,10 @@ func TestPlainLinesPassThrough(t *testing.T) {
 // longer than maxLine comes out whole, as torchrun would print it, from a
 // worker's stream too; however it was written.
 func TestPlainLongLinesWhole(t *testing.T) {
-	lines := []string{strings.Repeat("A", 100000), strings.Repeat("B", maxLine), strings.Repeat("C", maxLine+1), "short"}
+	lines := []string{strings.Repeat("A", 100000), strings.Repeat("B", maxLine), strings.Repeat("C", maxLine+1), "short",
+		strings.Repeat("D", maxPlainLine+10)} // past the limit: pieces, joined up
 	in := strings.Join(lines, "\n") + "\n"
-	for _, chunk := range []int{len(in), 4096, 7} {
+	for _, chunk := range []int{len(in), 1 << 20, 4096} {
 		var out bytes.Buffer
 		s := newSink()
 		l := newNodeLog("localhost", 0, false, true)
