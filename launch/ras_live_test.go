@@ -47,7 +47,12 @@ func TestRASLive(t *testing.T) {
 		totals = append(totals, total)
 		time.Sleep(2 * time.Second)
 	}
-	if totals[1] <= totals[0] {
+	switch {
+	case len(rep.Comms) > 0 && rep.Comms[0].Size == 1:
+		// Seen with NCCL 2.28.9 on one GPU: a communicator of one rank
+		// counts no collectives (0 after thousands of all_reduces).
+		t.Logf("a communicator of one rank counts no collectives; growth needs 2 or more ranks (totals %v)", totals)
+	case totals[1] <= totals[0]:
 		t.Errorf("total did not grow: %v", totals)
 	}
 	t.Logf("lagging ranks: %v", rep.Lagging())

@@ -556,8 +556,8 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	if sv.rasPending {
 		// NCCL's report first, while every rank still runs: the stack
 		// dumps end the workers, and a dead rank no longer lags.
-		sv.s.message(sv.opts.Diag, "gorun: asking NCCL's RAS which ranks did not join (node 0, local rank 0)\n")
-		sv.tellAll(tellRAS)
+		sv.tellAll(tellRAS) // a job without NCCL answers at once, with nothing
+
 	} else {
 		sv.requestDumps()
 	}

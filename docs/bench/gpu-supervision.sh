@@ -7,6 +7,8 @@
 #         restart   ROUNDS runs each of examples/gpu/nccl_restart.py with
 #                   --max-restarts 1: how often each launcher recovers
 #         hang      examples/gpu/hang_demo.py under gorun --hang-timeout 10s
+#         ras       NCCL's RAS asked while examples/gpu/nccl_loop.py runs under
+#                   gorun (needs the launch test binary in LAUNCH_TEST)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 part=$1 rounds=${2:-10} dir=${3:-${OUT:-.}}
@@ -50,5 +52,13 @@ hang)
   "$gorun" --torchrun "$torchrun" --nproc_per_node 2 --hang-timeout 10s examples/gpu/hang_demo.py >"$dir/hang.txt" 2>&1
   rc=$?
   echo "exit $rc after $((($(date +%s%N) - t0) / 1000000)) ms" | tee -a "$dir/hang.txt"
+  ;;
+ras)
+  DURATION=40 "$gorun" --torchrun "$torchrun" --nproc_per_node "$ngpu" examples/gpu/nccl_loop.py >"$dir/ras-job.txt" 2>&1 &
+  job=$!
+  sleep 15
+  GORUN_RAS_LIVE=default "${LAUNCH_TEST:?set LAUNCH_TEST to a launch test binary}" -test.run TestRASLive -test.v >"$dir/ras.txt" 2>&1
+  echo "TestRASLive exit $?" | tee -a "$dir/ras.txt"
+  wait $job; echo "job exit $?" >>"$dir/ras-job.txt"
   ;;
 esac
