@@ -114,100 +114,6 @@ type worker struct {
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 }
 
-// rasEvery is how often the RAS reporter asks NCCL how many collectives
-// the job has run: a sign of progress that needs no output from the
-// script. NCCL gathers the answer from every process, so not too often.
-const rasEvery = 30 * time.Second
-
-// rasReporter reports whether this worker asks NCCL's RAS for the job:
-// one per job, local rank 0 of node 0 (NCCL's RAS reports on every
-// process of the job from any of them), unless RAS is off.
-func rasReporter(getenv func(string) string) bool {
-	return getenv("LOCAL_RANK") == "0" && getenv("GROUP_RANK") == "0" && getenv("NCCL_RAS_ENABLE") != "0"
-}
-
-// watchRAS reports progress whenever the job's total of collectives has
-// grown since the last look. Without NCCL (nobody listens) or with an NCCL
-// too old for the JSON report (no exact counts) it says nothing.
-func (w *worker) watchRAS(ctx context.Context) {
-	t := time.NewTicker(rasEvery)
-	defer t.Stop()
-	var last uint64
-	seen := false
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		qctx, cancel := context.WithTimeout(ctx, rasEvery/2)
-		text, err := QueryRASJSON(qctx, w.rasAddr)
-		cancel()
-		if err != nil {
-			continue
-		}
-		total, exact := ParseRAS(text).TotalCollectives()
-		if !exact {
-			continue
-		}
-		if seen && total > last {
-			w.send(frameProgress, rankFrame(nil, w.localRank))
-		}
-		last, seen = total, true
-	}
-}
-
-// reportRAS prints NCCL's RAS report on the job, each line marked
-// "nccl ras: ", then the ranks it finds lagging, and says when it is done.
-func (w *worker) reportRAS(ctx context.Context) {
-	defer w.send(frameRASDone, rankFrame(nil, w.localRank))
-	qctx, cancel := context.WithTimeout(ctx, rasWait-2*time.Second)
-	text, err := QueryRAS(qctx, w.rasAddr, true)
-	cancel()
-	var b []byte
-	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
-		if l != "" {
-			b = append(append(append(b, "nccl ras: "...), l...), '\n')
-		}
-	}
-	switch rep := ParseRAS(text); {
-	case errors.Is(err, syscall.ECONNREFUSED):
-		return // no NCCL in this job: nothing to say
-	case err != nil && text == "":
-		b = fmt.Appendf(b, "nccl ras: no report (%v)\n", err)
-	case len(rep.Lagging()) > 0:
-		b = fmt.Appendf(b, "nccl ras: ranks behind the others (did not join a collective, or no answer): %s\n", strings.Trim(fmt.Sprint(rep.Lagging()), "[]"))
-	default:
-		b = append(b, "nccl ras: no rank lags in its collective count\n"...)
-	}
-	w.send(frameErr, append(rankFrame(nil, w.localRank), b...))
-}
-
-func (w *worker) send(kind byte, payload []byte) {
-	if w.conn == nil {
-		return
-	}
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	if !w.connOK {
-		return
-	}
-	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
-		w.connOK = false // the agent is gone; the worker goes on
-	}
-}
-
-func (w *worker) markStopped() { w.stopOnce.Do(func() { close(w.stopped) }) }
-
-func (w *worker) isStopped() bool {
-	select {
-	case <-w.stopped:
-		return true
-	default:
-		return false
-	}
-}
-
 // run starts the worker, supervises it and ends this process the way the
 // worker ended.
 func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string, cleanup func()) int {
@@ -685,4 +591,98 @@ func rankCPUs(lists, localRank string) ([]int, error) {
 		return nil, nil
 	}
 	return envplan.ParseCPUList(sets[r])
+}
+
+// rasEvery is how often the RAS reporter asks NCCL how many collectives
+// the job has run: a sign of progress that needs no output from the
+// script. NCCL gathers the answer from every process, so not too often.
+const rasEvery = 30 * time.Second
+
+// rasReporter reports whether this worker asks NCCL's RAS for the job:
+// one per job, local rank 0 of node 0 (NCCL's RAS reports on every
+// process of the job from any of them), unless RAS is off.
+func rasReporter(getenv func(string) string) bool {
+	return getenv("LOCAL_RANK") == "0" && getenv("GROUP_RANK") == "0" && getenv("NCCL_RAS_ENABLE") != "0"
+}
+
+// watchRAS reports progress whenever the job's total of collectives has
+// grown since the last look. Without NCCL (nobody listens) or with an NCCL
+// too old for the JSON report (no exact counts) it says nothing.
+func (w *worker) watchRAS(ctx context.Context) {
+	t := time.NewTicker(rasEvery)
+	defer t.Stop()
+	var last uint64
+	seen := false
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+		qctx, cancel := context.WithTimeout(ctx, rasEvery/2)
+		text, err := QueryRASJSON(qctx, w.rasAddr)
+		cancel()
+		if err != nil {
+			continue
+		}
+		total, exact := ParseRAS(text).TotalCollectives()
+		if !exact {
+			continue
+		}
+		if seen && total > last {
+			w.send(frameProgress, rankFrame(nil, w.localRank))
+		}
+		last, seen = total, true
+	}
+}
+
+// reportRAS prints NCCL's RAS report on the job, each line marked
+// "nccl ras: ", then the ranks it finds lagging, and says when it is done.
+func (w *worker) reportRAS(ctx context.Context) {
+	defer w.send(frameRASDone, rankFrame(nil, w.localRank))
+	qctx, cancel := context.WithTimeout(ctx, rasWait-2*time.Second)
+	text, err := QueryRAS(qctx, w.rasAddr, true)
+	cancel()
+	var b []byte
+	for _, l := range strings.Split(strings.TrimRight(text, "\n"), "\n") {
+		if l != "" {
+			b = append(append(append(b, "nccl ras: "...), l...), '\n')
+		}
+	}
+	switch rep := ParseRAS(text); {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return // no NCCL in this job: nothing to say
+	case err != nil && text == "":
+		b = fmt.Appendf(b, "nccl ras: no report (%v)\n", err)
+	case len(rep.Lagging()) > 0:
+		b = fmt.Appendf(b, "nccl ras: ranks behind the others (did not join a collective, or no answer): %s\n", strings.Trim(fmt.Sprint(rep.Lagging()), "[]"))
+	default:
+		b = append(b, "nccl ras: no rank lags in its collective count\n"...)
+	}
+	w.send(frameErr, append(rankFrame(nil, w.localRank), b...))
+}
+
+func (w *worker) send(kind byte, payload []byte) {
+	if w.conn == nil {
+		return
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if !w.connOK {
+		return
+	}
+	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
+		w.connOK = false // the agent is gone; the worker goes on
+	}
+}
+
+func (w *worker) markStopped() { w.stopOnce.Do(func() { close(w.stopped) }) }
+
+func (w *worker) isStopped() bool {
+	select {
+	case <-w.stopped:
+		return true
+	default:
+		return false
+	}
 }
