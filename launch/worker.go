@@ -114,6 +114,31 @@ type worker struct {
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 }
 
+func (w *worker) send(kind byte, payload []byte) {
+	if w.conn == nil {
+		return
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if !w.connOK {
+		return
+	}
+	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
+		w.connOK = false // the agent is gone; the worker goes on
+	}
+}
+
+func (w *worker) markStopped() { w.stopOnce.Do(func() { close(w.stopped) }) }
+
+func (w *worker) isStopped() bool {
+	select {
+	case <-w.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
 // run starts the worker, supervises it and ends this process the way the
 // worker ended.
 func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string, cleanup func()) int {
@@ -660,29 +685,4 @@ func (w *worker) reportRAS(ctx context.Context) {
 		b = append(b, "nccl ras: no rank lags in its collective count\n"...)
 	}
 	w.send(frameErr, append(rankFrame(nil, w.localRank), b...))
-}
-
-func (w *worker) send(kind byte, payload []byte) {
-	if w.conn == nil {
-		return
-	}
-	w.wmu.Lock()
-	defer w.wmu.Unlock()
-	if !w.connOK {
-		return
-	}
-	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
-		w.connOK = false // the agent is gone; the worker goes on
-	}
-}
-
-func (w *worker) markStopped() { w.stopOnce.Do(func() { close(w.stopped) }) }
-
-func (w *worker) isStopped() bool {
-	select {
-	case <-w.stopped:
-		return true
-	default:
-		return false
-	}
 }
