@@ -398,6 +398,21 @@ func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
 	}
 }
 
+// localRanks reads --local-ranks-filter ("0,2"), which the parser has
+// checked; nil shows every rank.
+func localRanks(filter string) []int {
+	if filter == "" {
+		return nil
+	}
+	var ranks []int
+	for _, f := range strings.Split(filter, ",") {
+		if r, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			ranks = append(ranks, r)
+		}
+	}
+	return ranks
+}
+
 // restartBackoff is the pause between a failed attempt and the next: long
 // enough for the old attempt's sockets to close, short next to the
 // workers' start.
@@ -440,6 +455,7 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 		MaxRestarts: cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
 		Backoff:     restartBackoff,
 		HangTimeout: cl.Gorun.HangTimeout,
+		LocalRanks:  localRanks(cl.Torchrun.LocalRanksFilter),
 		Out:         stdout,
 		Err:         stderr,
 		Diag:        stderr,

@@ -98,6 +98,8 @@ type member struct {
 	startErr       error
 	running        bool // started and not yet waited for
 
+	shown []int // Options.LocalRanks
+
 	// Written by the node's stdout copy (frames) and read by runAttempt.
 	mu      sync.Mutex
 	workers map[int]*workerState // by local rank
@@ -182,9 +184,13 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		m.mu.Lock()
-		m.workers[st.LocalRank] = &workerState{started: st, last: time.Now(),
+		w := &workerState{started: st, last: time.Now(),
 			out: newRankWriter(m.log, m.stdout, st.LocalRank), err: newRankWriter(m.log, m.stderr, st.LocalRank)}
+		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
+			w.out.out, w.err.out = io.Discard, io.Discard
+		}
+		m.mu.Lock()
+		m.workers[st.LocalRank] = w
 		m.mu.Unlock()
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
 	case frameExit:
@@ -220,7 +226,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcom
 	ms := make([]*member, len(nodes))
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}}
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks}
 		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
 		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
 		m.agentErr = newLineWriter(l, s, opts.Err)

@@ -723,3 +723,19 @@ func TestRunHangAsksRASFirst(t *testing.T) {
 		t.Errorf("want NCCL's report, then the stacks:\n%s", got)
 	}
 }
+
+// TestRunLocalRanksFilter: only the ranks of --local-ranks-filter are
+// printed; the others still count for the summary.
+func TestRunLocalRanksFilter(t *testing.T) {
+	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, started(1, 1)},
+		{0, line(frameOut, 0, "zero\n")}, {0, line(frameOut, 1, "one\n")},
+		{0, exited(0, 0, 0, 0, false, time.Now())}, {0, exited(1, 1, 0, 0, false, time.Now())}}}
+	c := &cluster{plan: [][]script{{sc}}}
+	var out syncBuffer
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Out: &out, LocalRanks: []int{1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := out.String(); got != "[node1 1] one\n" {
+		t.Errorf("out = %q, want rank 1 only", got)
+	}
+}

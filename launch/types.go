@@ -47,6 +47,10 @@ type Options struct {
 	// workers are named, their stacks printed, and the attempt fails with
 	// ExitHang.
 	HangTimeout time.Duration
+	// LocalRanks, when not nil, are the only local ranks whose lines are
+	// printed (torchrun's --local-ranks-filter); the others' lines are kept
+	// for the failure summary.
+	LocalRanks []int
 }
 
 // ExitHang is the exit code of a job whose last attempt hung: distinct
