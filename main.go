@@ -188,6 +188,10 @@ gorun options:
   --known-hosts FILE       known_hosts to verify host keys against
   --ssh-accept-new         record the key of a host never seen (never a changed one)
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
+  --hang-timeout DURATION  no progress from any worker for this long is a hang:
+                           stacks printed, attempt failed (default 30m; 0: off)
+  --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
+                           every rank's dump gathered under DIR on a failure
 
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
@@ -336,7 +340,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
-	spec := envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: environ()}
+	spec := envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: environ(), RunID: runID()}
 	if _, err := envplan.Build(spec, nil); err != nil { // refuse bad input before connecting anywhere
 		return err
 	}
@@ -439,8 +443,11 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 		case <-finished:
 		}
 	}()
-	_, err := launch.Run(ctx, launch.Options{
+	res, err := launch.Run(ctx, launch.Options{
 		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
+			if k > 0 && cl.Gorun.FlightRecorder != "" {
+				gatherFlightRecorder(ctx, cl.Gorun.FlightRecorder, spec.RunID, k-1, plan, runners, stderr)
+			}
 			if k > 0 && head {
 				var err error
 				if spec, plan, err = recheck(ctx, cl, spec, plan, runners, stderr); err != nil {
@@ -463,6 +470,11 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 		Color:       useColor(stdout),
 		Kill:        kill,
 	})
+	if cl.Gorun.FlightRecorder != "" && res.Attempts > 0 {
+		// The last attempt's dumps (none after a success), and the nodes'
+		// folders cleared, whatever the end; not after a second Ctrl-C.
+		gatherFlightRecorder(context.WithoutCancel(ctx), cl.Gorun.FlightRecorder, spec.RunID, res.Attempts-1, plan, runners, stderr)
+	}
 	return err
 }
 

@@ -514,3 +514,30 @@ func TestBuildSharesNothing(t *testing.T) {
 		t.Errorf("plan changed with the spec: GPU %d, args %q", *p.Nodes[0].Ranks[0].GPU, p.Config.TrainingScriptArgs)
 	}
 }
+
+// TestFlightRecorder: --flight-recorder turns PyTorch's NCCL flight
+// recorder on in every worker, writing to a node-side folder of this run;
+// a value the user set wins.
+func TestFlightRecorder(t *testing.T) {
+	s := newSpec([]string{"--nproc_per_node=2"}, "train.py")
+	s.Gorun.FlightRecorder = "/shared/fr"
+	s.RunID = "abc"
+	s.Environ = map[string]string{"TORCH_NCCL_TRACE_BUFFER_SIZE": "500"}
+	p, err := Build(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := p.Nodes[0].Env
+	if v := env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]; v.Value != "/tmp/gorun-flight-recorder-abc/nccl_trace_rank_" || v.Source != SourceGorun {
+		t.Errorf("TORCH_NCCL_DEBUG_INFO_TEMP_FILE = %+v", v)
+	}
+	if v := env["TORCH_NCCL_DUMP_ON_TIMEOUT"]; v.Value != "1" {
+		t.Errorf("TORCH_NCCL_DUMP_ON_TIMEOUT = %+v", v)
+	}
+	if v := env["TORCH_NCCL_TRACE_BUFFER_SIZE"]; v.Value != "500" || v.Source != SourceUser {
+		t.Errorf("the user's TORCH_NCCL_TRACE_BUFFER_SIZE lost: %+v", v)
+	}
+	if v := env[FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc" {
+		t.Errorf("%s = %+v", FlightRecorderDirVar, v)
+	}
+}

@@ -213,6 +213,7 @@ func optionTable() []*optionSpec {
 		gf("ssh_accept_new", "--ssh-accept-new"),
 		gv("remote_gorun", "--remote-gorun"),
 		gv("hang_timeout", "--hang-timeout"),
+		gv("flight_recorder", "--flight-recorder"),
 	}
 }
 
@@ -616,6 +617,8 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		o.KnownHosts = value
 	case "remote_gorun":
 		o.RemoteGorun = value
+	case "flight_recorder":
+		o.FlightRecorder = value
 	case "hang_timeout":
 		d, err := parseDuration(value)
 		if err != nil {

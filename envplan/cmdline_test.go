@@ -548,7 +548,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder",
 }
 
 func TestOptionNames(t *testing.T) {

@@ -64,6 +64,10 @@ type Options struct {
 	// HangTimeout (--hang-timeout) is how long the whole group may go
 	// without progress before the attempt counts as hung; 0 is off.
 	HangTimeout time.Duration
+	// FlightRecorder (--flight-recorder DIR) turns on PyTorch's NCCL flight
+	// recorder in every worker; the head gathers every rank's dump under
+	// DIR after a failed attempt.
+	FlightRecorder string
 }
 
 // DefaultHangTimeout is --hang-timeout's default: longer than PyTorch's own

@@ -150,6 +150,10 @@ func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool, fewestCPU
 		e.decide("MASTER_PORT", b.masterPort)
 	}
 
+	if b.spec.Gorun.FlightRecorder != "" {
+		b.flightRecorder(e)
+	}
+
 	usesGPUs := h.GPUs != nil || b.cfg.NProcPerNode == "gpu"
 	if known {
 		usesGPUs = len(f.GPUs) > 0
@@ -246,4 +250,33 @@ func joinInts(ids []int) string {
 		s[i] = strconv.Itoa(id)
 	}
 	return strings.Join(s, ",")
+}
+
+// FlightRecorderDirVar names, in the workers' environment, the node-side
+// directory the flight recorder writes to; each worker's supervisor makes
+// it, since torch does not.
+const FlightRecorderDirVar = "GORUN_FLIGHT_RECORDER_DIR"
+
+// FlightRecorderDir is where a run's flight-recorder dumps go on a node,
+// before the head gathers them.
+func FlightRecorderDir(runID string) string {
+	if runID == "" {
+		runID = "RUN"
+	}
+	return "/tmp/gorun-flight-recorder-" + runID
+}
+
+// flightRecorder turns on PyTorch's NCCL flight recorder (--flight-recorder):
+// every rank keeps its last collectives with their Python stacks and writes
+// them when NCCL's watchdog times a collective out. Values the user set win.
+func (b *builder) flightRecorder(e nodeEnv) {
+	dir := FlightRecorderDir(b.spec.RunID)
+	e.decide("TORCH_NCCL_TRACE_BUFFER_SIZE", Var{Value: "2000", Source: SourceGorun,
+		Reason: "--flight-recorder: each rank keeps its last 2000 collectives, with their stacks"})
+	e.decide("TORCH_NCCL_DUMP_ON_TIMEOUT", Var{Value: "1", Source: SourceGorun,
+		Reason: "--flight-recorder: each rank writes them when NCCL's watchdog times a collective out"})
+	e.decide("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", Var{Value: dir + "/nccl_trace_rank_", Source: SourceGorun,
+		Reason: "--flight-recorder: one file per rank on the node; after a failed attempt gorun gathers them under " + b.spec.Gorun.FlightRecorder})
+	e.decide(FlightRecorderDirVar, Var{Value: dir, Source: SourceGorun,
+		Reason: "--flight-recorder: made by each worker's supervisor before the worker starts"})
 }

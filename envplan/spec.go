@@ -10,6 +10,9 @@ type Spec struct {
 	// user exported that matter to the job (NCCL_*, GLOO_*, TORCH_*, ...) are
 	// carried to every node and marked source "user".
 	Environ map[string]string
+	// RunID names what this run keeps on the nodes (the flight recorder's
+	// dumps); main picks it at random.
+	RunID string
 }
 
 // Facts are what preflight learned, reduced to what the plan needs, keyed by

@@ -334,3 +334,38 @@ func TestClusterElasticShrink(t *testing.T) {
 		})
 	}
 }
+
+// TestClusterFlightRecorder: with --flight-recorder DIR every worker gets
+// PyTorch's flight-recorder settings, and after a failed attempt the head
+// gathers every rank's dump from the nodes (over SSH, through tar) into
+// DIR/attempt-0/NODE, and clears the nodes' folders. The workers stand in
+// for NCCL by writing a dump where TORCH_NCCL_DEBUG_INFO_TEMP_FILE says.
+func TestClusterFlightRecorder(t *testing.T) {
+	c := needCluster(t, 2)
+	mark := marker(t)
+	dir := t.TempDir()
+	before, _ := filepath.Glob("/tmp/gorun-flight-recorder-*")
+	worker := `printf 'trace of rank %s' "$RANK" > "${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}$RANK"
+[ "$TORCH_NCCL_DUMP_ON_TIMEOUT" = 1 ] || exit 9
+if [ "$RANK" = 1 ]; then exit 6; fi
+sleep 30`
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--preflight", "off", "--torchrun", shim(t),
+		"--flight-recorder", dir, "--no-python", "/bin/sh", "-c", worker, mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	if code := r.wait(t, 2*time.Minute); code != 6 {
+		t.Fatalf("exit %d, want the worker's 6:\n%s", code, r.output())
+	}
+	for rank, node := range c.nodes {
+		path := filepath.Join(dir, "attempt-0", node, "nccl_trace_rank_"+strconv.Itoa(rank))
+		if b, err := os.ReadFile(path); err != nil || string(b) != "trace of rank "+strconv.Itoa(rank) {
+			t.Errorf("%s: %q, %v\n%s", path, b, err, r.output())
+		}
+	}
+	if !strings.Contains(r.output(), "gorun: flight recorder: 2 dumps from 2 nodes of attempt 1 in "+filepath.Join(dir, "attempt-0")) {
+		t.Errorf("no line says where the dumps are:\n%s", r.output())
+	}
+	if after, _ := filepath.Glob("/tmp/gorun-flight-recorder-*"); len(after) != len(before) {
+		t.Errorf("the nodes' dump folders were not cleared: %v", after)
+	}
+	noneLeft(t, mark, 10*time.Second)
+}

@@ -82,6 +82,10 @@ func RunWorker(args []string, getenv func(string) string, stderr io.Writer) int 
 			fmt.Fprintf(stderr, "gorun %s: cannot reach the node agent (%v); output goes to torchrun\n", envplan.RankCommand, err)
 		}
 	}
+	if dir := getenv(envplan.FlightRecorderDirVar); dir != "" {
+		// torch writes its flight-recorder dump there but makes no folder
+		_ = os.MkdirAll(dir, 0o755)
+	}
 	hb, made := getenv(HeartbeatFileVar), false
 	if hb == "" {
 		if f, err := os.CreateTemp("", "gorun-heartbeat-"); err == nil {
