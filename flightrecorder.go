@@ -36,9 +36,9 @@ const maxDumps = 1 << 30
 // folders, so the next attempt starts empty. A node it cannot reach keeps
 // its dumps; gorun says so.
 func gatherFlightRecorder(ctx context.Context, dir, runID string, k int, plan envplan.Plan, runners map[string]sshexec.Runner, diag io.Writer) {
-	src := envplan.FlightRecorderDir(runID)
 	files, nodes := 0, 0
 	for _, n := range plan.Nodes {
+		src := envplan.FlightRecorderDir(runID, n.Host)
 		r := runners[n.Host]
 		if r == nil {
 			continue
@@ -66,7 +66,9 @@ func fetchDumps(ctx context.Context, r sshexec.Runner, src, dst string) (int, er
 	defer cancel()
 	// tar fails where src does not exist: no worker ran there, or none
 	// wrote; that is not an error.
-	script := "cd " + sshexec.Quote(src) + " 2>/dev/null || exit 0; tar -cf - . && cd / && rm -rf " + sshexec.Quote(src)
+	// The run's folder goes too once its last node's folder is gone.
+	script := "cd " + sshexec.Quote(src) + " 2>/dev/null || exit 0; tar -cf - . && cd / && rm -rf " + sshexec.Quote(src) +
+		" && rmdir " + sshexec.Quote(filepath.Dir(src)) + " 2>/dev/null; exit 0"
 	out, err := r.Output(ctx, []string{"sh", "-c", script})
 	if err != nil {
 		return 0, err

@@ -528,7 +528,7 @@ func TestFlightRecorder(t *testing.T) {
 		t.Fatal(err)
 	}
 	env := p.Nodes[0].Env
-	if v := env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]; v.Value != "/tmp/gorun-flight-recorder-abc/nccl_trace_rank_" || v.Source != SourceGorun {
+	if v := env["TORCH_NCCL_DEBUG_INFO_TEMP_FILE"]; v.Value != "/tmp/gorun-flight-recorder-abc/localhost/nccl_trace_rank_" || v.Source != SourceGorun {
 		t.Errorf("TORCH_NCCL_DEBUG_INFO_TEMP_FILE = %+v", v)
 	}
 	if v := env["TORCH_NCCL_DUMP_ON_TIMEOUT"]; v.Value != "1" {
@@ -537,7 +537,7 @@ func TestFlightRecorder(t *testing.T) {
 	if v := env["TORCH_NCCL_TRACE_BUFFER_SIZE"]; v.Value != "500" || v.Source != SourceUser {
 		t.Errorf("the user's TORCH_NCCL_TRACE_BUFFER_SIZE lost: %+v", v)
 	}
-	if v := env[FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc" {
+	if v := env[FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc/localhost" {
 		t.Errorf("%s = %+v", FlightRecorderDirVar, v)
 	}
 }

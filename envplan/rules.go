@@ -258,19 +258,20 @@ func joinInts(ids []int) string {
 const FlightRecorderDirVar = "GORUN_FLIGHT_RECORDER_DIR"
 
 // FlightRecorderDir is where a run's flight-recorder dumps go on a node,
-// before the head gathers them.
-func FlightRecorderDir(runID string) string {
+// before the head gathers them; named by node too, for nodes that share
+// /tmp.
+func FlightRecorderDir(runID, host string) string {
 	if runID == "" {
 		runID = "RUN"
 	}
-	return "/tmp/gorun-flight-recorder-" + runID
+	return "/tmp/gorun-flight-recorder-" + runID + "/" + host
 }
 
 // flightRecorder turns on PyTorch's NCCL flight recorder (--flight-recorder):
 // every rank keeps its last collectives with their Python stacks and writes
 // them when NCCL's watchdog times a collective out. Values the user set win.
 func (b *builder) flightRecorder(e nodeEnv) {
-	dir := FlightRecorderDir(b.spec.RunID)
+	dir := FlightRecorderDir(b.spec.RunID, e.host)
 	e.decide("TORCH_NCCL_TRACE_BUFFER_SIZE", Var{Value: "2000", Source: SourceGorun,
 		Reason: "--flight-recorder: each rank keeps its last 2000 collectives, with their stacks"})
 	e.decide("TORCH_NCCL_DUMP_ON_TIMEOUT", Var{Value: "1", Source: SourceGorun,
