@@ -1,0 +1,220 @@
+package launch
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+)
+
+// supervisor is an attempt's view of its failures.
+type supervisor struct {
+	ms   []*member
+	opts Options
+	s    *sink
+
+	stopping bool
+	started  int // workers that reported their start
+	finished int // workers that exited 0
+
+	// A node that exited non-zero, was lost or did not start, judged by
+	// torchrun's exit and failure summary.
+	nodeFailure *Failure
+	nodeFailed  int
+	nodeFirst   bool // it came before any worker failure and explains them
+
+	// Worker failures that were not caused by a stop, in arrival order.
+	causes []workerCause
+
+	hang        *Failure
+	dumping     bool // a hang was declared: stacks (and NCCL's report) are on their way
+	dumpPending int
+	rasPending  bool // waiting for NCCL's RAS report before asking for stacks
+}
+
+type workerCause struct {
+	i     int
+	exit  workerExit
+	phase string
+}
+
+// stopAll stops every running node and returns how many it asked.
+func (sv *supervisor) stopAll(now bool) int {
+	sv.stopping = true
+	n := 0
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Stop(now)
+			n++
+		}
+	}
+	return n
+}
+
+// workerExited records a worker's end and reports whether it is a failure
+// that should stop the group: the first exit gorun did not cause.
+func (sv *supervisor) workerExited(ev event) bool {
+	m := sv.ms[ev.i]
+	ex := ev.exit
+	m.mu.Lock()
+	w := m.workers[ev.lr]
+	joined := w != nil && w.joined
+	if w != nil {
+		w.done = true
+	}
+	m.mu.Unlock()
+	if !ex.failed() {
+		sv.finished++
+		return false
+	}
+	if ex.Stopped || sv.dumping {
+		return false
+	}
+	phase := "start-up (had not reached the rendezvous store)"
+	switch {
+	case sv.finished > 0:
+		phase = "exit (other workers had finished)"
+	case joined:
+		phase = "training"
+	}
+	sv.causes = append(sv.causes, workerCause{i: ev.i, exit: ex, phase: phase})
+	if sv.stopping {
+		return false
+	}
+	sv.s.message(sv.opts.Diag, fmt.Sprintf("gorun: %s%s %s during %s; stopping every node\n",
+		m.node.Name, rankWords(ex.Rank, ex.LocalRank), exitWords(ex), phase))
+	return true
+}
+
+// hangCheck returns how long until the group would count as hung, or 0
+// when it is: then it names the silent workers and asks every one of them
+// for its stacks.
+func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
+	if sv.started == 0 {
+		return sv.opts.HangTimeout // torchrun's rendezvous has its own timeout
+	}
+	latest := attemptStart
+	type silent struct {
+		node      string
+		rank, lr  int
+		last      time.Time
+		running   bool
+		nodeIndex int
+	}
+	var all []silent
+	for _, m := range sv.ms {
+		m.mu.Lock()
+		for lr, w := range m.workers {
+			if w.last.After(latest) {
+				latest = w.last
+			}
+			if !w.done {
+				all = append(all, silent{m.node.Name, w.started.Rank, lr, w.last, m.running, m.index})
+			}
+		}
+		m.mu.Unlock()
+	}
+	if wait := time.Until(latest.Add(sv.opts.HangTimeout)); wait > 0 {
+		return wait
+	}
+	if len(all) == 0 {
+		return sv.opts.HangTimeout
+	}
+	sort.Slice(all, func(a, b int) bool {
+		if all[a].nodeIndex != all[b].nodeIndex {
+			return all[a].nodeIndex < all[b].nodeIndex
+		}
+		return all[a].lr < all[b].lr
+	})
+	var names []string
+	var b strings.Builder
+	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", HeartbeatFileVar, sv.opts.HangTimeout)
+	for _, w := range all {
+		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
+		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
+	}
+	sv.s.message(sv.opts.Diag, b.String())
+	var nodes []string
+	for _, w := range all {
+		if !slices.Contains(nodes, w.node) {
+			nodes = append(nodes, w.node)
+		}
+	}
+	sv.hang = &Failure{Node: strings.Join(nodes, ", "), Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
+		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, strings.Join(names, ", "))}
+	sv.dumping = true
+	sv.dumpPending = len(all)
+	for _, m := range sv.ms {
+		m.log.tagWorkers.Store(true) // stacks of several ranks: say whose
+		m.mu.Lock()
+		for _, w := range m.workers {
+			sv.rasPending = sv.rasPending || (w.started.RASReporter && !w.done && m.running)
+		}
+		m.mu.Unlock()
+	}
+	if sv.rasPending {
+		// NCCL's report first, while every rank still runs: the stack
+		// dumps end the workers, and a dead rank no longer lags.
+		sv.tellAll(tellRAS) // a job without NCCL answers at once, with nothing
+
+	} else {
+		sv.requestDumps()
+	}
+	return 0
+}
+
+// requestDumps asks every worker for its stacks.
+func (sv *supervisor) requestDumps() {
+	sv.rasPending = false
+	sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
+	sv.tellAll(tellDump)
+}
+
+func (sv *supervisor) tellAll(b byte) {
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Tell(b)
+		}
+	}
+}
+
+// rootCause picks the failure of the attempt: a hang when one was
+// declared; else the earliest worker failure that no stop caused (by the
+// worker's own clock), unless a node was lost or failed to start first;
+// else what torchrun's exit said.
+func (sv *supervisor) rootCause() *Failure {
+	if sv.hang != nil {
+		return sv.hang // the stacks printed are its last lines
+	}
+	if len(sv.causes) > 0 && !sv.nodeFirst {
+		c := sv.causes[0]
+		for _, o := range sv.causes[1:] {
+			if o.exit.Time < c.exit.Time {
+				c = o
+			}
+		}
+		m := sv.ms[c.i]
+		return &Failure{Node: m.node.Name, Rank: c.exit.Rank, LocalRank: c.exit.LocalRank,
+			Code: c.exit.shellCode(), Signal: c.exit.Signal, Phase: c.phase,
+			Reason:    fmt.Sprintf("worker%s %s during %s", rankWords(c.exit.Rank, c.exit.LocalRank), exitWords(c.exit), c.phase),
+			LastLines: m.log.lastLinesOf(c.exit.LocalRank)}
+	}
+	if sv.nodeFailure == nil {
+		return nil
+	}
+	f := *sv.nodeFailure
+	if f.Phase == "" && sv.started == 0 {
+		f.Phase = "rendezvous (no worker had started)"
+	}
+	f.LastLines = sv.ms[sv.nodeFailed].log.lastLines()
+	return &f
+}
+
+// exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
+func exitWords(ex workerExit) string {
+	if ex.Signal != 0 {
+		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
+	}
+	return fmt.Sprintf("exited with %d", ex.Code)
+}
