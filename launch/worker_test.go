@@ -337,3 +337,38 @@ func TestWorkerReportsJoin(t *testing.T) {
 		t.Errorf("frames %q: no join reported", kinds)
 	}
 }
+
+// TestWorkerDumpsWithPySpy: where py-spy is on the PATH the supervisor
+// prints its dump and the worker lives on. py-spy cannot be installed on
+// the test machines, so a script stands in for it here, checking the
+// arguments it gets; the real one is used wherever it is installed.
+func TestWorkerDumpsWithPySpy(t *testing.T) {
+	bin := t.TempDir()
+	spy := "#!/bin/sh\n[ \"$1 $2\" = \"dump --pid\" ] || exit 3\necho \"Thread $3 (idle): \\\"MainThread\\\"\"\necho '    stuck (train.py:4)'\n"
+	if err := os.WriteFile(filepath.Join(bin, "py-spy"), []byte(spy), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=" + bin + ":/usr/bin:/bin"},
+		"--no-python", "--", "/bin/sh", "-c", "echo ready; sleep 1; echo still alive")
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	conn := <-r.conn
+	for f := range r.frames {
+		if f.kind == frameOut && strings.Contains(string(f.payload), "ready") {
+			break
+		}
+	}
+	conn.Write([]byte{tellDump})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("the worker did not live on: %v", err)
+	}
+	_, out, errOut, exit, kinds := r.collect(t)
+	if !strings.Contains(errOut, "py-spy: Thread ") || !strings.Contains(errOut, "py-spy:     stuck (train.py:4)") {
+		t.Errorf("stderr relayed %q, want py-spy's dump", errOut)
+	}
+	if !strings.ContainsRune(kinds, rune(frameDumped)) || !strings.Contains(out, "still alive") || exit.Code != 0 || exit.Stopped {
+		t.Errorf("frames %q, out %q, exit %+v", kinds, out, exit)
+	}
+}
