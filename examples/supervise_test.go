@@ -137,6 +137,14 @@ func TestClusterWorkerSIGKILL(t *testing.T) {
 	}
 	syscall.Kill(victim, syscall.SIGKILL)
 	killed := time.Now()
+	for len(workers(mark, 0)) > 0 && time.Since(killed) < 10*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	gone := time.Since(killed)
+	t.Logf("every worker gone %v after the SIGKILL (target %v)", gone.Round(time.Millisecond), stopWindow)
+	if gone > stopWindow {
+		t.Errorf("the group took %v to stop after the SIGKILL, want at most %v", gone, stopWindow)
+	}
 	code := r.wait(t, time.Minute)
 	out := r.output()
 	if code != 137 {
