@@ -182,7 +182,7 @@ gorun options:
   --dry-run                print the plan and run nothing
   --format table|json|shell  how --dry-run prints the plan (default table)
   --preflight on|warn|off  on: any failed check stops the launch (default)
-  --max-restarts N         (torchrun's) whole-group restarts in head-node mode
+  --max-restarts N         (torchrun's) whole-group restarts, each a fresh torchrun
   --ssh-config FILE        ssh_config to read (default ~/.ssh/config)
   --ssh-user USER, --ssh-port N, --ssh-identity FILE
   --known-hosts FILE       known_hosts to verify host keys against
