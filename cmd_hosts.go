@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+
+	"github.com/gorun/gorun/envplan"
+)
+
+// runHosts prints the resolved host list.
+func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
+	hosts, err := resolveHosts(opts)
+	if err != nil {
+		return err
+	}
+	if hosts == nil {
+		hosts = []envplan.Host{}
+	}
+	if asJSON {
+		enc := json.NewEncoder(out)
+		enc.SetIndent("", "  ")
+		return enc.Encode(hosts)
+	}
+	for _, h := range hosts {
+		slots := "?"
+		if h.Slots > 0 {
+			slots = strconv.Itoa(h.Slots)
+		}
+		gpus := "all"
+		if h.GPUs != nil {
+			gpus = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(h.GPUs)), ","), "[]")
+		}
+		fmt.Fprintf(out, "%s\tslots=%s\tgpus=%s\n", h.Name, slots, gpus)
+	}
+	return nil
+}
+
+func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
+	var data []byte
+	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
+		var err error
+		if data, err = os.ReadFile(opts.Hostfile); err != nil {
+			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
+				Fix: "give the path of a readable hostfile"}
+		}
+	}
+	return envplan.ResolveHosts(opts.Hosts, opts.Hostfile, data, opts.Include, opts.Exclude, os.Getenv)
+}
+
+// environ returns the process environment as a map.
+func environ() map[string]string {
+	env := make(map[string]string)
+	for _, kv := range os.Environ() {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
