@@ -46,10 +46,10 @@ echo "        exit, stops both nodes within a second and restarts the whole grou
   --env CRASH_CODE=7 --env STEPS=5 "$script"
 
 echo; echo "demo: 3) a hang: rank 1 stops at step 1 and the others wait for it in their next"
-echo "        collective; with --hang-timeout 5s gorun names the silent ranks, prints"
+echo "        collective; with --hang-timeout 10s gorun names the silent ranks, prints"
 echo "        every rank's Python stack and exits 124"
 code=0
-"${gorun[@]}" --hang-timeout 5s --env HANG_RANK=1 --env STEPS=20 --env STEP_SLEEP=0.2 "$script" || code=$?
+"${gorun[@]}" --hang-timeout 10s --env HANG_RANK=1 --env STEPS=20 --env STEP_SLEEP=0.2 "$script" || code=$?
 echo "demo: gorun exited $code (124: hang)"
 [ "$code" = 124 ] || exit 1
 echo; echo "demo: done; tearing the cluster down"

@@ -208,8 +208,10 @@ func TestLocalRestartsOwnedByGorun(t *testing.T) {
 func TestClusterHangCaught(t *testing.T) {
 	c := needCluster(t, 2)
 	mark := marker(t)
-	const timeout = 5 * time.Second
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "5s",
+	// Long enough for `import torch` on a busy 2-core machine, which
+	// prints nothing and so counts against it.
+	const timeout = 15 * time.Second
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "15s",
 		"--env", "HANG_RANK=3", "--env", "STEPS=100", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `hanging on purpose`, 3*time.Minute)
@@ -353,8 +355,13 @@ func TestClusterFlightRecorder(t *testing.T) {
 	mark := marker(t)
 	dir := t.TempDir()
 	before, _ := filepath.Glob("/tmp/gorun-flight-recorder-*")
+	// Rank 1 fails once rank 0 has written its dump too (the nodes share
+	// this machine's filesystem, so it can look), or the group could stop
+	// before rank 0 even started.
 	worker := `printf 'trace of rank %s' "$RANK" > "${TORCH_NCCL_DEBUG_INFO_TEMP_FILE}$RANK"
 [ "$TORCH_NCCL_DUMP_ON_TIMEOUT" = 1 ] || exit 9
+other="$(dirname "$(dirname "$TORCH_NCCL_DEBUG_INFO_TEMP_FILE")")/node0/nccl_trace_rank_0"
+i=0; while [ "$RANK" = 1 ] && [ ! -e "$other" ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done
 if [ "$RANK" = 1 ]; then exit 6; fi
 sleep 30`
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--preflight", "off", "--torchrun", shim(t),

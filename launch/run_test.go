@@ -676,12 +676,13 @@ func TestRunHang(t *testing.T) {
 func TestRunHeartbeatKeepsAlive(t *testing.T) {
 	beat := sshexec.AppendFrame(nil, frameProgress, rankFrame(nil, 0))
 	frames := []timedFrame{{0, started(0, 0)}}
-	for range 6 {
+	for range 10 {
 		frames = append(frames, timedFrame{50 * ms, beat})
 	}
 	frames = append(frames, timedFrame{0, exited(0, 0, 0, 0, false, time.Now())})
-	c := &cluster{plan: [][]script{{{after: 400 * ms, frames: frames}}}}
-	if _, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms}); err != nil {
+	// 600 ms in all, far past the timeout; beats 50 ms apart, far inside it.
+	c := &cluster{plan: [][]script{{{after: 600 * ms, frames: frames}}}}
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 400 * ms}); err != nil {
 		t.Fatalf("err = %v, want success", err)
 	}
 }
