@@ -160,7 +160,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			close(failed) // the worker never ran: the readers just end
 		}
 	}()
-	var writeEnds []*os.File
+	var writeEnds, readEnds []*os.File
 	closeWriteEnds := func() {
 		for _, f := range writeEnds {
 			f.Close()
@@ -181,6 +181,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			}
 			*s.set = pw
 			writeEnds = append(writeEnds, pw)
+			readEnds = append(readEnds, pr)
 			var own io.Writer
 			if echo {
 				own = s.own
@@ -258,7 +259,19 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	}
 	end := time.Now().UnixNano()
 	cancel()
-	copies.Wait() // the worker's last lines go out before its exit
+	// The worker's last lines go out before its exit. A process it left
+	// behind may still hold its stdout; torchrun would not wait for that,
+	// so neither does this, past a moment.
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputDrain):
+		for _, f := range readEnds {
+			f.Close()
+		}
+		<-drained
+	}
 	if ws.Signaled() && !w.isStopped() {
 		// A signal sent to the whole tree may reach the worker a moment
 		// before this process is told of its own copy.
@@ -283,6 +296,10 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	}
 	return ex.Code
 }
+
+// outputDrain is how long the supervisor waits, once the worker has
+// exited, for the rest of its output.
+const outputDrain = 2 * time.Second
 
 // forwardedSignals are the signals passed on to the worker. SIGKILL cannot
 // be caught; the worker's parent-death signal covers it.
@@ -311,7 +328,9 @@ func (w *worker) forwardSignals(ctx context.Context, sigs <-chan os.Signal, pid 
 			if isStopSignal(s) {
 				w.markStopped()
 			}
-			_ = unix.Kill(pid, s.(syscall.Signal))
+			// To the worker's process group, as torchrun's killpg would
+			// reach it and the children it started without gorun.
+			_ = unix.Kill(-pid, s.(syscall.Signal))
 		}
 	}
 }

@@ -372,3 +372,25 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 		t.Errorf("frames %q, out %q, exit %+v", kinds, out, exit)
 	}
 }
+
+// TestWorkerLeftoverHoldsOutput: a worker that exits leaving a child with
+// its stdout open still ends its supervisor, with its own code, within
+// moments, as torchrun sees a plain worker end.
+func TestWorkerLeftoverHoldsOutput(t *testing.T) {
+	r := newRelayServer(t)
+	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
+		"echo bye; (setsid sh -c 'sleep 30; : gorun-leftover-test' &); exit 4")
+	start := time.Now()
+	err := cmd.Run()
+	if code, _ := exitCode(err); code != 4 {
+		t.Fatalf("exit %v, want 4", err)
+	}
+	if took := time.Since(start); took > outputDrain+3*time.Second {
+		t.Errorf("the supervisor took %v to end", took)
+	}
+	_, out, _, exit, _ := r.collect(t)
+	if out != "bye\n" || exit.Code != 4 {
+		t.Errorf("out %q, exit %+v", out, exit)
+	}
+	exec.Command("pkill", "-f", "gorun-leftover-test").Run()
+}
