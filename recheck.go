@@ -47,8 +47,8 @@ func recheck(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, pla
 		return spec, plan, nil
 	}
 	keep := keepHosts(spec.Hosts, failed)
-	min := cl.Torchrun.NNodesMin
-	elastic := min < cl.Torchrun.NNodesMax
+	lo := cl.Torchrun.NNodesMin
+	elastic := lo < cl.Torchrun.NNodesMax
 	for _, h := range spec.Hosts {
 		if why := failed[h.Name]; why != "" {
 			fmt.Fprintf(diag, "gorun: %s fails its checks before the restart: %s\n", h.Name, why)
@@ -59,9 +59,9 @@ func recheck(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, pla
 		report.WriteText(diag)
 		return spec, plan, fmt.Errorf("%w: a node failed before the restart, and --nnodes gives no range to go on without it (for example --nnodes %d:%d)",
 			errPreflightFailed, max(1, len(spec.Hosts)-1), len(spec.Hosts))
-	case len(keep) < min:
+	case len(keep) < lo:
 		report.WriteText(diag)
-		return spec, plan, fmt.Errorf("%w: only %d nodes pass their checks, below --nnodes minimum %d", errPreflightFailed, len(keep), min)
+		return spec, plan, fmt.Errorf("%w: only %d nodes pass their checks, below --nnodes minimum %d", errPreflightFailed, len(keep), lo)
 	}
 	spec.Hosts = keep
 	next, err := envplan.Build(spec, planFacts(report))
@@ -70,7 +70,7 @@ func recheck(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, pla
 	}
 	dropped := slices.Sorted(maps.Keys(failed))
 	fmt.Fprintf(diag, "gorun: dropping %s; the group restarts on %d nodes (--nnodes %d:%d)\n",
-		strings.Join(dropped, ", "), len(keep), min, cl.Torchrun.NNodesMax)
+		strings.Join(dropped, ", "), len(keep), lo, cl.Torchrun.NNodesMax)
 	return spec, next, nil
 }
 

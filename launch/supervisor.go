@@ -99,7 +99,6 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		node      string
 		rank, lr  int
 		last      time.Time
-		running   bool
 		nodeIndex int
 	}
 	var all []silent
@@ -110,7 +109,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 				latest = w.last
 			}
 			if !w.done {
-				all = append(all, silent{m.node.Name, w.started.Rank, lr, w.last, m.running, m.index})
+				all = append(all, silent{m.node.Name, w.started.Rank, lr, w.last, m.index})
 			}
 		}
 		m.mu.Unlock()

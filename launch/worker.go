@@ -34,10 +34,6 @@ const (
 	// RestartCountVar is the attempt number of the whole group (0 first);
 	// the supervisor copies it to torchrun's TORCHELASTIC_RESTART_COUNT.
 	RestartCountVar = "GORUN_RESTART_COUNT"
-	// WorkerEchoVar set to 1 makes the supervisor also write the worker's
-	// output to its own stdout and stderr, where torchrun's --tee or
-	// --redirects files expect it.
-	WorkerEchoVar = "GORUN_WORKER_ECHO"
 )
 
 // How often the supervisor looks at the heartbeat file, and at the
@@ -150,7 +146,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	defer cleanup()
 	w.stopped = make(chan struct{})
 	w.connOK = w.conn != nil
-	echo := getenv(WorkerEchoVar) == "1"
+	echo := getenv(envplan.WorkerEchoVar) == "1"
 	var copies sync.WaitGroup
 	announced, failed := make(chan struct{}), make(chan struct{})
 	defer func() {
@@ -383,7 +379,7 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 	if fi, err := os.Stat(heartbeat); err == nil {
 		last = fi.ModTime()
 	}
-	for n := 0; ; n++ {
+	for {
 		select {
 		case <-ctx.Done():
 			return
@@ -394,7 +390,7 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 			w.send(frameInit, rankFrame(nil, w.localRank))
 			t.Reset(pollEvery)
 		}
-		if heartbeat != "" && (joined || n%int(pollEvery/pollJoining) == 0) {
+		if heartbeat != "" {
 			if fi, err := os.Stat(heartbeat); err == nil && fi.ModTime().After(last) {
 				last = fi.ModTime()
 				w.send(frameProgress, rankFrame(nil, w.localRank))

@@ -103,6 +103,20 @@ func newRelayServer(t *testing.T) *relayServer {
 	return r
 }
 
+// waitOut consumes frames until one of the worker's stdout lines holds
+// text.
+func (r *relayServer) waitOut(text string) {
+	var out string
+	for f := range r.frames {
+		if f.kind == frameOut {
+			out += string(f.payload[4:])
+			if strings.Contains(out, text) {
+				return
+			}
+		}
+	}
+}
+
 // collect returns every frame until the worker hung up, with output
 // joined per stream.
 func (r *relayServer) collect(t *testing.T) (started workerStarted, out, errOut string, exit workerExit, kinds string) {
@@ -221,19 +235,10 @@ func TestWorkerForwardsStop(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	var out string
-	for f := range r.frames {
-		if f.kind == frameOut {
-			out += string(f.payload[4:])
-			if strings.Contains(out, "ready") {
-				break
-			}
-		}
-	}
+	r.waitOut("ready")
 	cmd.Process.Signal(syscall.SIGTERM)
 	err := cmd.Wait()
-	_, _, rest, exit, _ := r.collect(t)
-	_ = rest
+	_, _, _, exit, _ := r.collect(t)
 	if code, _ := exitCode(err); code != 143 {
 		t.Errorf("supervisor ended with %v, want exit 143 as the worker", err)
 	}
@@ -259,11 +264,7 @@ func TestWorkerDumpsStacks(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := <-r.conn
-	for f := range r.frames {
-		if f.kind == frameOut && strings.Contains(string(f.payload), "ready") {
-			break
-		}
-	}
+	r.waitOut("ready")
 	conn.Write([]byte{tellDump})
 	err = cmd.Wait()
 	if _, sig := exitCode(err); sig != syscall.SIGABRT || strings.Contains(own.String(), "goroutine") {
@@ -355,11 +356,7 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 		t.Fatal(err)
 	}
 	conn := <-r.conn
-	for f := range r.frames {
-		if f.kind == frameOut && strings.Contains(string(f.payload), "ready") {
-			break
-		}
-	}
+	r.waitOut("ready")
 	conn.Write([]byte{tellDump})
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the worker did not live on: %v", err)

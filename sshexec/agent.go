@@ -39,8 +39,9 @@ const killRepeat = 50 * time.Millisecond
 // It reads one JSON line (a Job) from stdin, starts the job in a new session
 // with stdin /dev/null and stdout/stderr on its own stdout/stderr, and then
 // reads control bytes from stdin: 'h' heartbeat, 't' graceful stop, 'k'
-// kill now, 'r' and a byte to pass to the relay clients (Job.Relay). EOF on stdin, a missed heartbeat (Job.Heartbeat), SIGTERM,
-// SIGINT, SIGHUP or ctx being cancelled stop the job gracefully: SIGTERM to
+// kill now, 'r' and a byte to pass to the relay clients (Job.Relay). EOF
+// on stdin, a missed heartbeat (Job.Heartbeat), SIGTERM, SIGINT, SIGHUP or
+// ctx being cancelled stop the job gracefully: SIGTERM to
 // every descendant, Job.Grace, then SIGKILL until none is left. The agent is
 // a child subreaper, so workers that their parent left behind (torchrun's
 // workers run in sessions of their own) are reparented to it and are killed
