@@ -740,3 +740,23 @@ func TestRunLocalRanksFilter(t *testing.T) {
 		t.Errorf("out = %q, want rank 1 only", got)
 	}
 }
+
+// TestRunPhases: a node whose torchrun fails before any worker started
+// failed in rendezvous; a worker failing after another finished failed at
+// exit.
+func TestRunPhases(t *testing.T) {
+	noWorker := script{after: 10 * ms, code: 1}
+	c := &cluster{plan: [][]script{{noWorker, {stopCode: 143}}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.Failure.Phase != "rendezvous (no worker had started)" || jf.Failure.Node != "node1" {
+		t.Errorf("err = %v, failure %+v, want node1 in rendezvous", err, jf)
+	}
+	atExit := script{stopCode: 1, frames: []timedFrame{{0, started(0, 0)}, {0, started(1, 1)}, {0, joined(0)}, {0, joined(1)},
+		{5 * ms, exited(0, 0, 0, 0, false, time.Now())}, {5 * ms, exited(1, 1, 2, 0, false, time.Now())}}}
+	c = &cluster{plan: [][]script{{atExit}}}
+	_, err = Run(context.Background(), Options{Attempt: c.attempt})
+	if !errors.As(err, &jf) || jf.Failure.Phase != "exit (other workers had finished)" || jf.Failure.Code != 2 {
+		t.Errorf("err = %v, failure %+v, want rank 1's exit 2 at exit", err, jf)
+	}
+}
