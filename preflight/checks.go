@@ -106,15 +106,46 @@ func ok(id, msg, evidence string) Finding {
 }
 
 func checkCollect(f Facts) []Finding {
-	if len(f.Errors) == 0 {
-		return nil
+	var out []Finding
+	for _, s := range f.Stalled {
+		evidence, remedy := stallAdvice(s.Step)
+		out = append(out, Finding{
+			ID: "collect.stalled", Severity: SeverityFail,
+			Message:  fmt.Sprintf("preflight step %q on %s did not finish within %gs", s.Step, f.Host, s.Seconds),
+			Evidence: evidence, Remedy: remedy,
+		})
 	}
-	return []Finding{{
-		ID: "collect.errors", Severity: SeverityWarn,
-		Message:  fmt.Sprintf("%d facts could not be collected; checks that need them are skipped", len(f.Errors)),
-		Evidence: strings.Join(f.Errors, "; "),
-		Remedy:   "run `gorun preflight` as the job's user and check the named files and commands",
-	}}
+	if len(f.Errors) > 0 {
+		out = append(out, Finding{
+			ID: "collect.errors", Severity: SeverityWarn,
+			Message:  fmt.Sprintf("%d facts could not be collected; checks that need them are skipped", len(f.Errors)),
+			Evidence: strings.Join(f.Errors, "; "),
+			Remedy:   "run `gorun preflight` as the job's user and check the named files and commands",
+		})
+	}
+	return out
+}
+
+// stallAdvice says what a stalled collector step was doing and what to do
+// about it.
+func stallAdvice(step string) (evidence, remedy string) {
+	switch step {
+	case "nvml":
+		return "an NVML call (device enumeration, P2P, NVLink or health) did not return",
+			"a GPU that fell off the bus or a hung driver holds NVML: check `dmesg` for Xid errors and run `nvidia-smi` on the node; reset the GPU or drain the node"
+	case "nvidia-smi":
+		return "nvidia-smi did not exit",
+			"a GPU that fell off the bus or a hung driver holds nvidia-smi: check `dmesg` for Xid errors; reset the GPU or drain the node"
+	case "torch":
+		return "the Python behind torchrun did not answer the torch probe",
+			"run `python -c 'import torch'` with torchrun's interpreter on the node; a stalled network filesystem under the venv or home is the usual cause"
+	case "route":
+		return "looking up or probing the route to the master address did not finish",
+			"check the node's network and the master address (--master-addr)"
+	default:
+		return "reading the training script did not finish",
+			"check the filesystem the training script is on (a stalled network mount)"
+	}
 }
 
 // checkDriver covers the kernel driver, its modules and NVML. It reports

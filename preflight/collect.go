@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"time"
 
@@ -61,6 +62,37 @@ type CollectOptions struct {
 	// Script is the training script to hash (Facts.ScriptSHA256); empty
 	// skips it.
 	Script string
+	// StepTimeout bounds each step that can wedge (NVML, nvidia-smi, the
+	// torch probe, the route, the script): a step past it is left behind
+	// and named in Facts.Stalled. Zero means DefaultStepTimeout.
+	StepTimeout time.Duration
+}
+
+// DefaultStepTimeout is how long one collector step may take. Every step is
+// well under a second on a healthy node; a GPU that fell off the bus can
+// hold an NVML call for minutes.
+const DefaultStepTimeout = 20 * time.Second
+
+// within runs step under a time limit. step gets a ctx that ends at the
+// limit, so the commands it runs are killed then; a call that takes no ctx
+// (NVML's, inside the driver) cannot be stopped, so within stops waiting
+// for it and records the stall. step must write only to what it owns until
+// it returns: within's caller reads it only when within reports true.
+func within(ctx context.Context, limit time.Duration, name string, f *Facts, step func(ctx context.Context)) bool {
+	ctx, cancel := context.WithTimeout(ctx, limit)
+	defer cancel()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		step(ctx)
+	}()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		f.Stalled = append(f.Stalled, Stall{Step: name, Seconds: limit.Seconds()})
+		return false
+	}
 }
 
 // Collect gathers one node's facts. It never fails as a whole: what could
@@ -73,11 +105,17 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 	}
 	r := sysReader{root: root}
 	f := Facts{Host: opts.Host}
+	limit := opts.StepTimeout
+	if limit <= 0 {
+		limit = DefaultStepTimeout
+	}
 	// Finding torch starts an interpreter, and NVML's init takes tens of
 	// milliseconds in the driver: do them side by side.
 	torch := make(chan TorchFacts, 1)
+	torchCtx, stopTorch := context.WithTimeout(ctx, limit)
+	defer stopTorch()
 	if src.Torch != nil {
-		go func() { torch <- src.Torch(ctx) }()
+		go func() { torch <- src.Torch(torchCtx) }()
 	} else {
 		torch <- TorchFacts{}
 	}
@@ -89,22 +127,34 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 
 	nvmlOK := false
 	if src.NVML != nil {
-		nvmlOK = collectNVML(src.NVML, &f)
+		// The step fills a copy; its own slices, so a step left behind
+		// never writes into f.
+		g := f
+		g.Errors = slices.Clip(f.Errors)
+		var ok bool
+		if within(ctx, limit, "nvml", &f, func(context.Context) { ok = collectNVML(src.NVML, &g) }) {
+			f, nvmlOK = g, ok
+		}
 		if nvmlOK {
 			f.Source = "nvml"
 		}
 	} else {
 		f.Driver.NVMLError = "NVML not available in this build"
 	}
-	if !nvmlOK && src.Run != nil && ctx.Err() == nil {
-		err := collectNvidiaSMI(ctx, src.Run, &f)
-		switch {
-		case errors.Is(err, exec.ErrNotFound) && !f.Driver.Loaded:
-			// No driver and no nvidia-smi: a CPU node, reported once by the checks.
-		case err != nil:
-			f.Errors = append(f.Errors, fmt.Sprintf("nvidia-smi fallback: %v", err))
-		default:
-			f.Source = "nvidia-smi"
+	if !nvmlOK && src.Run != nil && ctx.Err() == nil && len(f.Stalled) == 0 {
+		g := f
+		g.Errors = slices.Clip(f.Errors)
+		var err error
+		if within(ctx, limit, "nvidia-smi", &f, func(ctx context.Context) { err = collectNvidiaSMI(ctx, src.Run, &g) }) {
+			f = g
+			switch {
+			case errors.Is(err, exec.ErrNotFound) && !f.Driver.Loaded:
+				// No driver and no nvidia-smi: a CPU node, reported once by the checks.
+			case err != nil:
+				f.Errors = append(f.Errors, fmt.Sprintf("nvidia-smi fallback: %v", err))
+			default:
+				f.Source = "nvidia-smi"
+			}
 		}
 	}
 	gpuLocality(r, f.GPUs)
@@ -122,20 +172,31 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 		}
 		f.Interfaces = ifs
 		if opts.RouteTarget != "" && src.Route != nil {
-			rt := src.Route(ctx, opts.RouteTarget, ifs)
-			if opts.ProbePort > 0 && rt.Err == "" {
-				probeRoute(ctx, &rt, opts.ProbePort)
+			var rt Route
+			if within(ctx, limit, "route", &f, func(ctx context.Context) {
+				rt = src.Route(ctx, opts.RouteTarget, ifs)
+				if opts.ProbePort > 0 && rt.Err == "" {
+					probeRoute(ctx, &rt, opts.ProbePort)
+				}
+			}) {
+				f.Route = &rt
 			}
-			f.Route = &rt
 		}
 	}
-	f.Torch = <-torch
+	select {
+	case f.Torch = <-torch:
+	case <-torchCtx.Done():
+		f.Stalled = append(f.Stalled, Stall{Step: "torch", Seconds: limit.Seconds()})
+	}
 	if opts.Script != "" {
-		sum, err := fileSHA256(opts.Script)
-		if err != nil {
-			f.Errors = append(f.Errors, fmt.Sprintf("hash training script: %v", err))
+		var sum string
+		var err error
+		if within(ctx, limit, "script", &f, func(context.Context) { sum, err = fileSHA256(opts.Script) }) {
+			if err != nil {
+				f.Errors = append(f.Errors, fmt.Sprintf("hash training script: %v", err))
+			}
+			f.ScriptSHA256 = sum
 		}
-		f.ScriptSHA256 = sum
 	}
 	return f
 }

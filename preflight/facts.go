@@ -48,6 +48,15 @@ type Facts struct {
 	// Errors lists collector problems that did not stop collection
 	// ("read /sys/class/infiniband: permission denied").
 	Errors []string `json:"errors,omitempty"`
+	// Stalled lists the collector steps that did not finish within their
+	// time limit ("nvml", "torch", ...): the checks make each a fail.
+	Stalled []Stall `json:"stalled,omitempty"`
+}
+
+// Stall is one collector step that did not finish in time.
+type Stall struct {
+	Step    string  `json:"step"`
+	Seconds float64 `json:"seconds"` // the limit it ran past
 }
 
 // NUMANode is one NUMA node and its CPUs.

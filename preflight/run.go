@@ -1,0 +1,184 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/sshexec"
+)
+
+// CollectCommand is the hidden gorun subcommand that collects one node's
+// facts: `gorun _collect REQUEST` prints Facts as JSON.
+const CollectCommand = "_collect"
+
+// Request tells a node's collector what to look at beyond the node itself.
+// It travels as JSON to CollectCommand on the node.
+type Request struct {
+	// Torchrun is how torchrun starts on the node: the Python and torch
+	// behind it are the ones checked.
+	Torchrun string `json:"torchrun"`
+	// Script is the training script, hashed to compare across nodes.
+	Script string `json:"script"`
+	// RouteTo and ProbePort: see CollectOptions.RouteTarget and ProbePort.
+	RouteTo   string `json:"route_to"`
+	ProbePort int    `json:"probe_port"`
+	// BudgetSeconds bounds the whole collection on the node, so that it
+	// answers, naming its stalled steps, before the head stops waiting.
+	BudgetSeconds float64 `json:"budget_s,omitempty"`
+}
+
+// Budget is how long the collector may take; zero means no bound beyond
+// each step's.
+func (r Request) Budget() time.Duration {
+	return time.Duration(r.BudgetSeconds * float64(time.Second))
+}
+
+// Options returns the CollectOptions the collector runs with.
+func (r Request) Options() CollectOptions {
+	return CollectOptions{Script: r.Script, RouteTarget: r.RouteTo, ProbePort: r.ProbePort}
+}
+
+// Agent runs gorun's hidden subcommands on a node; sshexec.Runner is one.
+type Agent interface {
+	AgentOutput(ctx context.Context, args ...string) ([]byte, error)
+}
+
+// Target is one node to check.
+type Target struct {
+	Host  string // the name in the report
+	GPUs  []int  // the GPU indexes the job uses there; nil means all
+	Agent Agent
+}
+
+// RunOptions say what the job wants and what the head knows.
+type RunOptions struct {
+	// Want is what the job needs of every node; GPUIDs comes from each
+	// Target.
+	Want Want
+	// Request goes to every node's collector.
+	Request Request
+	// NodeTimeout bounds one node's answer; zero means DefaultNodeTimeout.
+	NodeTimeout time.Duration
+	// Environ is the head's environment: the NCCL variables in it are
+	// linted, since the job inherits them.
+	Environ map[string]string
+	// ScriptName and Script are the training script as the head reads it,
+	// for the script lint; nil Script skips it.
+	ScriptName string
+	Script     []byte
+	// Progress, when set, is called as each node finishes, one call at a
+	// time.
+	Progress func(done, total int)
+}
+
+// DefaultNodeTimeout is how long the head waits for one node's facts. The
+// node's own collector gives up a few seconds earlier and reports the
+// steps that stalled; the head's limit catches a node whose agent or SSH
+// session is wedged.
+const DefaultNodeTimeout = 60 * time.Second
+
+// collectorMargin is how much sooner than the head the collector stops.
+const collectorMargin = 5 * time.Second
+
+// Run collects every target's facts in parallel (at most
+// sshexec.DefaultFanout at a time), evaluates the checks per node and
+// across nodes, plus the head-side lints, and returns the report. A node
+// that cannot be reached, or does not answer within the node timeout,
+// gets a fail finding that names it. Run returns early, with what it has,
+// when ctx ends; the caller checks ctx.
+func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
+	timeout := opts.NodeTimeout
+	if timeout <= 0 {
+		timeout = DefaultNodeTimeout
+	}
+	req := opts.Request
+	req.BudgetSeconds = max(timeout-collectorMargin, timeout/2).Seconds()
+	arg, _ := json.Marshal(req) // plain strings and numbers: cannot fail
+
+	hosts := make([]string, len(targets))
+	index := make(map[string]int, len(targets))
+	for i, t := range targets {
+		hosts[i], index[t.Host] = t.Host, i
+	}
+	reports := make([]NodeReport, len(targets))
+	var mu sync.Mutex
+	done := 0
+	_ = sshexec.ForEach(ctx, hosts, 0, func(ctx context.Context, host string) error {
+		t := targets[index[host]]
+		reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout)
+		if opts.Progress != nil {
+			mu.Lock()
+			done++
+			opts.Progress(done, len(targets))
+			mu.Unlock()
+		}
+		return nil
+	})
+	for i, t := range targets {
+		if reports[i].Host == "" { // not started: ctx ended first
+			reports[i] = unreached(t.Host, "node.reach", "preflight did not run on "+t.Host, ctx.Err(), "")
+		}
+	}
+	across := CheckAcross(reports)
+	across = append(across, LintNCCLEnv(opts.Environ)...)
+	if opts.Script != nil {
+		across = append(across, LintScript(opts.ScriptName, opts.Script)...)
+	}
+	return NewReport(reports, across)
+}
+
+// checkTarget collects one node's facts and checks them.
+func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {
+	nctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	out, err := t.Agent.AgentOutput(nctx, CollectCommand, req)
+	if err == nil && nctx.Err() != nil {
+		err = nctx.Err()
+	}
+	if err != nil {
+		if errors.Is(nctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
+			return unreached(t.Host, "node.timeout",
+				fmt.Sprintf("preflight on %s did not answer within %s (step: collect facts on the node)", t.Host, timeout), err,
+				"the node's gorun or its SSH session is wedged: log in and run `gorun preflight` there to see which step hangs")
+		}
+		return unreached(t.Host, "node.reach", "cannot collect facts on "+t.Host, err,
+			"check that the node is up and that gorun can run there")
+	}
+	var facts Facts
+	if err := json.Unmarshal(out, &facts); err != nil {
+		return unreached(t.Host, "node.reach", "cannot read the facts "+t.Host+" sent", err,
+			"run `gorun preflight` on the node itself; the gorun there may be a different version")
+	}
+	facts.Host = t.Host
+	want.GPUIDs = t.GPUs
+	return NodeReport{Host: t.Host, Facts: facts, Findings: Check(facts, want)}
+}
+
+func unreached(host, id, msg string, err error, remedy string) NodeReport {
+	f := Finding{ID: id, Severity: SeverityFail, Message: msg, Remedy: remedy}
+	if err != nil {
+		f.Evidence = err.Error()
+	}
+	return NodeReport{Host: host, Findings: []Finding{f}}
+}
+
+// RouteTarget is the address every node checks its route to: the user's
+// master address when given, else the address the head reached node 0 at
+// (node0Addr, "host:port" or "" for this machine), proven on each node
+// with a TCP connection to that port (node 0's sshd), else node 0's name.
+func RouteTarget(masterAddr, node0, node0Addr string) (addr string, probePort int) {
+	if masterAddr != "" {
+		return masterAddr, 0
+	}
+	if host, port, err := net.SplitHostPort(node0Addr); err == nil && host != "" {
+		p, _ := strconv.Atoi(port)
+		return host, p
+	}
+	return node0, 0
+}

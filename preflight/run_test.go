@@ -1,0 +1,164 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+)
+
+// agentFunc is a fake node: it answers the collector's request.
+type agentFunc func(ctx context.Context, args ...string) ([]byte, error)
+
+func (f agentFunc) AgentOutput(ctx context.Context, args ...string) ([]byte, error) { return f(ctx, args...) }
+
+func answer(facts Facts) agentFunc {
+	return func(ctx context.Context, args ...string) ([]byte, error) {
+		return json.Marshal(facts)
+	}
+}
+
+func TestRun(t *testing.T) {
+	var asked Request
+	healthy := func(ctx context.Context, args ...string) ([]byte, error) {
+		if len(args) != 2 || args[0] != CollectCommand {
+			t.Errorf("args = %q, want [%s REQUEST]", args, CollectCommand)
+		}
+		if err := json.Unmarshal([]byte(args[1]), &asked); err != nil {
+			t.Errorf("request: %v", err)
+		}
+		return json.Marshal(Facts{Hostname: "n0", CPUCount: 4})
+	}
+	wedged := func(ctx context.Context, args ...string) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	}
+	down := func(ctx context.Context, args ...string) ([]byte, error) {
+		return nil, errors.New("connection refused")
+	}
+	garbled := func(ctx context.Context, args ...string) ([]byte, error) { return []byte("{"), nil }
+
+	targets := []Target{
+		{Host: "n0", Agent: agentFunc(healthy)},
+		{Host: "n1", Agent: agentFunc(wedged)},
+		{Host: "n2", Agent: agentFunc(down)},
+		{Host: "n3", Agent: agentFunc(garbled)},
+		{Host: "n4", Agent: answer(Facts{Hostname: "n4", Stalled: []Stall{{Step: "nvml", Seconds: 20}}})},
+	}
+	var progress []int
+	start := time.Now()
+	rep := Run(context.Background(), targets, RunOptions{
+		Request:     Request{Torchrun: "torchrun", Script: "train.py"},
+		NodeTimeout: 300 * time.Millisecond,
+		Progress:    func(done, total int) { progress = append(progress, done) },
+	})
+	if took := time.Since(start); took > 2*time.Second {
+		t.Errorf("Run took %v with a 300ms node timeout", took)
+	}
+	if rep.OK {
+		t.Error("report OK with a wedged, a down and a stalled node")
+	}
+	if asked.Script != "train.py" || asked.BudgetSeconds <= 0 || asked.BudgetSeconds >= 0.3 {
+		t.Errorf("request = %+v, want the script and a budget under the node timeout", asked)
+	}
+	if len(progress) != len(targets) || progress[len(progress)-1] != len(targets) {
+		t.Errorf("progress = %v", progress)
+	}
+	want := map[string]string{"n1": "node.timeout", "n2": "node.reach", "n3": "node.reach", "n4": "collect.stalled"}
+	for _, n := range rep.Nodes {
+		id := ""
+		if len(n.Findings) > 0 && n.Findings[0].Severity == SeverityFail {
+			id = n.Findings[0].ID
+		}
+		if id != want[n.Host] {
+			t.Errorf("%s: first fail = %q, want %q (%+v)", n.Host, id, want[n.Host], n.Findings)
+		}
+		if id != "" && !strings.Contains(n.Findings[0].Message, n.Host) {
+			t.Errorf("%s: %q does not name the node", n.Host, n.Findings[0].Message)
+		}
+	}
+}
+
+func TestRunInterrupted(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	wedged := agentFunc(func(ctx context.Context, args ...string) ([]byte, error) {
+		<-ctx.Done()
+		return nil, ctx.Err()
+	})
+	time.AfterFunc(100*time.Millisecond, cancel)
+	start := time.Now()
+	rep := Run(ctx, []Target{{Host: "a", Agent: wedged}, {Host: "b", Agent: wedged}}, RunOptions{})
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Run returned %v after the cancel", took)
+	}
+	for _, n := range rep.Nodes {
+		if n.Findings[0].ID != "node.reach" {
+			t.Errorf("%s: %+v", n.Host, n.Findings)
+		}
+	}
+}
+
+func TestRouteTarget(t *testing.T) {
+	for _, tt := range []struct {
+		name, master, node0, addr string
+		want                      string
+		port                      int
+	}{
+		{"user's master address wins", "10.0.0.9", "n0", "10.0.0.1:22", "10.0.0.9", 0},
+		{"address ssh reached", "", "n0", "10.0.0.1:2222", "10.0.0.1", 2222},
+		{"ipv6", "", "n0", "[fd00::1]:22", "fd00::1", 22},
+		{"node 0 is this machine", "", "n0", "", "n0", 0},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			got, port := RouteTarget(tt.master, tt.node0, tt.addr)
+			if got != tt.want || port != tt.port {
+				t.Errorf("RouteTarget = %q, %d; want %q, %d", got, port, tt.want, tt.port)
+			}
+		})
+	}
+}
+
+// TestCollectStalledSteps wedges NVML and the torch probe: Collect returns
+// at the step limit and names both, and the checks fail the node.
+func TestCollectStalledSteps(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	lib := &mock.Interface{InitFunc: func() nvml.Return { <-block; return nvml.SUCCESS }}
+	src := Sources{
+		NVML: lib,
+		Root: t.TempDir(),
+		Torch: func(ctx context.Context) TorchFacts {
+			<-block
+			return TorchFacts{}
+		},
+	}
+	start := time.Now()
+	f := Collect(context.Background(), src, CollectOptions{Host: "n7", StepTimeout: 200 * time.Millisecond})
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Collect took %v with a 200ms step limit", took)
+	}
+	var steps []string
+	for _, s := range f.Stalled {
+		steps = append(steps, s.Step)
+	}
+	if strings.Join(steps, ",") != "nvml,torch" {
+		t.Fatalf("stalled = %v, want nvml,torch", steps)
+	}
+	var fails []string
+	for _, fd := range Check(f, Want{NProc: "1", GPUsRequested: true}) {
+		if fd.ID == "collect.stalled" {
+			fails = append(fails, fd.Message)
+			if fd.Severity != SeverityFail || fd.Remedy == "" || !strings.Contains(fd.Message, "n7") {
+				t.Errorf("finding %+v: want a fail naming n7, with a remedy", fd)
+			}
+		}
+	}
+	if len(fails) != 2 {
+		t.Errorf("collect.stalled findings = %q, want one per step", fails)
+	}
+}
