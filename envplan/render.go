@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/shell"
 )
 
 // tableWidth is the column RenderTable wraps at.
@@ -219,7 +221,7 @@ func displayWord(s string) string {
 			return strconv.Quote(s)
 		}
 	}
-	return shellQuote(s)
+	return shell.Quote(s)
 }
 
 func displayWords(words []string) []string {
@@ -301,13 +303,13 @@ func RenderShell(w io.Writer, p Plan) error {
 				words = append(words, name+`="$`+name+`"`) // taken from the shell that runs the line
 				continue
 			}
-			words = append(words, name+"="+shellQuote(v.Value))
+			words = append(words, name+"="+shell.Quote(v.Value))
 		}
 		if len(words) > 0 {
 			words = append([]string{"env"}, words...)
 		}
 		for _, a := range n.Command {
-			words = append(words, shellQuote(a))
+			words = append(words, shell.Quote(a))
 		}
 		bw.WriteString(strings.Join(words, " "))
 		bw.WriteByte('\n')
@@ -323,29 +325,4 @@ func commentSafe(s string) string {
 		}
 		return r
 	}, s)
-}
-
-// shellQuote returns s as one POSIX shell word. It follows the rule of
-// sshexec.Quote, the function that quotes everything gorun sends to a remote
-// shell; the two must agree on what a word means. Words of plain characters
-// stay bare for readability; '=' also stays bare in words starting with '-'
-// ("--nnodes=2"), which can never be read as an assignment. Anything else is
-// single-quoted, and each single quote inside is closed, escaped with a
-// backslash and reopened.
-func shellQuote(s string) string {
-	if s == "" {
-		return "''"
-	}
-	option := s[0] == '-'
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		switch {
-		case 'a' <= c && c <= 'z', 'A' <= c && c <= 'Z', '0' <= c && c <= '9':
-		case strings.IndexByte("@%+,./:_-", c) >= 0:
-		case c == '=' && option:
-		default:
-			return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
-		}
-	}
-	return s
 }

@@ -223,64 +223,6 @@ var hostileWords = []string{
 	"--x=$y", "-", "--", "A=b", "tab\there", "new\nline", "héllo", "{a,b}", "%s", "-e", "-n",
 }
 
-func TestShellQuote(t *testing.T) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		t.Skip("no sh")
-	}
-	tests := []struct{ in, want string }{
-		{"", "''"},
-		{"train.py", "train.py"},
-		{"--nnodes=2", "--nnodes=2"},
-		{"A=b", "'A=b'"},
-		{"it's", `'it'\''s'`},
-		{"a b", "'a b'"},
-		{"expandable_segments:True", "expandable_segments:True"},
-		{"0-11,96-107", "0-11,96-107"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.in, func(t *testing.T) {
-			if got := shellQuote(tt.in); got != tt.want {
-				t.Errorf("shellQuote(%q) = %s, want %s", tt.in, got, tt.want)
-			}
-		})
-	}
-	quoted := make([]string, len(hostileWords))
-	for i, w := range hostileWords {
-		quoted[i] = shellQuote(w)
-	}
-	out, err := exec.Command(sh, "-c", `printf '%s\0' `+strings.Join(quoted, " ")).Output()
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := strings.Split(strings.TrimSuffix(string(out), "\x00"), "\x00")
-	if strings.Join(got, "\x01") != strings.Join(hostileWords, "\x01") {
-		t.Errorf("shell read back\n%q\nwant\n%q", got, hostileWords)
-	}
-}
-
-func FuzzShellQuote(f *testing.F) {
-	sh, err := exec.LookPath("sh")
-	if err != nil {
-		f.Skip("no sh")
-	}
-	for _, w := range hostileWords {
-		f.Add(w)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		if strings.IndexByte(s, 0) >= 0 {
-			return // no argv can hold a NUL
-		}
-		out, err := exec.Command(sh, "-c", `printf '%s' `+shellQuote(s)).Output()
-		if err != nil {
-			t.Fatalf("sh: %v for %q", err, s)
-		}
-		if string(out) != s {
-			t.Errorf("shellQuote(%q) = %s reads back as %q", s, shellQuote(s), out)
-		}
-	})
-}
-
 func TestRenderJSONEmpty(t *testing.T) {
 	var b bytes.Buffer
 	if err := RenderJSON(&b, Plan{Nodes: []NodePlan{{Host: "h"}}}); err != nil {

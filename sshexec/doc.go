@@ -22,5 +22,5 @@
 //
 // Every blocking call takes a context.Context first; cancelling it stops the
 // call. Runners are safe for concurrent use. Every string that reaches a
-// remote shell goes through Quote.
+// remote shell goes through internal/shell.Quote.
 package sshexec

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
 	"golang.org/x/sys/unix"
@@ -56,12 +57,12 @@ func (e *HostKeyError) Error() string {
 		}
 		return fmt.Sprintf("HOST KEY CHANGED for %s: it offered %s %s but %s; someone may be intercepting the connection, or the host was reinstalled. "+
 			"If the change is expected, remove the old key (ssh-keygen -R %s -f %s) and connect again",
-			e.Host, e.Key.Type(), e.Fingerprint, strings.Join(was, "; "), Quote(e.Host), Quote(e.Known[0].Filename))
+			e.Host, e.Key.Type(), e.Fingerprint, strings.Join(was, "; "), shell.Quote(e.Host), shell.Quote(e.Known[0].Filename))
 	}
 	return fmt.Sprintf("unknown host key for %s: %s %s is not in %s. "+
 		"Check the fingerprint, then add it (ssh-keyscan -p %s -t %s %s >> %s) or run again with --ssh-accept-new",
 		e.Host, e.Key.Type(), e.Fingerprint, strings.Join(e.Files, ", "),
-		port, strings.TrimPrefix(e.Key.Type(), "ssh-"), Quote(host), Quote(file))
+		port, strings.TrimPrefix(e.Key.Type(), "ssh-"), shell.Quote(host), shell.Quote(file))
 }
 
 // hostKeys verifies host keys against known_hosts files, the way OpenSSH

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"github.com/gorun/gorun/internal/shell"
 )
 
 // A node usually has this gorun already (a content-addressed copy from an
@@ -25,7 +27,7 @@ func launchCommand(bin Binary, announce bool, args ...string) string {
 		script += `printf '%s\n' "$p"; `
 	}
 	script += `exec "$p" "$@"`
-	return QuoteArgv(append([]string{"sh", "-c", script, "sh", bin.Name}, args...))
+	return shell.QuoteArgv(append([]string{"sh", "-c", script, "sh", bin.Name}, args...))
 }
 
 // readLauncherLine reads the launcher's first line byte by byte, so nothing

@@ -13,6 +13,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 	sshagent "golang.org/x/crypto/ssh/agent"
 )
@@ -367,7 +368,7 @@ func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {
 // stderrTail is how much of a failed command's stderr goes into its error.
 const stderrTail = 2048
 
-// Output implements Runner. argv is joined with QuoteArgv and run by the
+// Output implements Runner. argv is joined with shell.QuoteArgv and run by the
 // remote user's shell. When ctx ends, the session is closed and Output
 // returns; the remote command then sees its stdin and output close.
 func (r *Remote) Output(ctx context.Context, argv []string) ([]byte, error) {
@@ -382,7 +383,7 @@ func (r *Remote) output(ctx context.Context, argv []string, stdin io.Reader) ([]
 	if len(argv) == 0 {
 		return nil, errors.New("run: empty command")
 	}
-	return r.run(ctx, QuoteArgv(argv), stdin)
+	return r.run(ctx, shell.QuoteArgv(argv), stdin)
 }
 
 // outputCmd runs a command line already quoted; errors wrap *ssh.ExitError
@@ -473,7 +474,7 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 	}
 	if err == nil {
 		if gorun != "" {
-			err = sess.Start(QuoteArgv([]string{gorun, "_agent"}))
+			err = sess.Start(shell.QuoteArgv([]string{gorun, "_agent"}))
 		} else {
 			err = sess.Start(launchCommand(r.cfg.Agent, true, "_agent"))
 		}

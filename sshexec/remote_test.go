@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/shell"
 	"github.com/hashicorp/go-multierror"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -502,10 +503,9 @@ func TestClusterOutputQuotingAndErrors(t *testing.T) {
 	r := dialT(t, c.nodes[0], c.config())
 	ctx := context.Background()
 	t.Run("hostile argv arrives intact", func(t *testing.T) {
-		var words []string
-		for _, w := range hostileWords {
-			words = append(words, w.in)
-		}
+		// internal/shell's tests cover the quoting; this is the SSH path.
+		words := []string{"", "a b", "it's", `"`, `\`, "$(id)", "`id`", "$HOME", "A=b", "--lr=3e-4",
+			"a;b", "*", "~", "#c", "!!", "new\nline", "héllo", "\xff"}
 		out, err := r.Output(ctx, append([]string{"printf", `%s\0`}, words...))
 		if err != nil {
 			t.Fatal(err)
@@ -756,7 +756,7 @@ func agentWrapper(t *testing.T) string {
 		t.Fatal(err)
 	}
 	p := filepath.Join(t.TempDir(), "gorun-agent")
-	script := "#!/bin/sh\nexec env " + testAgentEnv + "=1 " + Quote(exe) + " \"$@\"\n"
+	script := "#!/bin/sh\nexec env " + testAgentEnv + "=1 " + shell.Quote(exe) + " \"$@\"\n"
 	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -936,7 +936,7 @@ func TestClusterEnsureAgent(t *testing.T) {
 	if after := inode(); after != before {
 		t.Errorf("binary rewritten (%s -> %s): the upload is not idempotent", before, after)
 	}
-	if ls, _ := r.Output(ctx, []string{"sh", "-c", "ls " + Quote(filepath.Dir(path)) + " | grep -c tmp || true"}); strings.TrimSpace(string(ls)) != "0" {
+	if ls, _ := r.Output(ctx, []string{"sh", "-c", "ls " + shell.Quote(filepath.Dir(path)) + " | grep -c tmp || true"}); strings.TrimSpace(string(ls)) != "0" {
 		t.Errorf("temporary files left behind: %s", ls)
 	}
 

@@ -1,19 +1,20 @@
-package sshexec
+package shell
 
 import "strings"
 
 // Quote returns s quoted for a POSIX shell so that the shell reads it back as
-// exactly one word equal to s. Every string gorun sends to a remote shell goes
-// through Quote (or QuoteArgv); nothing else builds shell text.
+// exactly one word equal to s.
 //
 // Words made only of characters no shell treats specially are returned as
-// they are, so commands stay readable in logs; anything else is wrapped in
-// single quotes, and each single quote inside closes the quoting, adds an
-// escaped quote and reopens:
+// they are, so commands stay readable in logs and plans; anything else is
+// wrapped in single quotes, and each single quote inside closes the quoting,
+// adds an escaped quote and reopens:
 //
 //	it's  ->  'it'\''s'
 //
-// '=' is not in the plain set: a first word "A=b" would be an assignment.
+// '=' is not in the plain set, not even in "--lr=3e-4": a first word "A=b"
+// would be an assignment, and one rule for every position is easier to
+// trust than a rule per position.
 func Quote(s string) string {
 	if s == "" {
 		return "''"
