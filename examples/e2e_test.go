@@ -400,7 +400,9 @@ func TestClusterCtrlC(t *testing.T) {
 		args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
 	r.cmd.Process.Signal(syscall.SIGINT)
-	took := noneLeft(t, mark, 5*time.Second)
+	// BENCHMARKS.md: 0.71-1.03 s measured; asserted with a 3x margin for a
+	// loaded CI machine.
+	took := noneLeft(t, mark, 3*time.Second)
 	if code := r.wait(t, 10*time.Second); code != 130 {
 		t.Fatalf("exit %d after SIGINT, want 130:\n%s", code, r.output())
 	}
@@ -416,7 +418,8 @@ func TestClusterHeadKilled(t *testing.T) {
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
 	r.cmd.Process.Kill()
-	took := noneLeft(t, mark, 10*time.Second)
+	// BENCHMARKS.md: 0.59 s measured; asserted with a 5x margin.
+	took := noneLeft(t, mark, 3*time.Second)
 	t.Logf("every process gone %v after SIGKILL of gorun", took)
 }
 
@@ -439,7 +442,9 @@ func TestClusterLinkCut(t *testing.T) {
 	if code == 0 {
 		t.Fatalf("exit 0 after a cut link:\n%s", r.output())
 	}
-	if noticed > 20*time.Second {
+	// BENCHMARKS.md: 9.1 s measured (keepalives every 3 s, three missed,
+	// plus the teardown); asserted at 15 s.
+	if noticed > 15*time.Second {
 		t.Fatalf("took %v to notice the cut link", noticed)
 	}
 	if !strings.Contains(r.output(), "node2") {
