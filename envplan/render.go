@@ -165,9 +165,9 @@ func (t tableWriter) node(n NodePlan) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(n.Env)) {
 		v := n.Env[name]
-		value := displayWord(v.Value)
-		if IsSecret(name) {
-			value = hiddenValue
+		value := hiddenValue
+		if shown := Redact(name, v.Value); shown != hiddenValue {
+			value = displayWord(shown)
 		}
 		t.line("    " + name + "=" + value + "  [" + v.Source + "]")
 		t.wrap("        ", "        ", v.Reason)
@@ -266,9 +266,7 @@ func normalize(p Plan) Plan {
 		}
 		env := make(map[string]Var, len(n.Env))
 		for name, v := range n.Env {
-			if IsSecret(name) {
-				v.Value = hiddenValue
-			}
+			v.Value = Redact(name, v.Value)
 			env[name] = v
 		}
 		n.Env = env
@@ -285,9 +283,33 @@ func normalize(p Plan) Plan {
 // `env NAME=value ... torchrun ...`, preceded by a comment naming the host.
 // Only the variables gorun or the user set appear; torchrun sets the rest
 // itself.
+//
+// A value Redact would hide is not printed, and never silently replaced
+// by another: the command reads it from a variable of the shell that runs
+// it, and stops before starting when that variable is unset or empty
+// (${VAR:?...}). A value the user exported where gorun ran comes from the
+// same name (the same value, when the user runs the command as gorun was
+// run); any other, a --env value above all, comes from GORUN_HIDDEN_NAME,
+// since the running shell's own NAME may hold another value. A comment at
+// the top lists what to export.
 func RenderShell(w io.Writer, p Plan) error {
 	bw := bufio.NewWriter(w)
 	fmt.Fprintf(bw, "# gorun plan: %d node%s; run each command on the host named above it.\n", len(p.Nodes), plural(len(p.Nodes)))
+	advice := map[string]string{}
+	for _, n := range p.Nodes {
+		for name, v := range n.Env {
+			if v.Source != SourceTorchrun && hiddenInShell(name, v) {
+				_, advice[name] = shellHidden(name, v)
+			}
+		}
+	}
+	if len(advice) > 0 {
+		bw.WriteString("# Values hidden in this plan are read from the shell that runs a command,\n" +
+			"# which stops before starting when one is unset:\n")
+		for _, name := range slices.Sorted(maps.Keys(advice)) {
+			bw.WriteString("#   " + commentSafe(advice[name]) + "\n")
+		}
+	}
 	for _, n := range p.Nodes {
 		fmt.Fprintf(bw, "# node %d: %s (address %s)\n", n.NodeRank, commentSafe(n.Host), commentSafe(n.Address))
 		var words []string
@@ -299,8 +321,9 @@ func RenderShell(w io.Writer, p Plan) error {
 			if !validEnvName(name) {
 				return fmt.Errorf("render plan as shell: node %s: %q is not a variable name", n.Host, name)
 			}
-			if IsSecret(name) {
-				words = append(words, name+`="$`+name+`"`) // taken from the shell that runs the line
+			if hiddenInShell(name, v) {
+				word, _ := shellHidden(name, v)
+				words = append(words, word)
 				continue
 			}
 			words = append(words, name+"="+shell.Quote(v.Value))
@@ -316,6 +339,35 @@ func RenderShell(w io.Writer, p Plan) error {
 	}
 	return bw.Flush()
 }
+
+// hiddenInShell reports whether the shell form must not print the value.
+// An empty value hides nothing.
+func hiddenInShell(name string, v Var) bool {
+	return v.Value != "" && Redact(name, v.Value) != v.Value
+}
+
+// shellHidden returns the assignment that passes a hidden value from the
+// running shell, refusing to start without it, and the line that tells
+// the user what to export. name must be a valid variable name: it appears
+// unquoted.
+func shellHidden(name string, v Var) (word, advice string) {
+	if v.Source == SourceUser && (v.Reason == reasonExported || v.Reason == reasonExportedHead) {
+		return name + `="${` + name + `:?hidden in this plan; export it with the value it had where gorun ran}"`,
+			name + " (exported where gorun ran): export it with the same value"
+	}
+	from := hiddenShellPrefix + name
+	origin := ""
+	if v.Source == SourceUser && v.Reason == reasonEnvFlag {
+		origin = ", given with --env,"
+	}
+	return name + `="${` + from + `:?` + name + origin + ` is hidden in this plan; export ` + from + ` with its value}"`,
+		name + strings.TrimSuffix(origin, ",") + ": export " + from + " with its value; " +
+			name + " itself is not read, since the running shell's may hold another"
+}
+
+// hiddenShellPrefix names the variable the shell form reads a hidden value
+// from when the running shell's variable of the same name may differ.
+const hiddenShellPrefix = "GORUN_HIDDEN_"
 
 // commentSafe keeps a value on its comment line.
 func commentSafe(s string) string {

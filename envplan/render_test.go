@@ -50,6 +50,10 @@ func goldenCases() []goldenCase {
 	pending.Hosts = hosts("node1,node2")
 	pending.Environ = map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"}
 
+	secrets := newSpec([]string{"--nproc-per-node=2"}, "train.py")
+	secrets.Environ = map[string]string{"NCCL_PLUGIN_API_KEY": "exported-secret"}
+	secrets.Gorun.Env = []string{"HF_TOKEN=hf_secret", "DATABASE_URL=postgres://app:pw@db:5432/x", "NCCL_IB_PKEY=0x8001"}
+
 	return []goldenCase{
 		{"local", local, Facts{"localhost": smallFacts(2, "", "")}},
 		{"static2", static2, Facts{
@@ -66,6 +70,7 @@ func goldenCases() []goldenCase {
 			"node2": smallFacts(4, "ib0", "10.1.0.2"),
 		}},
 		{"pending", pending, nil},
+		{"secrets", secrets, Facts{"localhost": smallFacts(2, "", "")}},
 	}
 }
 
@@ -262,10 +267,24 @@ func TestRenderBrief(t *testing.T) {
 	}
 }
 
-func TestSecretsAreNotPrinted(t *testing.T) {
+// secretSpec is a local plan with credentials from every source: exported
+// (a carried NCCL_* name), --env by name, a URL's password, a token in a
+// debugging knob's value (it reaches a note), beside values that must stay
+// visible.
+func secretSpec() Spec {
 	spec := newSpec(nil, "train.py")
-	spec.Gorun.Env = []string{"WANDB_API_KEY=s3cr3t-value", "HF_TOKEN=hf_s3cr3t", "LR=3e-4"}
-	p, err := Build(spec, nil)
+	spec.Gorun.Torchrun = "printf %s\\n"
+	spec.Environ = map[string]string{"NCCL_PLUGIN_API_KEY": "s3cr3t-exported", "HF_TOKEN": "shell-value"}
+	spec.Gorun.Env = []string{
+		"WANDB_API_KEY=s3cr3t-value", "HF_TOKEN=hf_s3cr3t", "LR=3e-4",
+		"DATABASE_URL=postgres://app:s3cr3t-pw@db:5432/x", "NCCL_IB_PKEY=0x8001",
+		"NCCL_ALGO=ghp_s3cr3t" + strings.Repeat("x", 30),
+	}
+	return spec
+}
+
+func TestSecretsAreNotPrinted(t *testing.T) {
+	p, err := Build(secretSpec(), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -281,13 +300,93 @@ func TestSecretsAreNotPrinted(t *testing.T) {
 		if strings.Contains(out, "s3cr3t") {
 			t.Errorf("%s shows a secret:\n%s", name, out)
 		}
-		if name != "brief" && !strings.Contains(out, "3e-4") {
-			t.Errorf("%s hides an ordinary value:\n%s", name, out)
+		if name == "brief" {
+			continue
+		}
+		for _, want := range []string{"3e-4", "0x8001"} {
+			if !strings.Contains(out, want) {
+				t.Errorf("%s hides the ordinary value %s:\n%s", name, want, out)
+			}
+		}
+		if name != "shell" && !strings.Contains(out, "postgres://app:<hidden>@db:5432/x") {
+			t.Errorf("%s does not show the URL with its password hidden:\n%s", name, out)
 		}
 	}
-	var b strings.Builder
-	RenderShell(&b, p)
-	if !strings.Contains(b.String(), `WANDB_API_KEY="$WANDB_API_KEY"`) {
-		t.Errorf("shell line does not take the secret from the environment:\n%s", b.String())
+}
+
+// TestShellHiddenValues runs the shell form of a plan with hidden values
+// through sh: it must never start with a value other than the plan's, so it
+// refuses to start while one is unset, reads a --env value only from
+// GORUN_HIDDEN_NAME (the shell's own NAME may differ), and an exported one
+// from its own name.
+func TestShellHiddenValues(t *testing.T) {
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	p, err := Build(secretSpec(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b bytes.Buffer
+	if err := RenderShell(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{
+		"#   HF_TOKEN, given with --env: export GORUN_HIDDEN_HF_TOKEN with its value",
+		"#   NCCL_PLUGIN_API_KEY (exported where gorun ran): export it with the same value",
+		"#   DATABASE_URL, given with --env: export GORUN_HIDDEN_DATABASE_URL",
+	} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("shell form lacks %q:\n%s", want, b.String())
+		}
+	}
+	_, line, _ := strings.Cut(b.String(), "\n# node 0: localhost (address localhost)\n")
+	line = strings.TrimSuffix(line, "\n")
+	line = strings.Replace(line, "printf '%s\\n'", `sh -c 'printf "%s\0" "$HF_TOKEN" "$WANDB_API_KEY" "$DATABASE_URL" "$NCCL_PLUGIN_API_KEY"' x`, 1)
+	if !strings.Contains(line, "sh -c") {
+		t.Fatalf("no program to replace in %q", line)
+	}
+	all := []string{
+		"GORUN_HIDDEN_HF_TOKEN=hf_s3cr3t", "GORUN_HIDDEN_WANDB_API_KEY=s3cr3t-value",
+		"GORUN_HIDDEN_DATABASE_URL=postgres://app:s3cr3t-pw@db:5432/x", "GORUN_HIDDEN_NCCL_ALGO=ghp_s3cr3t" + strings.Repeat("x", 30),
+		"NCCL_PLUGIN_API_KEY=s3cr3t-exported",
+	}
+	tests := []struct {
+		name    string
+		env     []string
+		refused string // what stderr names when the command must not start
+	}{
+		{"nothing exported", nil, "GORUN_HIDDEN_"},
+		{"the shell's own HF_TOKEN is not taken", append([]string{"HF_TOKEN=shell-value"}, all[1:]...), "GORUN_HIDDEN_HF_TOKEN: HF_TOKEN, given with --env, is hidden in this plan"},
+		{"an exported value must be exported again", all[:4], "NCCL_PLUGIN_API_KEY: hidden in this plan; export it"},
+		{"an empty value is unset", append([]string{"GORUN_HIDDEN_HF_TOKEN="}, all[1:]...), "GORUN_HIDDEN_HF_TOKEN"},
+		{"everything exported", append([]string{"HF_TOKEN=shell-value"}, all...), ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cmd := exec.Command(sh, "-c", line)
+			cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, tt.env...)
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			err := cmd.Run()
+			if tt.refused != "" {
+				if err == nil || stdout.Len() > 0 {
+					t.Fatalf("the command started (err %v, output %q)", err, stdout.String())
+				}
+				if !strings.Contains(stderr.String(), tt.refused) {
+					t.Errorf("stderr %q does not name %q", stderr.String(), tt.refused)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("%v: %s", err, stderr.String())
+			}
+			got := strings.Split(strings.TrimSuffix(stdout.String(), "\x00"), "\x00")
+			want := []string{"hf_s3cr3t", "s3cr3t-value", "postgres://app:s3cr3t-pw@db:5432/x", "s3cr3t-exported"}
+			if strings.Join(got, "|") != strings.Join(want, "|") {
+				t.Errorf("the program got %q, want %q", got, want)
+			}
+		})
 	}
 }

@@ -34,12 +34,35 @@ var leftToNCCL = []string{
 	"NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_NVLS_ENABLE",
 }
 
-// ncclDebugKnobs are the "Debugging" variables of NCCL's env.rst among
-// leftToNCCL: kept when the user sets them, with a warning.
-var ncclDebugKnobs = map[string]bool{
-	"NCCL_ALGO": true, "NCCL_PROTO": true, "NCCL_P2P_DISABLE": true,
-	"NCCL_P2P_LEVEL": true, "NCCL_SHM_DISABLE": true, "NCCL_IB_DISABLE": true,
-	"NCCL_NET_GDR_LEVEL": true,
+// ncclDebugKnobs are the variables NCCL's documentation (env.rst) files
+// under "Debugging": they "should not be used in production nor retained in
+// scripts", though setting one is legitimate while chasing a problem. The
+// union of the two lists gorun kept before, one here (the debugging members
+// of leftToNCCL) and one in preflight's NCCL lint, which added the channel
+// and ring counts (with their pre-2.17 and pre-2.5 names), NCCL_BUFFSIZE,
+// NCCL_NTHREADS, the NVB/PXN/P2P-direct switches, NCCL_NET_GDR_READ,
+// NCCL_CHECK_POINTERS and NCCL_LAUNCH_MODE. Sorted.
+var ncclDebugKnobs = []string{
+	"NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_CHECK_POINTERS", "NCCL_IB_DISABLE",
+	"NCCL_LAUNCH_MODE", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS",
+	"NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_NET_GDR_LEVEL",
+	"NCCL_NET_GDR_READ", "NCCL_NTHREADS", "NCCL_NVB_DISABLE", "NCCL_P2P_DIRECT_DISABLE",
+	"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_PXN_DISABLE",
+	"NCCL_SHM_DISABLE",
+}
+
+// IsNCCLDebugKnob reports whether name is one of NCCL's debugging
+// variables: the plan keeps one the user set, with a warning, and
+// preflight's NCCL lint warns about it.
+func IsNCCLDebugKnob(name string) bool {
+	_, found := slices.BinarySearch(ncclDebugKnobs, name)
+	return found
+}
+
+// NCCLDebugKnobs returns NCCL's debugging variables (see IsNCCLDebugKnob),
+// sorted.
+func NCCLDebugKnobs() []string {
+	return slices.Clone(ncclDebugKnobs)
 }
 
 // carried reports whether an exported variable reaches the nodes.
@@ -52,6 +75,15 @@ func carried(name string) bool {
 	return slices.Contains(carriedNames, name)
 }
 
+// Reasons of the user's variables. The shell form tells them apart: a value
+// exported where gorun ran is the running shell's too, one given with
+// --env may not be.
+const (
+	reasonExported     = "exported; torchrun passes it on"
+	reasonExportedHead = "exported on the head node"
+	reasonEnvFlag      = "--env"
+)
+
 // collectUserEnv gathers the user's variables: the exported ones that matter
 // to the job, then --env in order (a later --env wins). In local mode
 // torchrun inherits the whole environment anyway; the plan lists the same
@@ -62,16 +94,16 @@ func (b *builder) collectUserEnv() error {
 		value := b.spec.Environ[name]
 		switch {
 		case carried(name):
-			reason := "exported; torchrun passes it on"
+			reason := reasonExported
 			if b.head {
-				reason = "exported on the head node"
+				reason = reasonExportedHead
 				b.carried = append(b.carried, name)
 			}
 			b.userEnv[name] = Var{Value: value, Reason: reason, Source: SourceUser}
 		case name == "CUDA_VISIBLE_DEVICES" && !b.head:
-			b.userEnv[name] = Var{Value: value, Reason: "exported; torchrun passes it on", Source: SourceUser}
+			b.userEnv[name] = Var{Value: value, Reason: reasonExported, Source: SourceUser}
 		case name == "CUDA_VISIBLE_DEVICES":
-			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", value)
+			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", Redact(name, value))
 		}
 	}
 	for _, e := range b.spec.Gorun.Env {
@@ -84,7 +116,7 @@ func (b *builder) collectUserEnv() error {
 				Fix:     "write --env NAME=VALUE, NAME made of letters, digits and _ and not starting with a digit",
 			}
 		}
-		b.userEnv[name] = Var{Value: value, Reason: "--env", Source: SourceUser}
+		b.userEnv[name] = Var{Value: value, Reason: reasonEnvFlag, Source: SourceUser}
 	}
 	if b.head {
 		what := "none were exported"
@@ -233,10 +265,10 @@ func (b *builder) leftToNCCLNotes() {
 		switch {
 		case !set:
 			left = append(left, name)
-		case ncclDebugKnobs[name]:
-			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, u.Value, u.Reason)
+		case IsNCCLDebugKnob(name):
+			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, Redact(name, u.Value), u.Reason)
 		case name == "NCCL_IB_GID_INDEX":
-			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", u.Value, u.Reason)
+			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", Redact(name, u.Value), u.Reason)
 		}
 	}
 	if len(left) > 0 {
