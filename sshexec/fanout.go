@@ -85,14 +85,3 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 	})
 	return remotes, err
 }
-
-// CloseAll closes every Remote in parallel and gathers the errors.
-func CloseAll(remotes map[string]*Remote) error {
-	hosts := make([]string, 0, len(remotes))
-	for h := range remotes {
-		hosts = append(hosts, h)
-	}
-	return ForEach(context.Background(), hosts, len(hosts), func(_ context.Context, h string) error {
-		return remotes[h].Close()
-	})
-}

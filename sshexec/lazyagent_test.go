@@ -48,9 +48,9 @@ func TestClusterLazyAgent(t *testing.T) {
 	if err != nil || strings.TrimSpace(string(out)) != "ran _collect it's" {
 		t.Fatalf("AgentOutput on a node without the copy: %q, %v", out, err)
 	}
-	path := r.AgentPath()
+	path := r.agentPath()
 	if !strings.HasSuffix(path, "/"+bin.Name) {
-		t.Fatalf("AgentPath = %q after the upload", path)
+		t.Fatalf("agentPath = %q after the upload", path)
 	}
 	t.Cleanup(func() { os.Remove(path) }) // the nodes share this filesystem
 	if _, err := os.Stat(stale); err == nil {
@@ -70,8 +70,8 @@ func TestClusterLazyAgent(t *testing.T) {
 	if got := stdout.String(); got != "ran _agent\n" {
 		t.Fatalf("job output %q: the launcher's line must not reach it", got)
 	}
-	if r2.AgentPath() != path {
-		t.Fatalf("the launcher named %q, want %q", r2.AgentPath(), path)
+	if r2.agentPath() != path {
+		t.Fatalf("the launcher named %q, want %q", r2.agentPath(), path)
 	}
 
 	// Removed behind gorun's back: Start uploads again.

@@ -196,22 +196,6 @@ func (r *relay) write(frames []byte) {
 	}
 }
 
-// copyStream frames everything read from rd as kind until EOF.
-func (r *relay) copyStream(kind byte, rd io.Reader) {
-	buf := make([]byte, 32<<10)
-	var frame []byte
-	for {
-		n, err := rd.Read(buf)
-		if n > 0 {
-			frame = AppendFrame(frame[:0], kind, buf[:n])
-			r.write(frame)
-		}
-		if err != nil {
-			return
-		}
-	}
-}
-
 // broadcast sends b to every connected client.
 func (r *relay) broadcast(b byte) {
 	r.mu.Lock()

@@ -137,9 +137,6 @@ func (r *Remote) Addr() string { return r.addr }
 // StrictHostKeyChecking=no in ssh_config), for the caller to show.
 func (r *Remote) Warnings() []string { return append([]string(nil), r.warnings...) }
 
-// Done is closed when the connection is gone (closed, or lost).
-func (r *Remote) Done() <-chan struct{} { return r.dead }
-
 // newSession opens a session, giving up when ctx ends or the link dies.
 func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {
 	r.mu.Lock()

@@ -710,7 +710,7 @@ func TestClusterProxyJump(t *testing.T) {
 			}
 			r.Close()
 			for j := r.jump; j != nil; j = j.jump {
-				if !isClosed(j.Done()) {
+				if !isClosed(j.dead) {
 					t.Errorf("closing the Remote left jump connection %s open", j.Node())
 				}
 			}
@@ -880,7 +880,7 @@ func TestClusterKeepaliveNoticesDeadLink(t *testing.T) {
 	case <-time.After(2 * time.Second):
 		t.Error("Output did not return after the connection was declared dead")
 	}
-	if !isClosed(r.Done()) {
+	if !isClosed(r.dead) {
 		t.Error("Done not closed")
 	}
 	if _, err := r.Output(context.Background(), []string{"true"}); err == nil {
@@ -965,7 +965,7 @@ func TestClusterDialAll(t *testing.T) {
 	cfg.ConnectTimeout = 2 * time.Second
 	hosts := append(append([]string{}, c.nodes...), c.nodes[0], "10.77.0.250")
 	remotes, err := DialAll(context.Background(), hosts, cfg, 2)
-	defer CloseAll(remotes)
+	defer closeRemotes(remotes)
 	var merr *multierror.Error
 	if !errors.As(err, &merr) || len(merr.Errors) != 1 {
 		t.Fatalf("err = %v, want exactly one failing host", err)
@@ -989,7 +989,12 @@ func TestClusterDialAll(t *testing.T) {
 	}
 }
 
-// BenchmarkFanout: connect to the first n nodes and run `true` on each.
+func closeRemotes(remotes map[string]*Remote) {
+	for _, r := range remotes {
+		r.Close()
+	}
+}
+
 // BenchmarkFanout: connect to N nodes and run `true` on each, gorun's
 // fan-out (DialAll + Output on one connection per node) and, in the same
 // run, `pdsh -R ssh` on the same nodes with the same ssh_config, when pdsh
@@ -1011,7 +1016,7 @@ func BenchmarkFanout(b *testing.B) {
 						return err
 					})
 				}
-				CloseAll(remotes)
+				closeRemotes(remotes)
 				if err != nil {
 					b.Fatal(err)
 				}

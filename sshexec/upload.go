@@ -45,10 +45,8 @@ func HashBinary(path string) (Binary, error) {
 	return Binary{Path: path, Name: "gorun-" + hex.EncodeToString(h.Sum(nil))[:16], Size: size}, nil
 }
 
-// AgentPath is the gorun to run on the node: --remote-gorun, or what
-// EnsureAgent uploaded; "" if neither.
-func (r *Remote) AgentPath() string { return r.agentPath() }
-
+// agentPath is the gorun to run on the node: --remote-gorun, or what
+// EnsureAgent uploaded or a launcher named; "" if none.
 func (r *Remote) agentPath() string {
 	if r.cfg.RemoteGorun != "" {
 		return r.cfg.RemoteGorun
