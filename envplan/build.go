@@ -160,8 +160,25 @@ func (b *builder) decideRendezvous() error {
 			b.nnodesMin, b.nnodesMax = n, n
 		}
 		c.NNodesMin, c.NNodesMax = b.nnodesMin, b.nnodesMax
+		if _, p := splitEndpoint(c.RdzvEndpoint); b.endpoint && p == "0" && n > 1 {
+			return &InputError{
+				Where:   b.givenAs("rdzv_endpoint"),
+				Problem: fmt.Sprintf("port 0 in %s lets the store listen on a port that the other %d nodes never learn", quote(c.RdzvEndpoint), n-1),
+				Fix:     "give a port number; port 0 suits only a single-node c10d rendezvous",
+			}
+		}
+	} else if b.static && c.NodeRank >= c.NNodesMax {
+		// torchrun's static rendezvous would wait for a rank that
+		// cannot exist; in head-node mode gorun numbers the nodes itself.
+		return &InputError{
+			Where:   b.givenAs("node_rank"),
+			Problem: fmt.Sprintf("node rank %d is not below the node count %d", c.NodeRank, c.NNodesMax),
+			Fix:     fmt.Sprintf("give --node-rank from 0 to %d, or raise --nnodes", c.NNodesMax-1),
+		}
 	}
 
+	// The parser refuses --master-port 0; a Config built by hand may leave
+	// the port unset.
 	port := c.MasterPort
 	if port == 0 {
 		port = defaultMasterPort
@@ -216,6 +233,20 @@ func (b *builder) decideRendezvous() error {
 		delete(c.RdzvConfigs, "rank") // per node: see each node's --node-rank
 	}
 	return nil
+}
+
+// givenAs names how the user set the torchrun option with this dest, for an
+// error's Where: "--node-rank", or "PET_NODE_RANK" when the environment set it.
+func (b *builder) givenAs(dest string) string {
+	where := "--" + strings.ReplaceAll(dest, "_", "-")
+	for _, a := range b.spec.Given {
+		if a.Dest == dest && a.FromEnv {
+			where = "PET_" + strings.ToUpper(dest)
+		} else if a.Dest == dest {
+			where = a.Name
+		}
+	}
+	return where
 }
 
 // checkNNodes verifies a user --nnodes against the host count in head-node

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"net/netip"
 	"regexp"
 	"strconv"
 	"strings"
@@ -54,10 +55,16 @@ func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, e
 //     (--redirects) and --t (--tee);
 //   - an empty PET_ variable counts as unset (getenv cannot tell them apart);
 //   - values torchrun only rejects once it runs (an empty training script,
-//     --nproc-per-node 0, a negative --node-rank, a --master-port above 65535,
-//     a non-finite or negative --monitor-interval, PET_START_METHOD outside
-//     spawn|fork|forkserver, a privateuse1 backend name for --nproc-per-node)
-//     are refused here, before anything starts.
+//     --nproc-per-node 0, a negative --node-rank, a --master-port outside
+//     1..65535, an empty --master-addr, a --rdzv-endpoint its backend cannot
+//     use, a non-finite or negative --monitor-interval, PET_START_METHOD
+//     outside spawn|fork|forkserver, a privateuse1 backend name for
+//     --nproc-per-node) are refused here, before anything starts; so is an
+//     --env for a variable torchrun sets for every worker itself (see
+//     checkEnvFlag);
+//   - an error echoes at most 80 characters of any value, and never the
+//     value of an --env or the part after '=' of an unknown option (a
+//     mistyped --env).
 func ParseCommandLineWith(argv []string, getenv func(string) string, newID func() string) (CommandLine, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
@@ -238,6 +245,7 @@ type parser struct {
 	script     string
 	scriptArgs []string
 	haveScript bool
+	argi       int // index in argv of the option being applied, for errors
 
 	gorun       Options
 	includeFrom string
@@ -383,6 +391,7 @@ func (p *parser) parseArgv(argv []string) error {
 			p.unknown = append(p.unknown, tok)
 			continue
 		}
+		p.argi = i
 		next, err := p.consume(m, argv, i)
 		if err != nil {
 			return err
@@ -410,13 +419,31 @@ func (p *parser) finishArgv() error {
 		return &InputError{Where: "training_script", Problem: "the training script is an empty string", Fix: "name the script or module to run"}
 	}
 	if len(p.unknown) > 0 {
+		const listed = 5
+		shown := make([]string, 0, listed+1)
+		for _, u := range p.unknown[:min(len(p.unknown), listed)] {
+			shown = append(shown, unknownOption(u))
+		}
+		if len(p.unknown) > listed {
+			shown = append(shown, fmt.Sprintf("and %d more", len(p.unknown)-listed))
+		}
 		return &InputError{
-			Where:   p.unknown[0],
-			Problem: "unrecognized arguments: " + strings.Join(p.unknown, " "),
+			Where:   unknownOption(p.unknown[0]),
+			Problem: "unrecognized arguments: " + strings.Join(shown, " "),
 			Fix:     "see gorun --help; options go before the training script, its own arguments after it",
 		}
 	}
 	return nil
+}
+
+// unknownOption shows an unrecognized option in an error: the part after
+// '=' is left out, since the option may be a mistyped --env with a secret
+// as its value, and the rest is cut to maxEcho runes.
+func unknownOption(tok string) string {
+	if name, _, ok := strings.Cut(tok, "="); ok {
+		return echo(name) + "=…"
+	}
+	return echo(tok)
 }
 
 func ambiguousError(m match) error {
@@ -446,7 +473,7 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 				if long || m.sep || m.explicit == "" || m.explicit[0] == '-' {
 					return i, &InputError{
 						Where:   m.typed,
-						Problem: fmt.Sprintf("takes no value (ignored explicit argument %q)", m.explicit),
+						Problem: fmt.Sprintf("takes no value (ignored explicit argument %s)", quote(m.explicit)),
 						Fix:     "write " + m.typed + " alone",
 					}
 				}
@@ -531,17 +558,17 @@ func checkType(s *optionSpec, where, value string) error {
 	switch s.typ {
 	case typeInt:
 		if _, ok := pyInt(value); !ok {
-			return &InputError{Where: where, Problem: fmt.Sprintf("invalid int value: %q", value), Fix: "give a whole number"}
+			return &InputError{Where: where, Problem: fmt.Sprintf("invalid int value: %s", quote(value)), Fix: "give a whole number"}
 		}
 	case typeFloat:
 		if _, ok := pyFloat(value); !ok {
-			return &InputError{Where: where, Problem: fmt.Sprintf("invalid float value: %q", value), Fix: "give a number of seconds, e.g. 0.5"}
+			return &InputError{Where: where, Problem: fmt.Sprintf("invalid float value: %s", quote(value)), Fix: "give a number of seconds, e.g. 0.5"}
 		}
 	}
 	if s.choices != nil && !contains(s.choices, value) {
 		return &InputError{
 			Where:   where,
-			Problem: fmt.Sprintf("invalid choice: %q", value),
+			Problem: fmt.Sprintf("invalid choice: %s", quote(value)),
 			Fix:     "choose from " + strings.Join(s.choices, ", "),
 		}
 	}
@@ -558,6 +585,140 @@ func contains(list []string, v string) bool {
 }
 
 var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// checkEnvFlag checks one --env value, at where ("--env (argument 3)").
+// Nothing after the first '=' is ever shown: the value may be a secret.
+func checkEnvFlag(where, value string) error {
+	key, _, ok := strings.Cut(value, "=")
+	if !ok {
+		return &InputError{
+			Where:   where,
+			Problem: "expected KEY=VALUE, and there is no '=' (the value is not shown: it may be a secret)",
+			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
+		}
+	}
+	if !envKey.MatchString(key) {
+		return &InputError{
+			Where:   where,
+			Problem: fmt.Sprintf("expected KEY=VALUE, and %s is not a valid variable name", quote(key)),
+			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
+		}
+	}
+	if fix, set := torchrunWorkerVar(key); set {
+		return &InputError{
+			Where:   where,
+			Problem: fmt.Sprintf("torchrun sets %s for every worker itself, over any value given here", key),
+			Fix:     fix,
+		}
+	}
+	return nil
+}
+
+// torchrunWorkerVar reports whether torchrun 2.11 sets the variable for
+// every worker, replacing what the environment holds, and how to change it
+// instead. The list is torchrun's own: the local elastic agent's worker
+// environment (LocalElasticAgent._start_workers), TORCHELASTIC_ERROR_FILE
+// from the log specs, and TORCHELASTIC_SIGNALS_TO_HANDLE from
+// launcher/api.py. Variables torchrun only defaults
+// (TORCH_NCCL_ASYNC_ERROR_HANDLING, OMP_NUM_THREADS) or reads
+// (TORCHELASTIC_ENABLE_FILE_TIMER, TORCHELASTIC_TIMER_FILE,
+// TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE) are the user's to set.
+func torchrunWorkerVar(name string) (fix string, set bool) {
+	const ranks = "ranks and sizes follow the rendezvous: use --nnodes, --nproc-per-node and the host list"
+	switch name {
+	case "MASTER_ADDR":
+		return "use --master-addr (or --rdzv-endpoint)", true
+	case "MASTER_PORT":
+		return "use --master-port (or --rdzv-endpoint)", true
+	case "RANK", "WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE":
+		return ranks, true
+	case "LOCAL_RANK", "LOCAL_WORLD_SIZE":
+		return "use --nproc-per-node, or --include/--exclude or CUDA_VISIBLE_DEVICES to pick GPUs", true
+	case "ROLE_NAME":
+		return "use --role", true
+	case "TORCHELASTIC_RESTART_COUNT":
+		return "gorun sets it to the attempt number; use --max-restarts", true
+	case "TORCHELASTIC_MAX_RESTARTS":
+		return "use --max-restarts", true
+	case "TORCHELASTIC_RUN_ID":
+		return "use --rdzv-id", true
+	case "TORCHELASTIC_USE_AGENT_STORE":
+		return "torchrun decides it from the rendezvous backend; use --rdzv-backend", true
+	case "TORCHELASTIC_ERROR_FILE":
+		return "torchrun points it at each worker's own error file; use --log-dir to choose where", true
+	case "TORCHELASTIC_SIGNALS_TO_HANDLE":
+		return "use --signals-to-handle", true
+	}
+	return "", false
+}
+
+// checkEndpoint checks a --rdzv-endpoint the way the backends built into
+// torchrun read it (parse_rendezvous_endpoint, then the backend), more
+// strictly where torchrun's reading is ambiguous: HOST, HOST:PORT or
+// [IPV6]:PORT, HOST a valid host name or address (see hostNameProblem),
+// PORT 0 to 65535. The static backend needs a port, and not 0; port 0 (the
+// OS picks one, as --standalone does) is for a single-node c10d
+// rendezvous only, since no other node could learn the port. An IPv6
+// address with a port must be in brackets: "::1:29500" is itself an
+// address. Endpoints of other backends (plugins) are their own business.
+func checkEndpoint(s setting, backend string, nnodesMax int) error {
+	switch backend {
+	case "static", "c10d", "etcd", "etcd-v2":
+	default:
+		return nil
+	}
+	bad := func(problem, fix string) error {
+		return &InputError{Where: s.where, Problem: problem, Fix: fix}
+	}
+	ep := pyStrip(s.value)
+	if ep == "" {
+		return bad("the rendezvous endpoint is empty", "give HOST:PORT, or leave --rdzv-endpoint out")
+	}
+	host, port, hasPort := ep, "", false
+	switch {
+	case strings.HasPrefix(ep, "["):
+		end := strings.IndexByte(ep, ']')
+		if end < 0 {
+			return bad(fmt.Sprintf("unclosed '[' in %s", quote(ep)), "write an IPv6 endpoint as [ADDRESS]:PORT, e.g. [::1]:29500")
+		}
+		host = ep[1:end]
+		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
+			return bad(fmt.Sprintf("%s in brackets is not an IPv6 address", quote(host)), "use brackets only around IPv6 addresses")
+		}
+		switch rest := ep[end+1:]; {
+		case rest == "":
+		case rest[0] == ':':
+			port, hasPort = rest[1:], true
+		default:
+			return bad(fmt.Sprintf("unexpected %s after ']'", quote(rest)), "write [ADDRESS]:PORT")
+		}
+	case strings.Count(ep, ":") > 1:
+		return bad(fmt.Sprintf("%s has more than one ':'", quote(ep)), "put an IPv6 address in brackets: [::1]:29500")
+	default:
+		host, port, hasPort = strings.Cut(ep, ":")
+		if host == "" {
+			return bad(fmt.Sprintf("%s has no host before ':'", quote(ep)), "write HOST:PORT, e.g. node1:29500")
+		}
+	}
+	if problem, fix := hostNameProblem(host); problem != "" {
+		return bad(problem, fix)
+	}
+	if !hasPort {
+		if backend == "static" {
+			return bad(fmt.Sprintf("%s has no port, and the static rendezvous needs one", quote(ep)), "write HOST:PORT, or use --master-addr and --master-port")
+		}
+		return nil
+	}
+	n, err := strconv.Atoi(port)
+	if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" || err != nil || n > 65535 {
+		return bad(fmt.Sprintf("the port of %s is not a number from 0 to 65535", quote(ep)), "write HOST:PORT, e.g. node1:29500")
+	}
+	if n == 0 && (backend != "c10d" || nnodesMax > 1) {
+		return bad(fmt.Sprintf("port 0 in %s lets the store listen on a port that no other node learns", quote(ep)),
+			"give a port number; port 0 suits only a single-node c10d rendezvous (as --standalone uses)")
+	}
+	return nil
+}
 
 func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	o := &p.gorun
@@ -586,13 +747,8 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "exclude":
 		o.Exclude, p.excludeFrom = value, typed
 	case "env":
-		key, _, ok := strings.Cut(value, "=")
-		if !ok || !envKey.MatchString(key) {
-			return &InputError{
-				Where:   typed,
-				Problem: fmt.Sprintf("%q is not KEY=VALUE with a valid variable name", value),
-				Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
-			}
+		if err := checkEnvFlag(fmt.Sprintf("%s (argument %d)", typed, p.argi+1), value); err != nil {
+			return err
 		}
 		o.Env = append(o.Env, value)
 	case "torchrun":
@@ -608,7 +764,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "ssh_port":
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 1 || n > 65535 {
-			return &InputError{Where: typed, Problem: fmt.Sprintf("invalid port %q", value), Fix: "give a port number from 1 to 65535"}
+			return &InputError{Where: typed, Problem: fmt.Sprintf("invalid port %s", quote(value)), Fix: "give a port number from 1 to 65535"}
 		}
 		o.SSHPort = n
 	case "ssh_identity":
@@ -622,7 +778,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "hang_timeout":
 		d, err := parseDuration(value)
 		if err != nil {
-			return &InputError{Where: typed, Problem: fmt.Sprintf("%q is not a duration", value),
+			return &InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", quote(value)),
 				Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds); 0 turns hang detection off"}
 		}
 		o.HangTimeout = d
@@ -659,7 +815,7 @@ func (p *parser) applyEnv(getenv func(string) string) error {
 			if !ok {
 				return &InputError{
 					Where:   name,
-					Problem: fmt.Sprintf("%q is not an integer (torchrun reads it as bool(int(value)))", raw),
+					Problem: fmt.Sprintf("%s is not an integer (torchrun reads it as bool(int(value)))", quote(raw)),
 					Fix:     fmt.Sprintf("set %s=1 to turn %s on, 0 or unset to leave it off", name, s.canonical()),
 				}
 			}
@@ -734,8 +890,15 @@ func (p *parser) config(newID func() string) (Config, error) {
 	if c.NodeRank, err = intAtLeast(p.get("node_rank", "0"), 0, math.MaxInt32); err != nil {
 		return Config{}, err
 	}
-	if c.MasterPort, err = intAtLeast(p.get("master_port", "29500"), 0, 65535); err != nil {
+	if c.MasterPort, err = masterPort(p.get("master_port", "29500")); err != nil {
 		return Config{}, err
+	}
+	if addr := p.get("master_addr", "127.0.0.1"); pyStrip(addr.value) == "" {
+		return Config{}, &InputError{
+			Where:   addr.where,
+			Problem: "the master address is empty",
+			Fix:     "give node 0's host name or address, or leave --master-addr out (torchrun's default is 127.0.0.1)",
+		}
 	}
 	if c.MonitorInterval, err = parseInterval(p.get("monitor_interval", "0.1")); err != nil {
 		return Config{}, err
@@ -765,6 +928,11 @@ func (p *parser) config(newID func() string) (Config, error) {
 	if c.RdzvConfigs, err = parseRdzvConf(p.get("rdzv_conf", "")); err != nil {
 		return Config{}, err
 	}
+	if ep, given := p.set["rdzv_endpoint"]; given && !c.Standalone {
+		if err := checkEndpoint(ep, c.RdzvBackend, c.NNodesMax); err != nil {
+			return Config{}, err
+		}
+	}
 	if c.RdzvBackend == "static" {
 		c.RdzvConfigs["rank"] = strconv.Itoa(c.NodeRank)
 		if c.RdzvEndpoint == "" {
@@ -782,13 +950,13 @@ func parseNNodes(s setting) (int, int, error) {
 	}
 	parts := strings.Split(s.value, ":")
 	if len(parts) > 2 {
-		return bad(fmt.Sprintf("nnodes=%s is not in \"MIN:MAX\" format", s.value))
+		return bad(fmt.Sprintf("nnodes=%s is not in \"MIN:MAX\" format", echo(s.value)))
 	}
 	var nums [2]int
 	for i, part := range parts {
 		n, ok := pyInt(part)
 		if !ok || n > math.MaxInt32 || n < math.MinInt32 {
-			return bad(fmt.Sprintf("%q is not a whole number", part))
+			return bad(fmt.Sprintf("%s is not a whole number", quote(part)))
 		}
 		nums[i] = int(n)
 	}
@@ -797,10 +965,10 @@ func parseNNodes(s setting) (int, int, error) {
 		hi = nums[1]
 	}
 	if lo < 1 {
-		return bad(fmt.Sprintf("nnodes=%s: the minimum must be at least 1", s.value))
+		return bad(fmt.Sprintf("nnodes=%s: the minimum must be at least 1", echo(s.value)))
 	}
 	if lo > hi {
-		return bad(fmt.Sprintf("nnodes=%s: the minimum is larger than the maximum", s.value))
+		return bad(fmt.Sprintf("nnodes=%s: the minimum is larger than the maximum", echo(s.value)))
 	}
 	return lo, hi, nil
 }
@@ -810,7 +978,7 @@ func parseNNodes(s setting) (int, int, error) {
 func parseNProc(s setting) (string, error) {
 	if n, ok := pyInt(s.value); ok {
 		if n < 1 || n > math.MaxInt32 {
-			return "", &InputError{Where: s.where, Problem: fmt.Sprintf("%s workers per node is not possible", s.value), Fix: "give at least 1"}
+			return "", &InputError{Where: s.where, Problem: fmt.Sprintf("%s workers per node is not possible", echo(s.value)), Fix: "give at least 1"}
 		}
 		return strconv.FormatInt(n, 10), nil
 	}
@@ -820,7 +988,7 @@ func parseNProc(s setting) (string, error) {
 	}
 	return "", &InputError{
 		Where:   s.where,
-		Problem: fmt.Sprintf("unsupported nproc_per_node value: %q", s.value),
+		Problem: fmt.Sprintf("unsupported nproc_per_node value: %s", quote(s.value)),
 		Fix:     "give a positive integer or one of auto, cpu, gpu, xpu",
 	}
 }
@@ -828,10 +996,27 @@ func parseNProc(s setting) (string, error) {
 func intAtLeast(s setting, lo, hi int64) (int, error) {
 	n, ok := pyInt(s.value)
 	if !ok {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %q", s.value), Fix: "give a whole number"}
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", quote(s.value)), Fix: "give a whole number"}
 	}
 	if n < lo || n > hi {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", s.value), Fix: fmt.Sprintf("give a number from %d to %d", lo, hi)}
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", echo(s.value)), Fix: fmt.Sprintf("give a number from %d to %d", lo, hi)}
+	}
+	return int(n), nil
+}
+
+// masterPort reads --master-port. Port 0 is refused although torchrun takes
+// it: the store on node 0 would listen on a port the OS picks, which no
+// other node (nor node 0's own workers, told MASTER_PORT=0) can learn.
+func masterPort(s setting) (int, error) {
+	const fix = "give a port number from 1 to 65535, or leave it out for torchrun's 29500"
+	n, ok := pyInt(s.value)
+	switch {
+	case !ok:
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", quote(s.value)), Fix: fix}
+	case n == 0:
+		return 0, &InputError{Where: s.where, Problem: "port 0 would let node 0 listen on a port that no other process learns", Fix: fix}
+	case n < 1 || n > 65535:
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", echo(s.value)), Fix: fix}
 	}
 	return int(n), nil
 }
@@ -839,11 +1024,11 @@ func intAtLeast(s setting, lo, hi int64) (int, error) {
 func parseInterval(s setting) (float64, error) {
 	f, ok := pyFloat(s.value)
 	if !ok {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid float value: %q", s.value), Fix: "give a number of seconds, e.g. 0.5"}
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid float value: %s", quote(s.value)), Fix: "give a number of seconds, e.g. 0.5"}
 	}
 	// time.sleep refuses these once torchrun runs; JSON cannot carry NaN.
 	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a usable interval", s.value), Fix: "give a finite number of seconds >= 0, e.g. 0.5"}
+		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a usable interval", echo(s.value)), Fix: "give a finite number of seconds >= 0, e.g. 0.5"}
 	}
 	return f, nil
 }
@@ -861,7 +1046,7 @@ func checkStd(s setting) error {
 	}
 	return &InputError{
 		Where:   s.where,
-		Problem: fmt.Sprintf("%q is not a stream selector", s.value),
+		Problem: fmt.Sprintf("%s is not a stream selector", quote(s.value)),
 		Fix:     "give 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as 0:1,1:2",
 	}
 }
@@ -904,8 +1089,8 @@ func parseRdzvConf(s setting) (map[string]string, error) {
 		if !hasValue || value == "" {
 			return nil, &InputError{
 				Where:   s.where,
-				Problem: fmt.Sprintf("The rendezvous configuration option '%s' must have a value specified.", key),
-				Fix:     fmt.Sprintf("write %s=VALUE", key),
+				Problem: fmt.Sprintf("The rendezvous configuration option '%s' must have a value specified.", echo(key)),
+				Fix:     fmt.Sprintf("write %s=VALUE", echo(key)),
 			}
 		}
 		conf[key] = value

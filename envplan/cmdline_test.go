@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 	"time"
+	"unicode/utf8"
 )
 
 // defaultConfig is torchrun 2.11's configuration for `torchrun SCRIPT ARGS...`
@@ -427,6 +428,14 @@ func TestParseCommandLineRefuses(t *testing.T) {
 		{name: "rdzv conf empty pair", argv: []string{"--rdzv-conf", "a=1,,b=2", "train.py"}, where: "--rdzv-conf", problem: "must be in format"},
 		{name: "master port range", argv: []string{"--master-port", "70000", "train.py"}, where: "--master-port", problem: "out of range"},
 		{name: "master port word", argv: []string{"--master_port", "http", "train.py"}, where: "--master_port", problem: "invalid int value"},
+		{name: "master port zero", argv: []string{"--master-port", "0", "train.py"}, where: "--master-port", problem: "port 0"},
+		{name: "master port zero as Python writes it", argv: []string{"--master-port=00", "train.py"}, where: "--master-port", problem: "port 0"},
+		{name: "master port negative", argv: []string{"--master-port=-1", "train.py"}, where: "--master-port", problem: "out of range"},
+		{name: "master port 65536", argv: []string{"--master-port", "65536", "train.py"}, where: "--master-port", problem: "out of range"},
+		{name: "master port zero from PET_", argv: []string{"train.py"}, env: map[string]string{"PET_MASTER_PORT": "0"}, where: "PET_MASTER_PORT", problem: "port 0"},
+		{name: "master addr empty", argv: []string{"--master-addr", "", "train.py"}, where: "--master-addr", problem: "master address is empty"},
+		{name: "master addr empty in = form", argv: []string{"--master_addr=", "train.py"}, where: "--master_addr", problem: "master address is empty"},
+		{name: "master addr blank", argv: []string{"--master-addr", " ", "train.py"}, where: "--master-addr", problem: "master address is empty"},
 		{name: "node rank negative", argv: []string{"--node-rank", "-1", "train.py"}, where: "--node-rank", problem: "out of range"},
 		{name: "node rank from PET_", argv: []string{"train.py"}, env: map[string]string{"PET_NODE_RANK": "first"}, where: "PET_NODE_RANK", problem: "invalid int value"},
 		{name: "no-python with module", argv: []string{"--no-python", "-m", "pkg"}, where: "--no-python", problem: "Don't use both the '--no-python' flag and the '--module' flag at the same time."},
@@ -448,9 +457,10 @@ func TestParseCommandLineRefuses(t *testing.T) {
 		{name: "PET_STANDALONE=true", argv: []string{"train.py"}, env: map[string]string{"PET_STANDALONE": "true"}, where: "PET_STANDALONE", problem: "not an integer"},
 		{name: "PET_MODULE=yes even with -m", argv: []string{"-m", "pkg"}, env: map[string]string{"PET_MODULE": "yes"}, where: "PET_MODULE", problem: "not an integer"},
 		{name: "include with exclude", argv: []string{"--include", "a", "--exclude", "b", "train.py"}, where: "--exclude", problem: "cannot be combined with --include"},
-		{name: "env key invalid", argv: []string{"--env", "1A=x", "train.py"}, where: "--env", problem: "valid variable name"},
-		{name: "env without =", argv: []string{"--env", "PATH", "train.py"}, where: "--env", problem: "KEY=VALUE"},
-		{name: "env empty key", argv: []string{"--env==x", "train.py"}, where: "--env", problem: "KEY=VALUE"},
+		{name: "env key invalid", argv: []string{"--env", "1A=x", "train.py"}, where: "--env (argument 1)", problem: `"1A" is not a valid variable name`},
+		{name: "env without =", argv: []string{"--nnodes=1", "--env", "PATH", "train.py"}, where: "--env (argument 2)", problem: "expected KEY=VALUE"},
+		{name: "env empty key", argv: []string{"--env==x", "train.py"}, where: "--env (argument 1)", problem: "KEY=VALUE"},
+		{name: "env as typed, by position", argv: []string{"--env", "A=1", "--en=B", "train.py"}, where: "--en (argument 3)", problem: "expected KEY=VALUE"},
 		{name: "ssh port zero", argv: []string{"--ssh-port", "0", "train.py"}, where: "--ssh-port", problem: "invalid port"},
 		{name: "ssh port big", argv: []string{"--ssh-port=65536", "train.py"}, where: "--ssh-port", problem: "invalid port"},
 		{name: "ssh port word", argv: []string{"--ssh-p", "ssh", "train.py"}, where: "--ssh-p", problem: "invalid port"},
@@ -459,6 +469,8 @@ func TestParseCommandLineRefuses(t *testing.T) {
 		{name: "empty torchrun", argv: []string{"--torchrun=", "train.py"}, where: "--torchrun", problem: "empty value"},
 		{name: "empty hosts", argv: []string{"--hosts", "", "train.py"}, where: "--hosts", problem: "empty value"},
 	}
+	cases = append(cases, endpointRefusals()...)
+	cases = append(cases, torchrunVarRefusals()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			got, err := ParseCommandLineWith(tc.argv, envOf(tc.env), fixedID)
@@ -814,6 +826,9 @@ func FuzzParseCommandLine(f *testing.F) {
 		{"--rdzv-conf\x00a=1,b=2\x00--tee\x000:1,1:2\x00t", "PET_NNODES=2:3"},
 		{"--nproc\x00-1\x00x", "PET_NO_PYTHON=1"},
 		{"-r=\x00--=x", ""},
+		{"--rdzv-endpoint\x00[::1]:29500\x00--master-port\x001\x00t", ""},
+		{"--rdzv-backend=c10d\x00--rdzv-endpoint=localhost:0\x00t", ""},
+		{"--env\x00MASTER_ADDR=x\x00--x\x1b\x00t", "PET_MASTER_ADDR=h"},
 	}
 	for _, s := range seeds {
 		f.Add(s[0], s[1])
@@ -835,9 +850,28 @@ func FuzzParseCommandLine(f *testing.F) {
 			if !errors.Is(err, ErrHelp) && (!errors.As(err, &ie) || ie.Where == "" || ie.Problem == "") {
 				t.Fatalf("%q: error %v (%T) is neither ErrHelp nor a complete *InputError", argv, err, err)
 			}
+			msg := err.Error()
+			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) {
+				t.Fatalf("%q: message %q holds a control character or invalid UTF-8", argv, msg)
+			}
+			// Each echo is cut to maxEcho runes; the longest fixed text
+			// is the list of every option an ambiguous "--" matches.
+			if len(msg) > 4096 {
+				t.Fatalf("%q: message of %d bytes", argv, len(msg))
+			}
 			return
 		}
 		c := cl.Torchrun
+		if c.MasterPort < 1 || c.MasterPort > 65535 {
+			t.Errorf("%q: master port %d", argv, c.MasterPort)
+		}
+		for _, kv := range cl.Gorun.Env {
+			if key, _, _ := strings.Cut(kv, "="); !envKey.MatchString(key) {
+				t.Errorf("%q: --env %q accepted", argv, key)
+			} else if _, set := torchrunWorkerVar(key); set {
+				t.Errorf("%q: --env %s accepted, which torchrun sets", argv, key)
+			}
+		}
 		if c.NNodesMin < 1 || c.NNodesMin > c.NNodesMax {
 			t.Errorf("%q: nnodes %d:%d", argv, c.NNodesMin, c.NNodesMax)
 		}
@@ -859,4 +893,240 @@ func FuzzParseCommandLine(f *testing.F) {
 			t.Errorf("%q: include and exclude both accepted", argv)
 		}
 	})
+}
+
+// endpointRefusals are --rdzv-endpoint values torchrun would only trip on
+// once it runs, or could misread.
+func endpointRefusals() []errCase {
+	ep := func(name, value, problem string, more ...string) errCase {
+		argv := append(append([]string{}, more...), "--rdzv-endpoint", value, "train.py")
+		return errCase{name: "endpoint " + name, argv: argv, where: "--rdzv-endpoint", problem: problem}
+	}
+	return []errCase{
+		ep("port not a number", "host:abc", "not a number from 0 to 65535"),
+		ep("port too large", "host:99999", "not a number from 0 to 65535"),
+		ep("port 65536", "host:65536", "not a number from 0 to 65535"),
+		ep("port negative", "host:-5", "not a number from 0 to 65535"),
+		ep("port with a sign", "host:+5", "not a number from 0 to 65535"),
+		ep("port empty", "host:", "not a number from 0 to 65535"),
+		ep("port six digits", "host:000080", "not a number from 0 to 65535"),
+		ep("unclosed bracket", "[::1", "unclosed '['"),
+		ep("unclosed bracket with port", "[::1:29500", "unclosed '['"),
+		ep("bare IPv6 with port", "::1:29500", "more than one ':'"),
+		ep("bare IPv6", "fe80::1", "more than one ':'"),
+		ep("empty", "", "endpoint is empty"),
+		ep("blank", "  ", "endpoint is empty"),
+		ep("empty host", ":29500", "no host before ':'"),
+		ep("IPv4 in brackets", "[10.0.0.1]:29500", "not an IPv6 address"),
+		ep("name in brackets", "[node1]:29500", "not an IPv6 address"),
+		ep("junk after bracket", "[::1]x", `unexpected "x" after ']'`),
+		ep("bad host name", "a..b:29500", "empty label"),
+		ep("host with a space", "a b:29500", "invalid character ' '"),
+		ep("host with a user", "me@node1:29500", "user part"),
+		ep("static without a port", "node1", "static rendezvous needs one"),
+		ep("static with port 0", "10.0.0.1:0", "port 0"),
+		ep("c10d port 0 on several nodes", "node1:0", "port 0", "--rdzv-backend=c10d", "--nnodes=2"),
+		ep("c10d port 0 on a node range", "node1:0", "port 0", "--rdzv-backend=c10d", "--nnodes=1:2"),
+		ep("etcd port 0", "node1:0", "port 0", "--rdzv-backend=etcd"),
+		ep("underscore spelling", "host:x", "not a number", "--rdzv_backend=c10d"),
+		{name: "endpoint = form as typed", argv: []string{"--rdzv_endpoint=host:-5", "train.py"}, where: "--rdzv_endpoint", problem: "not a number from 0 to 65535"},
+		{name: "endpoint from PET_", argv: []string{"train.py"}, env: map[string]string{"PET_RDZV_ENDPOINT": "h:abc"}, where: "PET_RDZV_ENDPOINT", problem: "not a number"},
+	}
+}
+
+// torchrunVarRefusals: --env for a variable torchrun sets for every worker
+// would be shown as the user's value although torchrun overrides it.
+func torchrunVarRefusals() []errCase {
+	var cases []errCase
+	for _, name := range []string{
+		"MASTER_ADDR", "MASTER_PORT", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE",
+		"GROUP_RANK", "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME",
+		"TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+		"TORCHELASTIC_USE_AGENT_STORE", "TORCHELASTIC_ERROR_FILE", "TORCHELASTIC_SIGNALS_TO_HANDLE",
+	} {
+		cases = append(cases, errCase{
+			name:    "env " + name,
+			argv:    []string{"--env", name + "=1", "train.py"},
+			where:   "--env (argument 1)",
+			problem: "torchrun sets " + name + " for every worker itself",
+		})
+	}
+	return cases
+}
+
+// The fix of a refused torchrun variable names the option that sets it.
+func TestTorchrunVarFix(t *testing.T) {
+	tests := []struct{ name, fix string }{
+		{"MASTER_ADDR", "--master-addr"},
+		{"MASTER_PORT", "--master-port"},
+		{"RANK", "--nproc-per-node"},
+		{"LOCAL_RANK", "--nproc-per-node"},
+		{"ROLE_NAME", "--role"},
+		{"TORCHELASTIC_MAX_RESTARTS", "--max-restarts"},
+		{"TORCHELASTIC_RUN_ID", "--rdzv-id"},
+		{"TORCHELASTIC_SIGNALS_TO_HANDLE", "--signals-to-handle"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseCommandLineWith([]string{"--env", tt.name + "=x", "train.py"}, nil, fixedID)
+			var ie *InputError
+			if !errors.As(err, &ie) || !strings.Contains(ie.Fix, tt.fix) {
+				t.Errorf("error %v: want a fix naming %s", err, tt.fix)
+			}
+		})
+	}
+}
+
+// Variables torchrun only defaults or reads stay the user's to set.
+func TestEnvAcceptsVariablesTorchrunReads(t *testing.T) {
+	for _, kv := range []string{
+		"TORCH_NCCL_ASYNC_ERROR_HANDLING=0", "OMP_NUM_THREADS=4", "TORCHELASTIC_ENABLE_FILE_TIMER=1",
+		"TORCHELASTIC_TIMER_FILE=/tmp/t", "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE=[${rank}]",
+		"rank=lowercase is not torchrun's", "MASTER_ADDRESS=x", "CUDA_VISIBLE_DEVICES=0,1",
+	} {
+		t.Run(kv, func(t *testing.T) {
+			cl, err := ParseCommandLineWith([]string{"--env", kv, "train.py"}, nil, fixedID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !reflect.DeepEqual(cl.Gorun.Env, []string{kv}) {
+				t.Errorf("Env = %q", cl.Gorun.Env)
+			}
+		})
+	}
+}
+
+func TestRdzvEndpointAccepts(t *testing.T) {
+	tests := []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"static host:port", []string{"--rdzv-endpoint", "host:29500"}, "host:29500"},
+		{"static IPv6 in brackets", []string{"--rdzv-endpoint", "[::1]:29500"}, "[::1]:29500"},
+		{"static IPv4", []string{"--rdzv_endpoint=10.0.0.1:1"}, "10.0.0.1:1"},
+		{"static port 65535", []string{"--rdzv-endpoint=h:65535"}, "h:65535"},
+		{"static port with a leading zero, as torchrun reads it", []string{"--rdzv-endpoint=h:08"}, "h:08"},
+		{"surrounding spaces, stripped by torchrun", []string{"--rdzv-endpoint", " h:1 "}, " h:1 "},
+		{"c10d host without a port", []string{"--rdzv-backend=c10d", "--rdzv-endpoint", "host"}, "host"},
+		{"c10d IPv6 without a port", []string{"--rdzv-backend=c10d", "--rdzv-endpoint", "[fe80::1%eth0]"}, "[fe80::1%eth0]"},
+		{"c10d single node port 0", []string{"--rdzv-backend=c10d", "--rdzv-endpoint", "localhost:0"}, "localhost:0"},
+		{"etcd host", []string{"--rdzv-backend=etcd-v2", "--rdzv-endpoint", "etcd1:2379"}, "etcd1:2379"},
+		{"underscore in a host name", []string{"--rdzv-backend=c10d", "--rdzv-endpoint", "gpu_01:29400"}, "gpu_01:29400"},
+		{"a plugin backend's endpoint is not checked", []string{"--rdzv-backend=mine", "--rdzv-endpoint", "mine://a,b"}, "mine://a,b"},
+		{"standalone replaces a bad endpoint", []string{"--standalone", "--rdzv-endpoint", "h:x"}, "localhost:0"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, err := ParseCommandLineWith(append(tt.argv, "train.py"), nil, fixedID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cl.Torchrun.RdzvEndpoint != tt.want {
+				t.Errorf("RdzvEndpoint = %q, want %q", cl.Torchrun.RdzvEndpoint, tt.want)
+			}
+		})
+	}
+}
+
+func TestMasterPortAccepts(t *testing.T) {
+	for _, tt := range []struct {
+		name, value string
+		want        int
+	}{{"1", "1", 1}, {"65535", "65535", 65535}, {"as Python writes it", " 2_9500 ", 29500}} {
+		t.Run(tt.name, func(t *testing.T) {
+			cl, err := ParseCommandLineWith([]string{"--master-port", tt.value, "train.py"}, nil, fixedID)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if cl.Torchrun.MasterPort != tt.want {
+				t.Errorf("MasterPort = %d, want %d", cl.Torchrun.MasterPort, tt.want)
+			}
+		})
+	}
+}
+
+// No error shows an --env value, which may be a secret; a mistyped --env
+// (an unknown option) shows nothing after its '=' either.
+func TestErrorsDoNotEchoEnvValues(t *testing.T) {
+	const secret = "hunter2-s3cr3t"
+	tests := []struct {
+		name string
+		argv []string
+	}{
+		{"no equals sign", []string{"--env", secret, "train.py"}},
+		{"bad key", []string{"--env", "1BAD=" + secret, "train.py"}},
+		{"torchrun's variable", []string{"--env", "MASTER_ADDR=" + secret, "train.py"}},
+		{"bad key in = form", []string{"--env=-X=" + secret, "train.py"}},
+		{"mistyped --env", []string{"--evn=WANDB_API_KEY=" + secret, "train.py"}},
+		{"mistyped --env, with a later error", []string{"--evn=K=" + secret, "--nnodes=x", "train.py"}},
+		{"unknown short option", []string{"-e=K=" + secret, "train.py"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseCommandLineWith(tt.argv, nil, fixedID)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			var ie *InputError
+			if !errors.As(err, &ie) {
+				t.Fatalf("error %v is not an *InputError", err)
+			}
+			for _, s := range []string{err.Error(), ie.Where, ie.Problem, ie.Fix} {
+				if strings.Contains(s, secret[2:]) {
+					t.Errorf("error shows the value: %s", s)
+				}
+			}
+		})
+	}
+}
+
+// A huge option is shown once, cut, with its length.
+func TestUnknownOptionIsCut(t *testing.T) {
+	long := "--" + strings.Repeat("x", 100_000)
+	_, err := ParseCommandLineWith([]string{long, long, long, "-a", "-b", "-c", "-d", "train.py"}, nil, fixedID)
+	if err == nil {
+		t.Fatal("no error")
+	}
+	msg := err.Error()
+	if len(msg) > 2000 {
+		t.Errorf("message is %d bytes", len(msg))
+	}
+	for _, want := range []string{"…(100002 bytes)", "and 2 more"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("message %q lacks %q", msg, want)
+		}
+	}
+}
+
+// Control characters in what the user typed never reach the terminal raw.
+func TestParseErrorsEscapeControls(t *testing.T) {
+	tests := []struct {
+		name string
+		argv []string
+		want string
+	}{
+		{"unknown option with ESC", []string{"--x\x1b[2J", "train.py"}, `--x\x1b[2J`},
+		{"unknown option with CR", []string{"--ok\rERASED", "train.py"}, `--ok\x0dERASED`},
+		{"unknown option with C1", []string{"--a\u009bb", "train.py"}, `--a\u009bb`},
+		{"unknown option with a bidi override", []string{"--a\u202eb", "train.py"}, `--a\u202eb`},
+		{"unknown option, not UTF-8", []string{"--a\xc3", "train.py"}, `--a\xc3`},
+		{"unknown option in UTF-8 letters", []string{"--grüße", "train.py"}, `--grüße`},
+		{"bad value", []string{"--nnodes", "\x1b]0;pwned\x07", "train.py"}, `"\x1b]0;pwned\a"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseCommandLineWith(tt.argv, nil, fixedID)
+			if err == nil {
+				t.Fatal("no error")
+			}
+			msg := err.Error()
+			if !strings.Contains(msg, tt.want) {
+				t.Errorf("message %q lacks %q", msg, tt.want)
+			}
+			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) {
+				t.Errorf("message %q holds a control character or invalid UTF-8", msg)
+			}
+		})
+	}
 }

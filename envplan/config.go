@@ -1,15 +1,27 @@
 package envplan
 
-import "time"
+import (
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"strconv"
+	"time"
+)
 
 // Config is the effective torchrun configuration, derived exactly as torchrun
 // 2.11 derives it (torch/distributed/run.py config_from_args). JSON names are
 // torchrun's own config names; this is part of gorun's public --format json
-// contract, so fields are only ever added.
+// contract, so fields are only ever added. In JSON, nproc_per_node is a
+// number when it is one (8) and a string only for a device word ("gpu"):
+// see MarshalJSON.
 type Config struct {
-	NNodesMin              int               `json:"nnodes_min"`
-	NNodesMax              int               `json:"nnodes_max"`
-	NProcPerNode           string            `json:"nproc_per_node"` // an integer, or auto|cpu|gpu|xpu as given
+	NNodesMin int `json:"nnodes_min"`
+	NNodesMax int `json:"nnodes_max"`
+	// NProcPerNode is an integer in canonical form ("8"), or auto, cpu,
+	// gpu or xpu as given. It stays a string in Go so callers compare it
+	// with a word or strconv.Atoi it without a conversion.
+	NProcPerNode           string            `json:"nproc_per_node"`
 	RdzvBackend            string            `json:"rdzv_backend"`
 	RdzvEndpoint           string            `json:"rdzv_endpoint"`
 	RdzvID                 string            `json:"rdzv_id"`
@@ -107,4 +119,90 @@ func (c *CommandLine) Set(dest string) bool {
 		}
 	}
 	return false
+}
+
+// MarshalJSON writes the configuration with its fields in order, as the
+// struct tags say, except that nproc_per_node is a JSON number when it
+// holds an integer, the way torchrun's own LaunchConfig has it, so a
+// reader of --format json need not parse "8". Like RenderJSON it leaves
+// '<', '>' and '&' unescaped: a plan is read by people and shells, not
+// embedded in HTML.
+func (c Config) MarshalJSON() ([]byte, error) {
+	t, nproc := rawNProcConfig()
+	raw := json.RawMessage(strconv.Quote(c.NProcPerNode))
+	if _, err := strconv.Atoi(c.NProcPerNode); err == nil {
+		raw = json.RawMessage(c.NProcPerNode)
+	}
+	out := reflect.New(t).Elem()
+	in := reflect.ValueOf(c)
+	for i := range in.NumField() {
+		if i == nproc {
+			out.Field(i).Set(reflect.ValueOf(raw))
+		} else {
+			out.Field(i).Set(in.Field(i))
+		}
+	}
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(out.Interface()); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(b.Bytes(), []byte("\n")), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, and also a plan written
+// before nproc_per_node became a number: a string there is taken as is.
+func (c *Config) UnmarshalJSON(data []byte) error {
+	t, nproc := rawNProcConfig()
+	in := reflect.New(t)
+	if err := json.Unmarshal(data, in.Interface()); err != nil {
+		return err
+	}
+	in = in.Elem()
+	var out Config
+	ov := reflect.ValueOf(&out).Elem()
+	for i := range ov.NumField() {
+		if i != nproc {
+			ov.Field(i).Set(in.Field(i))
+		}
+	}
+	raw := in.Field(nproc).Interface().(json.RawMessage)
+	switch {
+	case len(raw) == 0 || string(raw) == "null":
+	case raw[0] == '"':
+		if err := json.Unmarshal(raw, &out.NProcPerNode); err != nil {
+			return fmt.Errorf("nproc_per_node: %w", err)
+		}
+	default:
+		var n json.Number
+		if err := json.Unmarshal(raw, &n); err != nil {
+			return fmt.Errorf("nproc_per_node: %w", err)
+		}
+		if _, err := strconv.Atoi(n.String()); err != nil {
+			return fmt.Errorf("nproc_per_node: %s is not an integer", n)
+		}
+		out.NProcPerNode = n.String()
+	}
+	*c = out
+	return nil
+}
+
+// rawNProcConfig returns Config with NProcPerNode as raw JSON, and that
+// field's index: the same fields, names and tags in the same order, so the
+// JSON keeps Config's layout and every field added to Config later comes
+// along by itself. It is built on each call rather than kept in a package
+// variable; a plan is encoded once.
+func rawNProcConfig() (reflect.Type, int) {
+	t := reflect.TypeFor[Config]()
+	fields := make([]reflect.StructField, t.NumField())
+	nproc := -1
+	for i := range fields {
+		fields[i] = t.Field(i)
+		if fields[i].Name == "NProcPerNode" {
+			nproc = i
+			fields[i].Type = reflect.TypeFor[json.RawMessage]()
+		}
+	}
+	return reflect.StructOf(fields), nproc
 }

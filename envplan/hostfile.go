@@ -1,8 +1,10 @@
 package envplan
 
 import (
+	"bytes"
 	"fmt"
 	"strings"
+	"unicode/utf8"
 )
 
 // ParseHostfile parses a hostfile named name (used only in error locations)
@@ -14,18 +16,24 @@ import (
 //     not stated.
 //
 // DeepSpeed's form is a subset of Open MPI's, so every line is read by the
-// Open MPI rules. '#' starts a comment anywhere on a line; blank lines and
-// CRLF endings are fine. A duplicate host, a stray word, a missing or zero
-// count, max_slots below slots, or a file without any host is an InputError
-// located as "name:line:col".
+// Open MPI rules. '#' starts a comment anywhere on a line; blank lines are
+// fine. The file is UTF-8 text: a UTF-8 byte order mark is skipped, and
+// lines may end in LF, CRLF, or CR alone (an old Mac file, with no LF
+// anywhere); UTF-16 (a byte order mark or NUL bytes) and bytes that are not
+// UTF-8 are refused. A duplicate host (localhost, 127.0.0.1 and ::1 are
+// one), a bad host name, a stray word, a missing or zero count, max_slots
+// below slots, or a file without any host is an InputError located as
+// "name:line:col".
 func ParseHostfile(name string, data []byte) ([]Host, error) {
+	lines, err := hostfileLines(name, data)
+	if err != nil {
+		return nil, err
+	}
 	var hosts []Host
-	seen := make(map[string]int) // host key → line of first sight
-	form := formDeepSpeed        // until a line shows Open MPI syntax
-	lines := strings.Split(string(data), "\n")
+	seen := make(map[string]firstSeen) // host key → first sight
+	form := formDeepSpeed              // until a line shows Open MPI syntax
 	for i, line := range lines {
 		lineNo := i + 1
-		line = strings.TrimSuffix(line, "\r")
 		if c := strings.IndexByte(line, '#'); c >= 0 {
 			line = line[:c]
 		}
@@ -44,11 +52,11 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 		if first, dup := seen[key]; dup {
 			return nil, &InputError{
 				Where:   where(firstField(line)),
-				Problem: fmt.Sprintf("duplicate host %q (first on line %d)", h.Name, first),
+				Problem: duplicateProblem(h.Name, first.name, first.at),
 				Fix:     "list each host once with its total slots",
 			}
 		}
-		seen[key] = lineNo
+		seen[key] = firstSeen{name: h.Name, at: fmt.Sprintf("on line %d", lineNo)}
 		hosts = append(hosts, h)
 	}
 	if len(hosts) == 0 {
@@ -59,6 +67,52 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 		}
 	}
 	return hosts, nil
+}
+
+// utf8BOM is the byte order mark some Windows editors put before UTF-8.
+const utf8BOM = "\xef\xbb\xbf"
+
+// hostfileLines checks that data is UTF-8 text and splits it into lines
+// without their line ends.
+func hostfileLines(name string, data []byte) ([]string, error) {
+	const fix = "save the file as UTF-8, e.g. iconv -f UTF-16 -t UTF-8 FILE"
+	if bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) {
+		return nil, &InputError{
+			Where:   name + ":1:1",
+			Problem: fmt.Sprintf("the file is UTF-16 (it starts with the byte order mark %X)", data[:2]),
+			Fix:     fix,
+		}
+	}
+	text := strings.TrimPrefix(string(data), utf8BOM)
+	sep := "\n"
+	if !strings.Contains(text, "\n") && strings.Contains(text, "\r") {
+		sep = "\r" // an old Mac file: CR ends every line
+	}
+	lines := strings.Split(text, sep)
+	for i, line := range lines {
+		line = strings.TrimSuffix(line, "\r")
+		lines[i] = line
+		where := func(off int) string { return fmt.Sprintf("%s:%d:%d", name, i+1, off+1) }
+		if off := strings.IndexByte(line, 0); off >= 0 {
+			return nil, &InputError{Where: where(off), Problem: "NUL byte: the file looks like UTF-16, or is not text", Fix: fix}
+		}
+		if !utf8.ValidString(line) {
+			off := 0
+			for off < len(line) {
+				r, size := utf8.DecodeRuneInString(line[off:])
+				if r == utf8.RuneError && size == 1 {
+					break
+				}
+				off += size
+			}
+			return nil, &InputError{
+				Where:   where(off),
+				Problem: fmt.Sprintf("byte 0x%02x is not valid UTF-8", line[off]),
+				Fix:     "save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 FILE",
+			}
+		}
+	}
+	return lines, nil
 }
 
 // field is one whitespace-separated word of a line and its 1-based column.
@@ -129,22 +183,22 @@ func parseHostfileLine(line string, form hostfileForm, where func(col int) strin
 		switch {
 		case hasEq && key == "slots":
 			if slots != nil || countInName {
-				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: slots given twice", h.Name), Fix: "give the count once"}
+				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: slots given twice", quote(h.Name)), Fix: "give the count once"}
 			}
 			slots = w
 		case hasEq && (key == "max_slots" || key == "max-slots"):
 			if maxSlots != nil {
-				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %q: max_slots given twice", h.Name), Fix: "give max_slots once"}
+				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: max_slots given twice", quote(h.Name)), Fix: "give max_slots once"}
 			}
 			maxSlots = w
 		default:
-			return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %q", w.text), Fix: form.fix()}
+			return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %s", quote(w.text)), Fix: form.fix()}
 		}
 	}
 	if slots != nil {
 		n, err := parseSlots(strings.TrimPrefix(slots.text, "slots="))
 		if err != nil {
-			return Host{}, formBlank, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %q: %v", h.Name, err), Fix: `write "host slots=N" with N at least 1`}
+			return Host{}, formBlank, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %s: %v", quote(h.Name), err), Fix: `write "host slots=N" with N at least 1`}
 		}
 		h.Slots = n
 	}
@@ -152,10 +206,10 @@ func parseHostfileLine(line string, form hostfileForm, where func(col int) strin
 		_, value, _ := strings.Cut(maxSlots.text, "=")
 		m, err := parseSlots(value)
 		if err != nil {
-			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots: %v", h.Name, err), Fix: "write max_slots=M with M at least slots"}
+			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots: %v", quote(h.Name), err), Fix: "write max_slots=M with M at least slots"}
 		}
 		if h.Slots > m {
-			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %q: max_slots=%d is below slots=%d", h.Name, m, h.Slots), Fix: "raise max_slots or lower slots"}
+			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots=%d is below slots=%d", quote(h.Name), m, h.Slots), Fix: "raise max_slots or lower slots"}
 		}
 	}
 	lineForm := formMPI

@@ -76,17 +76,20 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 }
 
 // ParseHosts parses the --hosts flag: a comma-separated list of hosts, each
-// with an optional slot count, "h1:8,h2:8,h3". A host is a name, an IPv4
-// address, or an IPv6 address in brackets ("[fe80::1]:8"). A host without a
-// count gets Slots 0 (not stated). Empty items, bad or zero counts and
-// duplicate hosts are InputErrors whose Where gives the 1-based column.
+// with an optional slot count, "h1:8,h2:8,h3". A host is a name (see
+// hostNameProblem), an IPv4 address, or an IPv6 address, in brackets when it
+// has a count ("[fe80::1]:8") and bare when it cannot be misread
+// ("fe80::1"). A host without a count gets Slots 0 (not stated). Empty
+// items, bad names, bad or zero counts and duplicate hosts (localhost,
+// 127.0.0.1 and ::1 are one) are InputErrors whose Where gives the 1-based
+// column.
 func ParseHosts(list string) ([]Host, error) {
 	const flag = "--hosts"
 	if strings.TrimSpace(list) == "" {
 		return nil, &InputError{Where: flag, Problem: "empty host list", Fix: "write --hosts h1:8,h2:8"}
 	}
 	var hosts []Host
-	seen := make(map[string]int) // host key → column of first sight
+	seen := make(map[string]firstSeen) // host key → first sight
 	for start := 0; start <= len(list); {
 		end := strings.IndexByte(list[start:], ',')
 		if end < 0 {
@@ -108,11 +111,11 @@ func ParseHosts(list string) ([]Host, error) {
 		if first, dup := seen[key]; dup {
 			return nil, &InputError{
 				Where:   at(flag, col),
-				Problem: fmt.Sprintf("duplicate host %q (first at col %d)", h.Name, first),
+				Problem: duplicateProblem(h.Name, first.name, first.at),
 				Fix:     "list each host once with its total slots",
 			}
 		}
-		seen[key] = col
+		seen[key] = firstSeen{name: h.Name, at: fmt.Sprintf("at col %d", col)}
 		hosts = append(hosts, h)
 		start = end + 1
 	}
@@ -123,46 +126,66 @@ func ParseHosts(list string) ([]Host, error) {
 // renders the location of a column for errors.
 func parseHostItem(item string, col int, where func(col int) string) (Host, error) {
 	name, slotText, slotCol := item, "", 0
-	if strings.HasPrefix(item, "[") {
+	switch colons := strings.Count(item, ":"); {
+	case strings.HasPrefix(item, "["):
 		closing := strings.IndexByte(item, ']')
 		if closing < 0 {
-			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("unclosed '[' in %q", item), Fix: "write IPv6 addresses as [fe80::1]:8"}
+			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("unclosed '[' in %s", quote(item)), Fix: "write IPv6 addresses as [fe80::1]:8"}
 		}
 		name = item[1:closing]
 		rest := item[closing+1:]
-		if _, err := netip.ParseAddr(name); err != nil || !strings.Contains(name, ":") {
-			return Host{}, &InputError{Where: where(col + 1), Problem: fmt.Sprintf("%q in brackets is not an IPv6 address", name), Fix: "use brackets only around IPv6 addresses"}
+		if a, err := netip.ParseAddr(name); err != nil || !a.Is6() {
+			return Host{}, &InputError{Where: where(col + 1), Problem: fmt.Sprintf("%s in brackets is not an IPv6 address", quote(name)), Fix: "use brackets only around IPv6 addresses"}
 		}
 		switch {
 		case rest == "":
 		case rest[0] == ':':
 			slotText, slotCol = rest[1:], col+closing+2
 		default:
-			return Host{}, &InputError{Where: where(col + closing + 1), Problem: fmt.Sprintf("unexpected %q after ']'", rest), Fix: "write [ADDRESS]:SLOTS"}
+			return Host{}, &InputError{Where: where(col + closing + 1), Problem: fmt.Sprintf("unexpected %s after ']'", quote(rest)), Fix: "write [ADDRESS]:SLOTS"}
 		}
-	} else if i := strings.IndexByte(item, ':'); i >= 0 {
+	case colons == 1:
+		i := strings.IndexByte(item, ':')
 		name, slotText, slotCol = item[:i], item[i+1:], col+i+1
-		if strings.Contains(slotText, ":") {
-			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("%q has more than one ':'", item), Fix: "write HOST:SLOTS; put IPv6 addresses in brackets, [fe80::1]:8"}
-		}
 		if name == "" {
 			return Host{}, &InputError{Where: where(col), Problem: "missing host name before ':'", Fix: "write HOST:SLOTS"}
 		}
-	}
-	if !strings.HasPrefix(item, "[") {
-		if err := checkHostName(name); err != nil {
-			return Host{}, &InputError{Where: where(col), Problem: err.Error(), Fix: "use a host name, an IPv4 address or [IPv6]"}
+	case colons > 1:
+		if err := bareIPv6(item, col, where); err != nil {
+			return Host{}, err
 		}
+	}
+	if problem, fix := hostNameProblem(name); problem != "" {
+		return Host{}, &InputError{Where: where(col), Problem: problem, Fix: fix}
 	}
 	h := Host{Name: name}
 	if slotCol != 0 {
 		n, err := parseSlots(slotText)
 		if err != nil {
-			return Host{}, &InputError{Where: where(slotCol), Problem: fmt.Sprintf("host %q: %v", name, err), Fix: "write HOST:N with N at least 1"}
+			return Host{}, &InputError{Where: where(slotCol), Problem: fmt.Sprintf("host %s: %v", quote(name), err), Fix: "write HOST:N with N at least 1"}
 		}
 		h.Slots = n
 	}
 	return h, nil
+}
+
+// bareIPv6 accepts an item with several ':' as an IPv6 address without
+// brackets, unless it is no address, or its last ':' could also start a
+// slot count: "fe80::1:8" is an address, and also fe80::1 with 8 slots.
+func bareIPv6(item string, col int, where func(col int) string) error {
+	a, err := netip.ParseAddr(item)
+	if err != nil || !a.Is6() {
+		return &InputError{Where: where(col), Problem: fmt.Sprintf("%s has more than one ':'", quote(item)), Fix: "write HOST:SLOTS; put IPv6 addresses in brackets, [fe80::1]:8"}
+	}
+	i := strings.LastIndexByte(item, ':')
+	if _, err := netip.ParseAddr(item[:i]); err == nil && item[i+1:] != "" && strings.Trim(item[i+1:], "0123456789") == "" {
+		return &InputError{
+			Where:   where(col),
+			Problem: fmt.Sprintf("%s is ambiguous: the address %s, or %s with %s slots", quote(item), item, item[:i], item[i+1:]),
+			Fix:     fmt.Sprintf("write [%s] for the address, [%s]:%s for the slots", item, item[:i], item[i+1:]),
+		}
+	}
+	return nil
 }
 
 // parseSlots parses a slot count: decimal digits only, 1..maxSlots.
@@ -172,48 +195,17 @@ func parseSlots(s string) (int, error) {
 	}
 	for _, c := range s {
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("slot count %q is not a number", s)
+			return 0, fmt.Errorf("slot count %s is not a number", quote(s))
 		}
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n > maxSlots {
-		return 0, fmt.Errorf("slot count %q is too large (at most %d)", s, maxSlots)
+		return 0, fmt.Errorf("slot count %s is too large (at most %d)", quote(s), maxSlots)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("slot count is 0")
 	}
 	return n, nil
-}
-
-// checkHostName accepts DNS-style names, IPv4 addresses and the underscores
-// some clusters use. A leading '-' is refused so that no host name can be
-// read as an option by ssh.
-func checkHostName(name string) error {
-	if name == "" {
-		return fmt.Errorf("empty host name")
-	}
-	if name[0] == '-' {
-		return fmt.Errorf("host name %q starts with '-'", name)
-	}
-	for i := 0; i < len(name); i++ {
-		if !hostNameByte(name[i]) {
-			return fmt.Errorf("host name %q has invalid character %q", name, name[i])
-		}
-	}
-	return nil
-}
-
-func hostNameByte(c byte) bool {
-	return c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || c == '-' || c == '.' || c == '_'
-}
-
-// hostKey is the identity used to find duplicates: host names are case
-// insensitive (DNS), and one address may be spelled several ways.
-func hostKey(name string) string {
-	if a, err := netip.ParseAddr(name); err == nil {
-		return a.String()
-	}
-	return strings.ToLower(name)
 }
 
 // at renders a Where with a 1-based column.

@@ -74,20 +74,23 @@ func parseResourceFilter(flag, expr string, hosts []Host) ([]nodeSpec, error) {
 			return nil, &InputError{Where: where, Problem: "empty node in " + flag, Fix: "write NAME[:ID,ID]@NAME..."}
 		}
 		name, idText, hasIDs := splitNodeSpec(item)
+		if problem, fix := hostNameProblem(name); problem != "" {
+			return nil, &InputError{Where: where, Problem: problem, Fix: fix}
+		}
 		i, known := index[hostKey(name)]
 		if !known {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("%s names host %q, which is not in the host list", flag, name), Fix: "use a host from --hosts, --hostfile or the Slurm allocation"}
+			return nil, &InputError{Where: where, Problem: fmt.Sprintf("%s names host %s, which is not in the host list", flag, quote(name)), Fix: "use a host from --hosts, --hostfile or the Slurm allocation"}
 		}
 		spec := nodeSpec{host: i, col: col, text: item}
 		if hasIDs {
 			ids, err := parseIDs(idText)
 			if err != nil {
-				return nil, &InputError{Where: at(flag, col+len(item)-len(idText)), Problem: fmt.Sprintf("%q: %v", item, err), Fix: "write NAME:0,1,2 with GPU ids"}
+				return nil, &InputError{Where: at(flag, col+len(item)-len(idText)), Problem: fmt.Sprintf("%s: %v", quote(item), err), Fix: "write NAME:0,1,2 with GPU ids"}
 			}
 			if avail, ok := available(hosts[i]); ok {
 				for _, id := range ids {
 					if !slices.Contains(avail, id) {
-						return nil, &InputError{Where: where, Problem: fmt.Sprintf("%q: host %q has no GPU %d (it has %s)", item, hosts[i].Name, id, idList(avail)), Fix: "use ids the host has"}
+						return nil, &InputError{Where: where, Problem: fmt.Sprintf("%s: host %s has no GPU %d (it has %s)", quote(item), quote(hosts[i].Name), id, idList(avail)), Fix: "use ids the host has"}
 					}
 				}
 			}
@@ -112,7 +115,7 @@ func splitNodeSpec(item string) (name, ids string, hasIDs bool) {
 				return name, "", false
 			}
 		}
-		return item, "", false // never a known host: reported as unknown
+		return item, "", false // not a host name: reported as such
 	}
 	name, ids, hasIDs = strings.Cut(item, ":")
 	return name, ids, hasIDs
@@ -127,12 +130,12 @@ func parseIDs(s string) ([]int, error) {
 		}
 		for i := 0; i < len(part); i++ {
 			if part[i] < '0' || part[i] > '9' {
-				return nil, fmt.Errorf("GPU id %q is not a number", part)
+				return nil, fmt.Errorf("GPU id %s is not a number", quote(part))
 			}
 		}
 		n, err := strconv.Atoi(part)
 		if err != nil || n >= maxSlots {
-			return nil, fmt.Errorf("GPU id %q is too large", part)
+			return nil, fmt.Errorf("GPU id %s is too large", quote(part))
 		}
 		ids = append(ids, n)
 	}
@@ -188,7 +191,7 @@ func applyExclude(flag string, hosts []Host, specs []nodeSpec) ([]Host, error) {
 		if _, ok := available(hosts[s.host]); !ok {
 			return nil, &InputError{
 				Where:   at(flag, s.col),
-				Problem: fmt.Sprintf("%q: host %q has an unknown slot count, so GPUs cannot be excluded from it", s.text, hosts[s.host].Name),
+				Problem: fmt.Sprintf("%s: host %s has an unknown slot count, so GPUs cannot be excluded from it", quote(s.text), quote(hosts[s.host].Name)),
 				Fix:     "state its slots (host:N or slots=N), or use --include with the GPUs to keep",
 			}
 		}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
+	"unicode/utf8"
 )
 
 // maxHostlist bounds how many names one Slurm hostlist may expand to. Slurm
@@ -29,14 +30,16 @@ const maxHostlistItem = 1024
 // outermost; a bracket group must end its item. Unbalanced or nested
 // brackets, empty or descending ranges, characters outside [A-Za-z0-9._-],
 // and more than 65536 names are InputErrors whose Where is
-// "SLURM_JOB_NODELIST (col N)".
+// "SLURM_JOB_NODELIST (col N)". Names are not checked further, as Slurm
+// does not check them; HostsFromSlurm does.
 func ExpandSlurmHostlist(expr string) ([]string, error) {
-	return expandHostlist("SLURM_JOB_NODELIST", expr)
+	names, _, err := expandHostlist("SLURM_JOB_NODELIST", expr)
+	return names, err
 }
 
-// expandHostlist is ExpandSlurmHostlist with the source named in errors.
-func expandHostlist(source, expr string) ([]string, error) {
-	var names []string
+// expandHostlist is ExpandSlurmHostlist with the source named in errors. It
+// also returns, for each name, the column of the item it came from.
+func expandHostlist(source, expr string) (names []string, cols []int, err error) {
 	total := 0
 	depth, start := 0, -1
 	for i := 0; i <= len(expr); i++ {
@@ -47,22 +50,25 @@ func expandHostlist(source, expr string) ([]string, error) {
 		switch {
 		case c == '[':
 			if depth > 0 {
-				return nil, &InputError{Where: at(source, i+1), Problem: "nested '[' in hostlist", Fix: "close each bracket group before opening another"}
+				return nil, nil, &InputError{Where: at(source, i+1), Problem: "nested '[' in hostlist", Fix: "close each bracket group before opening another"}
 			}
 			depth++
 		case c == ']':
 			if depth == 0 {
-				return nil, &InputError{Where: at(source, i+1), Problem: "']' without '[' in hostlist", Fix: "balance the brackets"}
+				return nil, nil, &InputError{Where: at(source, i+1), Problem: "']' without '[' in hostlist", Fix: "balance the brackets"}
 			}
 			depth--
 		case depth == 0 && (c == ',' || c == ' ' || c == '\t'):
 			if start >= 0 {
 				expanded, err := expandItem(source, expr[start:i], start, maxHostlist-total)
 				if err != nil {
-					return nil, err
+					return nil, nil, err
 				}
 				total += len(expanded)
 				names = append(names, expanded...)
+				for range expanded {
+					cols = append(cols, start+1)
+				}
 				start = -1
 			}
 			continue
@@ -76,9 +82,9 @@ func expandHostlist(source, expr string) ([]string, error) {
 	}
 	if depth > 0 {
 		open := strings.LastIndexByte(expr, '[')
-		return nil, &InputError{Where: at(source, open+1), Problem: "unclosed '[' in hostlist", Fix: "add the closing ']'"}
+		return nil, nil, &InputError{Where: at(source, open+1), Problem: "unclosed '[' in hostlist", Fix: "add the closing ']'"}
 	}
-	return names, nil
+	return names, cols, nil
 }
 
 // hostGroup is one bracket group of an item: its ranges in order.
@@ -105,7 +111,7 @@ func expandItem(source, item string, off, budget int) ([]string, error) {
 		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist item is longer than %d characters", maxHostlistItem), Fix: "split it into several items"}
 	}
 	if item[0] == '-' {
-		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("host name %q starts with '-'", item), Fix: "fix the hostlist"}
+		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("host name %s starts with '-'", quote(item)), Fix: "fix the hostlist"}
 	}
 	var (
 		literals []string // literals[k] precedes groups[k]; one more literal than groups
@@ -115,15 +121,20 @@ func expandItem(source, item string, off, budget int) ([]string, error) {
 	for i := 0; i < len(item); i++ {
 		c := item[i]
 		if c != '[' {
-			if !hostNameByte(c) {
-				return nil, &InputError{Where: at(source, off+i+1), Problem: fmt.Sprintf("invalid character %q in hostlist", c), Fix: "host names use letters, digits, '-', '.' and '_'"}
+			if !labelByte(c) && c != '.' {
+				r, _ := utf8.DecodeRuneInString(item[i:])
+				what := "invalid character " + quoteRune(r)
+				if r == utf8.RuneError {
+					what = fmt.Sprintf("byte 0x%02x, which is not UTF-8,", c)
+				}
+				return nil, &InputError{Where: at(source, off+i+1), Problem: fmt.Sprintf("%s in hostlist", what), Fix: "host names use letters, digits, '-', '.' and '_'"}
 			}
 			lit.WriteByte(c)
 			continue
 		}
 		end := i + strings.IndexByte(item[i:], ']') // balanced: checked by the caller
 		if end != len(item)-1 && !strings.Contains(item[end+1:], "[") {
-			return nil, &InputError{Where: at(source, off+end+2), Problem: fmt.Sprintf("%q follows the last bracket group", item[end+1:]), Fix: "Slurm requires a hostlist item to end with its last ']'"}
+			return nil, &InputError{Where: at(source, off+end+2), Problem: fmt.Sprintf("%s follows the last bracket group", quote(item[end+1:])), Fix: "Slurm requires a hostlist item to end with its last ']'"}
 		}
 		g, err := parseGroup(source, item[i+1:end], off+i+1)
 		if err != nil {
@@ -174,23 +185,23 @@ func parseGroup(source, body string, off int) (hostGroup, error) {
 		pos += len(part) + 1
 		loText, hiText, isRange := strings.Cut(part, "-")
 		if loText == "" || isRange && hiText == "" {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("empty range %q in hostlist", part), Fix: "write N or N-M inside brackets"}
+			return nil, &InputError{Where: where, Problem: fmt.Sprintf("empty range %s in hostlist", quote(part)), Fix: "write N or N-M inside brackets"}
 		}
 		lo, err := parseRangeBound(loText)
 		if err != nil {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %q: %v", part, err), Fix: "write N or N-M inside brackets"}
+			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", quote(part), err), Fix: "write N or N-M inside brackets"}
 		}
 		hi := lo
 		if isRange {
 			if hi, err = parseRangeBound(hiText); err != nil {
-				return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %q: %v", part, err), Fix: "write N or N-M inside brackets"}
+				return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", quote(part), err), Fix: "write N or N-M inside brackets"}
 			}
 		}
 		if lo > hi {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("descending range %q in hostlist", part), Fix: "write the low bound first"}
+			return nil, &InputError{Where: where, Problem: fmt.Sprintf("descending range %s in hostlist", quote(part)), Fix: "write the low bound first"}
 		}
 		if hi-lo >= maxHostlist {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %q has more than %d hosts", part, maxHostlist), Fix: "check the range for a typo"}
+			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s has more than %d hosts", quote(part), maxHostlist), Fix: "check the range for a typo"}
 		}
 		g = append(g, hostRange{lo: lo, hi: hi, width: len(loText)})
 	}
@@ -209,19 +220,20 @@ func padded(v uint64, width int) string {
 func parseRangeBound(s string) (uint64, error) {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("%q is not a number", s)
+			return 0, fmt.Errorf("%s is not a number", quote(s))
 		}
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n == ^uint64(0) {
-		return 0, fmt.Errorf("%q is too large", s)
+		return 0, fmt.Errorf("%s is too large", quote(s))
 	}
 	return n, nil
 }
 
 // HostsFromSlurm returns the hosts of the Slurm allocation gorun runs in, or
 // nil, nil outside one. Nodes come from SLURM_JOB_NODELIST (or the older
-// SLURM_NODELIST), in Slurm's order. Slots come from the first of:
+// SLURM_NODELIST), in Slurm's order; each must be a valid host name (see
+// hostNameProblem) and listed once. Slots come from the first of:
 //
 //   - SLURM_GPUS_ON_NODE ("8"): the same count on every node;
 //   - SLURM_GPUS_PER_NODE ("4", "h100:4"; a list "a100:2,h100:4" is summed);
@@ -238,20 +250,28 @@ func HostsFromSlurm(getenv func(string) string) ([]Host, error) {
 	if list == "" {
 		return nil, nil
 	}
-	names, err := expandHostlist(source, list)
+	names, cols, err := expandHostlist(source, list)
 	if err != nil {
 		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, &InputError{Where: source, Problem: fmt.Sprintf("%s=%q names no host", source, list)}
+		return nil, &InputError{Where: source, Problem: fmt.Sprintf("%s=%s names no host", source, quote(list)), Fix: "run inside the allocation the variables came from"}
 	}
 	hosts := make([]Host, len(names))
-	seen := make(map[string]bool, len(names))
+	seen := make(map[string]firstSeen, len(names))
 	for i, name := range names {
-		if seen[hostKey(name)] {
-			return nil, &InputError{Where: source, Problem: fmt.Sprintf("host %q appears twice in %s", name, source)}
+		if problem, fix := hostNameProblem(name); problem != "" {
+			return nil, &InputError{Where: at(source, cols[i]), Problem: problem, Fix: fix}
 		}
-		seen[hostKey(name)] = true
+		key := hostKey(name)
+		if first, dup := seen[key]; dup {
+			return nil, &InputError{
+				Where:   at(source, cols[i]),
+				Problem: duplicateProblem(name, first.name, first.at) + " in " + source,
+				Fix:     "give each node once (--hosts or --hostfile override the allocation)",
+			}
+		}
+		seen[key] = firstSeen{name: name, at: fmt.Sprintf("from the item at col %d", cols[i])}
 		hosts[i].Name = name
 	}
 	slots, err := slurmSlots(getenv, len(names))
@@ -309,7 +329,7 @@ func slurmSlots(getenv func(string) string, n int) ([]int, error) {
 		if len(counts) != n {
 			return nil, &InputError{
 				Where:   "SLURM_TASKS_PER_NODE",
-				Problem: fmt.Sprintf("SLURM_TASKS_PER_NODE=%q gives %d counts for %d nodes", v, len(counts), n),
+				Problem: fmt.Sprintf("SLURM_TASKS_PER_NODE=%s gives %d counts for %d nodes", quote(v), len(counts), n),
 				Fix:     "run inside the allocation the variables came from",
 			}
 		}
@@ -325,7 +345,7 @@ func slurmCount(name, v string, zeroOK bool) (int, error) {
 	}
 	c, err := parseSlots(v)
 	if err != nil {
-		return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%q: %v", name, v, err)}
+		return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: %v", name, quote(v), err), Fix: "run inside the allocation the variables came from"}
 	}
 	return c, nil
 }
@@ -342,11 +362,11 @@ func gpusPerNode(v string) (int, error) {
 		}
 		c, err := slurmCount(name, count, true)
 		if err != nil {
-			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%q: item %q is not [type:]count", name, v, part)}
+			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s is not [type:]count", name, quote(v), quote(part)), Fix: `expected counts like "4" or "h100:4"`}
 		}
 		total += c
 		if total > maxSlots {
-			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%q: too many GPUs", name, v)}
+			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: too many GPUs", name, quote(v)), Fix: fmt.Sprintf("at most %d per node", maxSlots)}
 		}
 	}
 	return total, nil
@@ -357,7 +377,7 @@ func gpusPerNode(v string) (int, error) {
 func expandTasksPerNode(v string) ([]int, error) {
 	const name = "SLURM_TASKS_PER_NODE"
 	bad := func(part, why string) error {
-		return &InputError{Where: name, Problem: fmt.Sprintf("%s=%q: item %q %s", name, v, part, why), Fix: `expected counts like "2(x3),1"`}
+		return &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s %s", name, quote(v), quote(part), why), Fix: `expected counts like "2(x3),1"`}
 	}
 	var out []int
 	for _, part := range strings.Split(v, ",") {
