@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gorun/gorun/envplan"
 )
 
 // Severity grades a finding. Order matters: fail is worse than warn is worse
@@ -50,8 +52,6 @@ type Want struct {
 	GPUsRequested bool
 	// GPUIDs are the GPU indexes the job will use; nil means 0..n-1.
 	GPUIDs []int
-	// TorchCUDA overrides Facts.Torch.CUDA ("12.4") when set.
-	TorchCUDA string
 }
 
 // gpusWanted reports whether the node must have usable GPUs, and how many
@@ -93,7 +93,7 @@ func Check(f Facts, want Want) []Finding {
 		add(checkP2P(f)...)
 		add(checkTopology(f)...)
 		add(checkNVLink(f)...)
-		add(checkCUDA(f, want)...)
+		add(checkCUDA(f)...)
 	}
 	add(checkRDMA(f, haveGPUs)...)
 	add(checkLimits(f)...)
@@ -287,18 +287,7 @@ func checkGPUCount(f Facts, want Want) []Finding {
 	ev := fmt.Sprintf("%d GPUs visible, --nproc-per-node %q", visible, want.NProc)
 	switch {
 	case !needGPU:
-		if visible == 0 {
-			return []Finding{ok("gpu.count", "no GPUs; the job runs on CPUs", ev)}
-		}
-		if n, err := strconv.Atoi(want.NProc); err == nil && n > visible {
-			return []Finding{{
-				ID: "gpu.count", Severity: SeverityWarn,
-				Message:  fmt.Sprintf("%d workers but %d GPUs: with one GPU per rank (LOCAL_RANK as the device) ranks %d and up have none", n, visible, visible),
-				Evidence: ev,
-				Remedy:   fmt.Sprintf("use --nproc-per-node %d (or gpu) for a GPU job; ignore this for a CPU job", visible),
-			}}
-		}
-		return []Finding{ok("gpu.count", "the job does not ask for GPUs by name (--nproc-per-node gpu); its worker count fits the GPUs", ev)}
+		return checkGPUCountUnasked(f, want, visible, ev)
 	case visible == 0:
 		return []Finding{{
 			ID: "gpu.count", Severity: SeverityFail,
@@ -325,6 +314,44 @@ func checkGPUCount(f Facts, want Want) []Finding {
 		return []Finding{ok("gpu.count", fmt.Sprintf("%d of %d GPUs will be used", n, visible), ev)}
 	}
 	return []Finding{ok("gpu.count", "GPU count fits the job", ev)}
+}
+
+// checkGPUCountUnasked judges the GPU count of a job that does not ask for
+// GPUs by name: a CPU job, or a worker count that may or may not mean one
+// GPU per rank. It speaks only of what the user gave, and never says a job
+// runs on CPUs when CUDA_VISIBLE_DEVICES is what hides the GPUs.
+func checkGPUCountUnasked(f Facts, want Want, visible int, ev string) []Finding {
+	n, err := strconv.Atoi(want.NProc)
+	numeric := err == nil
+	switch {
+	case visible == 0 && len(f.GPUs) > 0 && want.NProc == "cpu":
+		return []Finding{ok("gpu.count", fmt.Sprintf("CUDA_VISIBLE_DEVICES hides the node's %d GPUs; the job runs on CPUs (--nproc-per-node cpu)", len(f.GPUs)), ev)}
+	case visible == 0 && len(f.GPUs) > 0:
+		return []Finding{{
+			ID: "gpu.count", Severity: SeverityWarn,
+			Message:  fmt.Sprintf("CUDA_VISIBLE_DEVICES hides all %d GPUs of the node: the workers see none (see env.cuda_visible_devices)", len(f.GPUs)),
+			Evidence: ev,
+			Remedy:   "fix or unset CUDA_VISIBLE_DEVICES for a GPU job; for a CPU job, --nproc-per-node cpu says so",
+		}}
+	case visible == 0:
+		return []Finding{ok("gpu.count", "no GPUs; the job runs on CPUs", ev)}
+	case want.NProc == "cpu":
+		return []Finding{ok("gpu.count", fmt.Sprintf("the job runs on CPUs (--nproc-per-node cpu); the node's %d GPUs are not used", visible), ev)}
+	case numeric && n > visible:
+		return []Finding{{
+			ID: "gpu.count", Severity: SeverityWarn,
+			Message:  fmt.Sprintf("%d workers but %d GPUs: with one GPU per rank (LOCAL_RANK as the device) ranks %d and up have none", n, visible, visible),
+			Evidence: ev,
+			Remedy:   fmt.Sprintf("use --nproc-per-node %d (or gpu) for a GPU job; ignore this for a CPU job", visible),
+		}}
+	case numeric:
+		workers := fmt.Sprintf("%d workers", n)
+		if n == 1 {
+			workers = "1 worker"
+		}
+		return []Finding{ok("gpu.count", workers+fmt.Sprintf(", %d GPUs visible: enough for one GPU per rank", visible), ev)}
+	}
+	return []Finding{ok("gpu.count", fmt.Sprintf("%d GPUs visible", visible), ev)}
 }
 
 // visibleGPUCount is the number of GPUs CUDA will show: the GPUs, reduced by
@@ -394,7 +421,7 @@ func checkVisibleDevices(f Facts, want Want) []Finding {
 		return nil
 	}
 	needGPU, _ := want.gpusWanted()
-	ev := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q, %d GPUs on the node", v, len(f.GPUs))
+	ev := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q, %d GPUs on the node", envplan.Redact("CUDA_VISIBLE_DEVICES", v), len(f.GPUs))
 	ids, _ := parseVisibleDevices(v)
 	if len(ids) == 0 {
 		fd := Finding{ID: "env.cuda_visible_devices", Severity: SeverityWarn,
@@ -657,11 +684,8 @@ func checkNVLink(f Facts) []Finding {
 // checkCUDA compares the driver's CUDA version with the torch build's
 // (facts §6): major lower fails, minor lower warns (minor version
 // compatibility, limited features), equal or higher is ok.
-func checkCUDA(f Facts, want Want) []Finding {
-	tc := want.TorchCUDA
-	if tc == "" {
-		tc = f.Torch.CUDA
-	}
+func checkCUDA(f Facts) []Finding {
+	tc := f.Torch.CUDA
 	if tc == "" || f.Driver.CUDADriverVersion == 0 {
 		return nil
 	}
@@ -844,7 +868,7 @@ func checkCUDAEnv(f Facts) []Finding {
 	var set []string
 	for _, name := range cudaDebugEnv {
 		if v, ok := f.Env[name]; ok {
-			set = append(set, name+"="+v)
+			set = append(set, name+"="+envplan.Redact(name, v))
 		}
 	}
 	if len(set) == 0 {

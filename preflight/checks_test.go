@@ -66,6 +66,11 @@ func TestCheck(t *testing.T) {
 			f.Env = map[string]string{"CUDA_LAUNCH_BLOCKING": "1", "CUDA_INJECTION64_PATH": "/opt/x.so"}
 			return f
 		}, gpuJob, "env.cuda_debug", SeverityWarn, "CUDA_INJECTION64_PATH=/opt/x.so"},
+		{"CUDA debugging variables hide credentials", func() Facts {
+			f := healthyNode()
+			f.Env = map[string]string{"CUDA_INJECTION64_PATH": "https://me:s3cr3t@h/x.so"}
+			return f
+		}, gpuJob, "env.cuda_debug", SeverityWarn, "CUDA_INJECTION64_PATH=https://me:<hidden>@h/x.so"},
 		{"rm version mismatch", func() Facts {
 			f := healthyNode()
 			f.Source, f.GPUs, f.Driver.NVMLError, f.Driver.NVMLErrorCode = "", nil, "ERROR_LIB_RM_VERSION_MISMATCH", 18
@@ -86,7 +91,7 @@ func TestCheck(t *testing.T) {
 		{"nproc above gpu count", healthyNode, Want{NProc: "8", GPUsRequested: true}, "gpu.count", SeverityFail, "only 2 GPUs"},
 		{"gpu id beyond count", healthyNode, Want{NProc: "1", GPUsRequested: true, GPUIDs: []int{3}}, "gpu.count", SeverityFail, "GPU 3"},
 		{"more workers than GPUs, GPUs not named", healthyNode, Want{NProc: "4"}, "gpu.count", SeverityWarn, "4 workers but 2 GPUs"},
-		{"as many workers as GPUs, GPUs not named", healthyNode, Want{NProc: "2"}, "gpu.count", SeverityOK, "fits the GPUs"},
+		{"as many workers as GPUs, GPUs not named", healthyNode, Want{NProc: "2"}, "gpu.count", SeverityOK, "enough for one GPU per rank"},
 		{"CUDA_VISIBLE_DEVICES beyond count", func() Facts { f := healthyNode(); f.Env = map[string]string{"CUDA_VISIBLE_DEVICES": "0,5"}; return f }, gpuJob, "env.cuda_visible_devices", SeverityFail, "entry 1"},
 		{"CUDA_VISIBLE_DEVICES hides all", func() Facts { f := healthyNode(); f.Env = map[string]string{"CUDA_VISIBLE_DEVICES": ""}; return f }, gpuJob, "env.cuda_visible_devices", SeverityFail, "empty"},
 		{"CUDA_VISIBLE_DEVICES by uuid", func() Facts { f := healthyNode(); f.Env = map[string]string{"CUDA_VISIBLE_DEVICES": "GPU-1"}; return f }, gpuJob, "env.cuda_visible_devices", SeverityWarn, "GPU-1"},
@@ -119,7 +124,6 @@ func TestCheck(t *testing.T) {
 		{"cuda major too old", func() Facts { f := healthyNode(); f.Driver.CUDADriverVersion = 11080; return f }, gpuJob, "cuda.compat", SeverityFail, "CUDA 11.8"},
 		{"cuda minor older", func() Facts { f := healthyNode(); f.Driver.CUDADriverVersion = 12020; return f }, gpuJob, "cuda.compat", SeverityWarn, "12.2"},
 		{"cuda newer driver", healthyNode, gpuJob, "cuda.compat", SeverityOK, "torch built for CUDA 12.4"},
-		{"want overrides torch cuda", healthyNode, Want{NProc: "gpu", TorchCUDA: "13.1"}, "cuda.compat", SeverityWarn, "13.1"},
 		{"rdma port down", func() Facts {
 			f := healthyNode()
 			f.RDMA = []RDMAPort{{Device: "mlx5_0", Port: 1, State: "DOWN", PhysState: "Disabled", LinkLayer: "InfiniBand"}}
@@ -175,6 +179,58 @@ func TestCheck(t *testing.T) {
 				}
 			}
 			t.Errorf("no %s finding %s containing %q in:\n%s", tt.sev, tt.id, tt.inText, dumpFindings(fs))
+		})
+	}
+}
+
+// TestGPUCountWording: the gpu.count finding speaks of what the user gave
+// (no "--nproc-per-node gpu" for a number), and never says the job runs on
+// CPUs when CUDA_VISIBLE_DEVICES is what hides the GPUs.
+func TestGPUCountWording(t *testing.T) {
+	hidden := func(cvd string) func() Facts {
+		return func() Facts { f := healthyNode(); f.Env = map[string]string{"CUDA_VISIBLE_DEVICES": cvd}; return f }
+	}
+	tests := []struct {
+		name     string
+		facts    func() Facts
+		nproc    string
+		sev      Severity
+		contains string
+		lacks    []string
+	}{
+		{"a number", healthyNode, "2", SeverityOK, "2 workers, 2 GPUs visible", []string{"--nproc-per-node gpu", "by name"}},
+		{"a smaller number", healthyNode, "1", SeverityOK, "1 worker, 2 GPUs visible", []string{"--nproc-per-node gpu"}},
+		{"empty CUDA_VISIBLE_DEVICES", hidden(""), "2", SeverityWarn, "CUDA_VISIBLE_DEVICES hides all 2 GPUs", []string{"runs on CPUs", "no GPUs"}},
+		{"bad CUDA_VISIBLE_DEVICES", hidden("7"), "4", SeverityWarn, "CUDA_VISIBLE_DEVICES hides all 2 GPUs", []string{"runs on CPUs", "no GPUs"}},
+		{"hidden on purpose for a CPU job", hidden(""), "cpu", SeverityOK, "(--nproc-per-node cpu)", nil},
+		{"cpu job on a GPU node", healthyNode, "cpu", SeverityOK, "the node's 2 GPUs are not used", []string{"--nproc-per-node gpu"}},
+		{"cpu node", cpuNode, "4", SeverityOK, "no GPUs; the job runs on CPUs", nil},
+		{"auto", healthyNode, "auto", SeverityOK, "2 GPUs visible", []string{"--nproc-per-node gpu"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			fs := Check(tt.facts(), Want{NProc: tt.nproc})
+			var count []Finding
+			for _, f := range fs {
+				if f.ID == "gpu.count" {
+					count = append(count, f)
+				}
+			}
+			if len(count) != 1 {
+				t.Fatalf("%d gpu.count findings:\n%s", len(count), dumpFindings(fs))
+			}
+			f := count[0]
+			if f.Severity != tt.sev || !strings.Contains(f.Message, tt.contains) {
+				t.Errorf("got %s %q, want %s containing %q", f.Severity, f.Message, tt.sev, tt.contains)
+			}
+			for _, s := range tt.lacks {
+				if strings.Contains(f.Message, s) {
+					t.Errorf("message %q says %q", f.Message, s)
+				}
+			}
+			if f.Severity != SeverityOK && f.Remedy == "" {
+				t.Errorf("no remedy: %+v", f)
+			}
 		})
 	}
 }
@@ -287,7 +343,7 @@ func TestRealH200(t *testing.T) {
 					}
 				}
 			}
-			fs := Check(f, Want{NProc: "2", GPUsRequested: true, TorchCUDA: "13.0"})
+			fs := Check(f, Want{NProc: "2", GPUsRequested: true})
 			for _, fd := range fs {
 				if fd.Severity == SeverityFail {
 					t.Errorf("fail on the real machine: %+v", fd)

@@ -36,8 +36,10 @@ type Facts struct {
 	Route        *Route      `json:"route,omitempty"` // towards CollectOptions.RouteTarget
 	Torch        TorchFacts  `json:"torch"`
 	// Env holds the variables that shape a GPU job (CUDA_*, NCCL_*, TORCH_*,
-	// NVIDIA_*, LD_LIBRARY_PATH, ...) as found on the node. Other variables
-	// are never collected, so secrets do not travel.
+	// NVIDIA_*, LD_LIBRARY_PATH, ...) as found on the node, each value as
+	// envplan.Redact prints it. Other variables are never collected, and a
+	// credential among these (NCCL_PLUGIN_API_KEY, a password in a URL) is
+	// hidden on the node, so secrets do not travel.
 	Env map[string]string `json:"env,omitempty"`
 	// ScriptSHA256 is the hex SHA-256 of the training script on this node;
 	// empty when no script was given or it could not be read.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/gorun/gorun/envplan"
 )
 
 // The variable lists gorun carries, taken from NCCL 2.30.7's sources:
@@ -22,6 +24,10 @@ var (
 
 // ncclVarsVersion is the NCCL release the embedded lists describe.
 const ncclVarsVersion = "2.30.7"
+
+// ncclListName is how findings name the embedded lists: they are gorun's
+// knowledge of NCCL, not a reading of the NCCL installed on the node.
+const ncclListName = "gorun's list of NCCL variables (from NCCL " + ncclVarsVersion + "'s sources)"
 
 // ncclRemoved explains variables that current NCCL no longer reads, with
 // what replaced them (NCCL env.rst). Names only in the embedded removed list
@@ -54,20 +60,6 @@ var ncclDeprecated = map[string]string{
 	"NCCL_MAX_NRINGS":     "the pre-2.5 name of NCCL_MAX_NCHANNELS, itself deprecated for NCCL_MAX_CTAS; ignored when NCCL_MAX_NCHANNELS is set",
 	"NCCL_MIN_NRINGS":     "the pre-2.5 name of NCCL_MIN_NCHANNELS, itself deprecated for NCCL_MIN_CTAS; ignored when NCCL_MIN_NCHANNELS is set",
 	"NCCL_CHECK_POINTERS": "deprecated since NCCL 2.29.7; use NCCL_CHECK_MODE=DEBUG_LOCAL",
-}
-
-// ncclDebugKnobs are the variables NCCL's documentation files under
-// "Debugging": they "should not be used in production nor retained in
-// scripts". Setting one is legitimate while chasing a problem.
-var ncclDebugKnobs = []string{
-	"NCCL_ALGO", "NCCL_PROTO",
-	"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_P2P_DIRECT_DISABLE",
-	"NCCL_SHM_DISABLE", "NCCL_IB_DISABLE",
-	"NCCL_NET_GDR_LEVEL", "NCCL_NET_GDR_READ",
-	"NCCL_BUFFSIZE", "NCCL_NTHREADS",
-	"NCCL_MAX_NCHANNELS", "NCCL_MIN_NCHANNELS", "NCCL_MAX_NRINGS", "NCCL_MIN_NRINGS",
-	"NCCL_MAX_CTAS", "NCCL_MIN_CTAS",
-	"NCCL_NVB_DISABLE", "NCCL_PXN_DISABLE", "NCCL_CHECK_POINTERS", "NCCL_LAUNCH_MODE",
 }
 
 // torchNCCLAliases are NCCL_-prefixed names PyTorch (not NCCL) reads as old
@@ -127,9 +119,11 @@ var ncclNotSettings = map[string]bool{
 // LintNCCLEnv checks the NCCL_* (and TORCH_NCCL_TIMEOUT) variables of an
 // environment: names NCCL does not read (with a "did you mean"), names that
 // were removed or never existed (with what to use instead), deprecated
-// names, and debugging knobs left set. Valid site settings such as
-// NCCL_NVLS_ENABLE=0 or NCCL_SOCKET_IFNAME are never flagged; they are
-// listed in one ok finding. Findings come in variable-name order.
+// names, and debugging knobs left set (envplan.IsNCCLDebugKnob). Valid site
+// settings such as NCCL_NVLS_ENABLE=0 or NCCL_SOCKET_IFNAME are never
+// flagged; they are listed in one ok finding. Findings come in
+// variable-name order. Values in the evidence pass through envplan.Redact:
+// an NCCL plugin's API key is an NCCL_* variable too.
 func LintNCCLEnv(environ map[string]string) []Finding {
 	names := loadNCCLNames()
 	keys := make([]string, 0, len(environ))
@@ -144,7 +138,7 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 	var fine []string
 	for _, k := range keys {
 		v := environ[k]
-		ev := k + "=" + v
+		ev := k + "=" + envplan.Redact(k, v)
 		warn := func(id, msg, remedy string) {
 			out = append(out, Finding{ID: id, Severity: SeverityWarn, Message: msg, Evidence: ev, Remedy: remedy})
 		}
@@ -159,7 +153,7 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 		case ncclRemoved[k] != "" && !names.known[k]:
 			warn("nccl.env.removed", k+" is "+ncclRemoved[k], "unset "+k)
 		case names.removed[k] != "" && !names.known[k]:
-			msg := fmt.Sprintf("%s was last read by NCCL %s; NCCL %s ignores it", k, names.removed[k], ncclVarsVersion)
+			msg := fmt.Sprintf("%s was last read by NCCL %s; later releases ignore it (%s)", k, names.removed[k], ncclListName)
 			remedy := "unset " + k
 			if s := suggestNCCL(names, k); s != "" {
 				remedy += "; did you mean " + s + "?"
@@ -174,14 +168,14 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 				remedy = "did you mean " + s + "? Otherwise unset " + k
 			}
 			warn("nccl.env.unknown",
-				fmt.Sprintf("NCCL %s does not read %s (a third-party network or tuner plugin might; if so, ignore this)", ncclVarsVersion, k),
+				fmt.Sprintf("%s is not in %s (a third-party network or tuner plugin, or a newer NCCL, might read it; if so, ignore this)", k, ncclListName),
 				remedy)
 		case ncclDeprecated[k] != "":
 			warn("nccl.env.deprecated", k+" still works but is "+ncclDeprecated[k], "switch to the new name")
 		default:
 			fine = append(fine, ev)
 		}
-		if slices.Contains(ncclDebugKnobs, k) {
+		if envplan.IsNCCLDebugKnob(k) {
 			debug = append(debug, Finding{
 				ID:       "nccl.env.debug-knob",
 				Severity: SeverityWarn,
@@ -201,7 +195,7 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 		out = append(out, Finding{
 			ID:       "nccl.env",
 			Severity: SeverityOK,
-			Message:  fmt.Sprintf("%d NCCL variables set, all read by NCCL %s", len(fine), ncclVarsVersion),
+			Message:  fmt.Sprintf("%d NCCL variables set, all in %s", len(fine), ncclListName),
 			Evidence: strings.Join(fine, " "),
 		})
 	}
@@ -219,7 +213,7 @@ func ibHCAPrefix(v string) (Finding, bool) {
 		ID:       "nccl.env.ib-hca-prefix",
 		Severity: SeverityWarn,
 		Message:  "NCCL_IB_HCA entries without a leading = are prefixes: mlx5_1 also selects mlx5_10 to mlx5_19",
-		Evidence: "NCCL_IB_HCA=" + v,
+		Evidence: "NCCL_IB_HCA=" + envplan.Redact("NCCL_IB_HCA", v),
 		Remedy:   "write the list with = for exact names, e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1 (or ^=mlx5_4 to exclude)",
 	}, true
 }

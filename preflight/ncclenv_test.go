@@ -1,9 +1,12 @@
 package preflight
 
 import (
+	"encoding/json"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/envplan"
 )
 
 func TestLintNCCLEnv(t *testing.T) {
@@ -18,7 +21,7 @@ func TestLintNCCLEnv(t *testing.T) {
 			name:    "site settings are fine",
 			env:     map[string]string{"NCCL_NVLS_ENABLE": "0", "NCCL_SOCKET_IFNAME": "=eth0", "NCCL_DEBUG": "INFO", "NCCL_IB_HCA": "=mlx5_0:1,mlx5_1:1"},
 			want:    []string{"ok nccl.env"},
-			contain: []string{"4 NCCL variables set", "NCCL_NVLS_ENABLE=0"},
+			contain: []string{"4 NCCL variables set, all in gorun's list of NCCL variables", "NCCL_NVLS_ENABLE=0"},
 		},
 		{
 			name:    "tree threshold removed",
@@ -36,7 +39,7 @@ func TestLintNCCLEnv(t *testing.T) {
 			name:    "removed from the embedded list",
 			env:     map[string]string{"NCCL_AGG_CHANNEL_SIZE": "1"},
 			want:    []string{"warn nccl.env.removed"},
-			contain: []string{"last read by NCCL 2.19.4-1"},
+			contain: []string{"last read by NCCL 2.19.4-1; later releases ignore it (gorun's list of NCCL variables"},
 		},
 		{
 			name:    "names that never existed",
@@ -60,7 +63,7 @@ func TestLintNCCLEnv(t *testing.T) {
 			name:    "unknown without a near name",
 			env:     map[string]string{"NCCL_MAKE_IT_FAST": "1"},
 			want:    []string{"warn nccl.env.unknown"},
-			contain: []string{"does not read NCCL_MAKE_IT_FAST", "check the spelling"},
+			contain: []string{"NCCL_MAKE_IT_FAST is not in gorun's list of NCCL variables (from NCCL 2.30.7's sources)", "check the spelling"},
 		},
 		{
 			name: "debugging knobs",
@@ -130,7 +133,7 @@ func TestNCCLListsEmbedded(t *testing.T) {
 			t.Errorf("%s is listed as never existing but the NCCL lists have it", name)
 		}
 	}
-	for _, name := range ncclDebugKnobs {
+	for _, name := range envplan.NCCLDebugKnobs() {
 		if !n.known[name] {
 			t.Errorf("debugging knob %s is not read by NCCL per the embedded list", name)
 		}
@@ -161,6 +164,59 @@ func TestLintNCCLEnvSkipsInstallationLabels(t *testing.T) {
 	for _, f := range LintNCCLEnv(map[string]string{"NCCL_VERSION": "2.28.3-1", "NCCL_NVLS_ENABLE": "0"}) {
 		if f.Severity != SeverityOK || strings.Contains(f.Evidence, "NCCL_VERSION") {
 			t.Errorf("finding for an installation label: %+v", f)
+		}
+	}
+}
+
+// TestLintNCCLEnvWording: the lint checks names against gorun's own list,
+// taken from one NCCL release; it never read the node's NCCL, so no finding
+// may speak for the installed one ("NCCL 2.30.7 does not read ...").
+func TestLintNCCLEnvWording(t *testing.T) {
+	env := map[string]string{"NCCL_MAKE_IT_FAST": "1", "NCCL_AGG_CHANNEL_SIZE": "1", "NCCL_DEBUG": "INFO"}
+	for _, f := range LintNCCLEnv(env) {
+		text := f.Message + " " + f.Remedy
+		if strings.Contains(text, "NCCL "+ncclVarsVersion+" does not read") || strings.Contains(text, "NCCL "+ncclVarsVersion+" ignores") ||
+			strings.Contains(text, "read by NCCL "+ncclVarsVersion) {
+			t.Errorf("%s speaks for the installed NCCL: %s", f.ID, f.Message)
+		}
+		if !strings.Contains(f.Message, "gorun's list of NCCL variables (from NCCL "+ncclVarsVersion+"'s sources)") {
+			t.Errorf("%s does not say whose list it is: %s", f.ID, f.Message)
+		}
+	}
+}
+
+// TestLintNCCLEnvHidesSecrets: an NCCL plugin's credentials are NCCL_*
+// variables too; neither the text nor the JSON report may show them.
+func TestLintNCCLEnvHidesSecrets(t *testing.T) {
+	env := map[string]string{
+		"NCCL_PLUGIN_API_KEY": "s3cr3t-key",                      // unknown name: a warn finding
+		"NCCL_NET_PLUGIN":     "https://u:s3cr3t-pw@plugins.x/a", // known name: the ok finding
+		"NCCL_ALGO":           "Ring",                            // a debugging knob, shown
+		"NCCL_IB_HCA":         "mlx5_1,token=s3cr3t-t",           // the prefix finding
+		"NCCL_IB_PKEY":        "0x8001",                          // a partition key, shown
+	}
+	fs := LintNCCLEnv(env)
+	r := NewReport(nil, fs)
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{text.String(), string(js)} {
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("a secret is shown:\n%s", out)
+		}
+	}
+	var all strings.Builder
+	for _, f := range fs {
+		all.WriteString(f.Evidence + "\n")
+	}
+	for _, want := range []string{"NCCL_PLUGIN_API_KEY=<hidden>", "NCCL_NET_PLUGIN=https://u:<hidden>@plugins.x/a", "NCCL_ALGO=Ring", "NCCL_IB_PKEY=0x8001", "token=<hidden>"} {
+		if !strings.Contains(all.String(), want) {
+			t.Errorf("evidence lacks %q:\n%s", want, all.String())
 		}
 	}
 }

@@ -322,11 +322,10 @@ func envFacts(environ []string) map[string]string {
 		for _, p := range envPrefixes {
 			keep = keep || strings.HasPrefix(k, p)
 		}
-		if keep && envplan.IsSecret(k) {
-			v = "<hidden>" // facts are printed and sent to the head; credentials stay on the node
-		}
 		if keep {
-			out[k] = v
+			// Facts are printed and sent to the head; credentials stay on
+			// the node.
+			out[k] = envplan.Redact(k, v)
 		}
 	}
 	if len(out) == 0 {

@@ -165,9 +165,11 @@ func TestCollectSystem(t *testing.T) {
 
 func TestEnvFacts(t *testing.T) {
 	got := envFacts([]string{"CUDA_VISIBLE_DEVICES=0,1", "AWS_SECRET_ACCESS_KEY=x", "NCCL_DEBUG=INFO", "HOME=/root",
-		"LD_LIBRARY_PATH=/usr/local/cuda/compat", "NVIDIA_API_KEY=nvapi-123", "bogus"})
+		"LD_LIBRARY_PATH=/usr/local/cuda/compat", "NVIDIA_API_KEY=nvapi-123", "bogus",
+		"NCCL_PLUGIN_API_KEY=k", "NCCL_IB_PKEY=0x8001", "TORCH_HUB_URL=https://me:pw@hub.example/x"})
 	want := map[string]string{"CUDA_VISIBLE_DEVICES": "0,1", "NCCL_DEBUG": "INFO", "LD_LIBRARY_PATH": "/usr/local/cuda/compat",
-		"NVIDIA_API_KEY": "<hidden>"}
+		"NVIDIA_API_KEY": "<hidden>", "NCCL_PLUGIN_API_KEY": "<hidden>", "NCCL_IB_PKEY": "0x8001",
+		"TORCH_HUB_URL": "https://me:<hidden>@hub.example/x"}
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("envFacts = %v", got)
 	}

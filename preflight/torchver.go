@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"path"
 	"regexp"
-	"strconv"
 	"strings"
 )
 
@@ -183,40 +182,4 @@ func TorchrunPython(torchrunPath string, readFile func(string) ([]byte, error)) 
 		return ""
 	}
 	return fields[0]
-}
-
-// torchProbeLine matches the output of the slow probe that imports torch:
-//
-//	print(torch.__version__, torch.version.cuda, torch.cuda.nccl.version(),
-//	      torch.cuda.device_count(), dist.is_nccl_available(), dist.is_gloo_available())
-//
-// e.g. "2.11.0+cu130 13.0 (2, 28, 9) 1 True True".
-var torchProbeLine = regexp.MustCompile(`^(\S+) (\S+) \((\d+), (\d+), (\d+)\) (\d+) (True|False) (True|False)$`)
-
-// TorchProbe is the answer of the import-torch probe.
-type TorchProbe struct {
-	TorchFacts
-	DeviceCount   int
-	NCCLAvailable bool
-	GlooAvailable bool
-}
-
-// ParseTorchProbe reads the probe's line (the last line matching its form,
-// so a preceding command echo or warnings are skipped).
-func ParseTorchProbe(out []byte) (TorchProbe, error) {
-	lines := strings.Split(strings.ReplaceAll(string(out), "\r\n", "\n"), "\n")
-	for i := len(lines) - 1; i >= 0; i-- {
-		m := torchProbeLine.FindStringSubmatch(strings.TrimSpace(lines[i]))
-		if m == nil {
-			continue
-		}
-		p := TorchProbe{TorchFacts: TorchFacts{Found: true, Version: m[1], NCCL: m[3] + "." + m[4] + "." + m[5]}}
-		if m[2] != "None" {
-			p.CUDA = m[2]
-		}
-		p.DeviceCount, _ = strconv.Atoi(m[6])
-		p.NCCLAvailable, p.GlooAvailable = m[7] == "True", m[8] == "True"
-		return p, nil
-	}
-	return TorchProbe{}, fmt.Errorf("torch probe output: no line of the form %q", "2.11.0+cu130 13.0 (2, 28, 9) 1 True True")
 }

@@ -37,29 +37,6 @@ func TestParseTorchVersionFile(t *testing.T) {
 	}
 }
 
-// The version file and the import-torch probe of the same build agree.
-func TestTorchProbeMatchesVersionFile(t *testing.T) {
-	probe, err := ParseTorchProbe(readTestdata(t, "torch/h200-2gpu-torch-probe.txt"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := TorchProbe{TorchFacts: TorchFacts{Found: true, Version: "2.11.0+cu130", CUDA: "13.0", NCCL: "2.28.9"},
-		DeviceCount: 2, NCCLAvailable: true, GlooAvailable: true}
-	if probe != want {
-		t.Errorf("probe %+v, want %+v", probe, want)
-	}
-	v, err := ParseTorchVersionFile(readTestdata(t, "torch/cu130-version.py"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if v.Version != probe.Version || v.CUDA != probe.CUDA {
-		t.Errorf("version file %+v disagrees with probe %+v", v, probe)
-	}
-	if _, err := ParseTorchProbe([]byte("Traceback (most recent call last):\nModuleNotFoundError: No module named 'torch'\n")); err == nil {
-		t.Error("a traceback was read as a probe answer")
-	}
-}
-
 func TestFindTorch(t *testing.T) {
 	files := map[string]string{
 		"/venv/lib/python3.12/site-packages/torch/version.py": string(readTestdata(t, "torch/cu130-version.py")),
