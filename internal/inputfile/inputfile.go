@@ -35,8 +35,16 @@ var (
 // At most max+1 bytes are read, so a file that grows while it is read is
 // refused too rather than read without bound.
 func Read(path string, max int64) ([]byte, error) {
+	b, _, err := ReadInfo(path, max)
+	return b, err
+}
+
+// ReadInfo is Read that also returns the FileInfo of the descriptor it
+// read, for checks that must be about the file read rather than whatever
+// the name points at a moment later (the permissions of a private key).
+func ReadInfo(path string, max int64) ([]byte, fs.FileInfo, error) {
 	if path == "" {
-		return nil, errors.New("read: empty file name")
+		return nil, nil, errors.New("read: empty file name")
 	}
 	if max < 0 {
 		max = 0
@@ -46,30 +54,30 @@ func Read(path string, max int64) ([]byte, error) {
 		// Opening a unix socket fails with ENXIO: say what the name is.
 		if errors.Is(err, syscall.ENXIO) {
 			if st, serr := os.Stat(path); serr == nil && !st.Mode().IsRegular() {
-				return nil, notRegular(path, st.Mode())
+				return nil, nil, notRegular(path, st.Mode())
 			}
 		}
-		return nil, err // *fs.PathError: "open PATH: ..."
+		return nil, nil, err // *fs.PathError: "open PATH: ..."
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if !st.Mode().IsRegular() {
-		return nil, notRegular(path, st.Mode())
+		return nil, nil, notRegular(path, st.Mode())
 	}
 	if st.Size() > max {
-		return nil, fmt.Errorf("read %s: %w: it is %s; the limit is %s", path, ErrTooLarge, size(st.Size()), size(max))
+		return nil, nil, fmt.Errorf("read %s: %w: it is %s; the limit is %s", path, ErrTooLarge, size(st.Size()), size(max))
 	}
 	b, err := io.ReadAll(io.LimitReader(f, max+1))
 	if err != nil {
-		return nil, fmt.Errorf("read %s: %w", path, err)
+		return nil, nil, fmt.Errorf("read %s: %w", path, err)
 	}
 	if int64(len(b)) > max {
-		return nil, fmt.Errorf("read %s: %w: it grew past the limit of %s while being read", path, ErrTooLarge, size(max))
+		return nil, nil, fmt.Errorf("read %s: %w: it grew past the limit of %s while being read", path, ErrTooLarge, size(max))
 	}
-	return b, nil
+	return b, st, nil
 }
 
 // notRegular names what path is instead of a regular file.

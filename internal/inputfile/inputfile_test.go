@@ -114,6 +114,26 @@ func TestRead(t *testing.T) {
 	}
 }
 
+func TestReadInfo(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "id_ed25519")
+	if err := os.WriteFile(p, []byte("key"), 0o640); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(p, 0o640); err != nil { // whatever the umask
+		t.Fatal(err)
+	}
+	b, st, err := ReadInfo(p, DefaultMax)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if string(b) != "key" || st.Mode().Perm() != 0o640 || st.Size() != 3 {
+		t.Errorf("got %q, mode %v, size %d", b, st.Mode(), st.Size())
+	}
+	if _, st, err := ReadInfo("/dev/null", DefaultMax); err == nil || st != nil {
+		t.Errorf("/dev/null: info %v, err %v", st, err)
+	}
+}
+
 func TestSize(t *testing.T) {
 	tests := []struct {
 		name string
