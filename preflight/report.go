@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/envplan"
 )
 
 // NodeReport is one node's facts and the findings about it.
@@ -24,11 +26,22 @@ type Report struct {
 }
 
 // NewReport assembles a Report: findings sorted worst first (stable, so
-// checks keep their order within a severity) and OK computed.
+// checks keep their order within a severity) and OK computed. Every text it
+// will print passes through envplan.Redact once more: the facts' Env (a
+// node running an older gorun sends it as it was) and each finding's
+// message, evidence and remedy (error text from a node or SSH can quote
+// anything), so a credential that slipped past a check is still hidden.
 func NewReport(nodes []NodeReport, across []Finding) Report {
-	r := Report{OK: true, Nodes: make([]NodeReport, len(nodes)), Findings: sortFindings(across)}
+	r := Report{OK: true, Nodes: make([]NodeReport, len(nodes)), Findings: sortFindings(redactFindings(across))}
 	for i, n := range nodes {
-		n.Findings = sortFindings(n.Findings)
+		n.Findings = sortFindings(redactFindings(n.Findings))
+		if n.Facts.Env != nil {
+			env := make(map[string]string, len(n.Facts.Env))
+			for k, v := range n.Facts.Env {
+				env[k] = envplan.Redact(k, v)
+			}
+			n.Facts.Env = env
+		}
 		r.Nodes[i] = n
 		if worst(n.Findings) == SeverityFail {
 			r.OK = false
@@ -38,6 +51,19 @@ func NewReport(nodes []NodeReport, across []Finding) Report {
 		r.OK = false
 	}
 	return r
+}
+
+// redactFindings returns fs with their texts as envplan.Redact prints a
+// value without a name.
+func redactFindings(fs []Finding) []Finding {
+	out := make([]Finding, len(fs))
+	for i, f := range fs {
+		f.Message = envplan.Redact("", f.Message)
+		f.Evidence = envplan.Redact("", f.Evidence)
+		f.Remedy = envplan.Redact("", f.Remedy)
+		out[i] = f
+	}
+	return out
 }
 
 func sortFindings(fs []Finding) []Finding {

@@ -136,3 +136,36 @@ func TestReportWriteError(t *testing.T) {
 		t.Error("write error lost")
 	}
 }
+
+// TestNewReportRedacts: whatever a check or a node sends, the report never
+// prints a credential: facts from an older gorun, error text quoting a URL
+// or an assignment.
+func TestNewReportRedacts(t *testing.T) {
+	f := healthyNode()
+	f.Env = map[string]string{"NCCL_PLUGIN_API_KEY": "s3cr3t-1", "TORCH_HUB_URL": "https://me:s3cr3t-2@hub/x", "NCCL_DEBUG": "INFO"}
+	node := NodeReport{Host: "a", Facts: f, Findings: []Finding{{
+		ID: "node.reach", Severity: SeverityFail, Message: "cannot collect facts on a",
+		Evidence: "fetch https://me:s3cr3t-3@mirror/x: 403; HF_TOKEN=s3cr3t-4", Remedy: "check the node",
+	}}}
+	across := []Finding{{ID: "x", Severity: SeverityWarn, Message: "m", Evidence: "NCCL_NET_PLUGIN_TOKEN=s3cr3t-5", Remedy: "r"}}
+	r := NewReport([]NodeReport{node}, across)
+	var text strings.Builder
+	if err := r.WriteText(&text); err != nil {
+		t.Fatal(err)
+	}
+	js, err := json.Marshal(r)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, out := range []string{text.String(), string(js)} {
+		if strings.Contains(out, "s3cr3t") {
+			t.Errorf("a secret is shown:\n%s", out)
+		}
+	}
+	if got := r.Nodes[0].Facts.Env["NCCL_DEBUG"]; got != "INFO" {
+		t.Errorf("NCCL_DEBUG = %q", got)
+	}
+	if f.Env["NCCL_PLUGIN_API_KEY"] != "s3cr3t-1" {
+		t.Error("NewReport changed the caller's facts")
+	}
+}
