@@ -19,7 +19,8 @@ const tableWidth = 80
 // RenderTable writes the plan for a person: the job, then per node its
 // host, node rank, address, command, environment (each variable with its
 // source and reason) and ranks, then the notes. Lines fit in 80 columns
-// except where one token (a long value) is wider by itself.
+// except where one token (a long value) is wider by itself. Values and notes
+// are shown as Redact prints them, in every rendering.
 func RenderTable(w io.Writer, p Plan) error {
 	bw := bufio.NewWriter(w)
 	t := tableWriter{w: bw}
@@ -32,7 +33,7 @@ func RenderTable(w io.Writer, p Plan) error {
 		t.line("notes:")
 		for _, n := range p.Notes {
 			tag := "[" + n.Level + "]"
-			t.wrap("  "+tag+" ", strings.Repeat(" ", 3+len(tag)), n.Message)
+			t.wrap("  "+tag+" ", strings.Repeat(" ", 3+len(tag)), Redact("", n.Message))
 		}
 	}
 	return bw.Flush()
@@ -61,7 +62,7 @@ func RenderBrief(w io.Writer, p Plan) error {
 	}
 	for _, n := range p.Notes {
 		if n.Level == NoteWarn {
-			t.wrap("  [warn] ", "         ", n.Message)
+			t.wrap("  [warn] ", "         ", Redact("", n.Message))
 		}
 	}
 	t.line("  (gorun --dry-run shows every variable and why)")
@@ -253,9 +254,12 @@ func normalize(p Plan) Plan {
 	if p.Config.RdzvConfigs == nil {
 		p.Config.RdzvConfigs = map[string]string{}
 	}
-	if p.Notes == nil {
-		p.Notes = []Note{}
+	notes := make([]Note, len(p.Notes))
+	for i, n := range p.Notes {
+		n.Message = Redact("", n.Message) // as in the table
+		notes[i] = n
 	}
+	p.Notes = notes
 	nodes := make([]NodePlan, len(p.Nodes))
 	for i, n := range p.Nodes {
 		if n.Command == nil {

@@ -390,3 +390,33 @@ func TestShellHiddenValues(t *testing.T) {
 		})
 	}
 }
+
+// TestNotesHideSecrets: a note quoting a value (here the warning that the
+// user's value overrides gorun's) never shows a credential in it.
+func TestNotesHideSecrets(t *testing.T) {
+	spec := newSpec([]string{"--nproc-per-node=2"}, "train.py")
+	spec.Gorun.Env = []string{"OMP_NUM_THREADS=4 token=s3cr3t"}
+	p, err := Build(spec, Facts{"localhost": smallFacts(2, "", "")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	quoted := false
+	for _, n := range p.Notes {
+		quoted = quoted || strings.Contains(n.Message, "s3cr3t")
+	}
+	if !quoted {
+		t.Skip("no note quotes the overriding value")
+	}
+	for name, render := range map[string]func(io.Writer, Plan) error{"table": RenderTable, "json": RenderJSON, "brief": RenderBrief} {
+		var b strings.Builder
+		if err := render(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(b.String(), "s3cr3t") {
+			t.Errorf("%s shows a secret:\n%s", name, b.String())
+		}
+		if !strings.Contains(b.String(), "token=<hidden>") {
+			t.Errorf("%s does not show where the secret was:\n%s", name, b.String())
+		}
+	}
+}
