@@ -1,25 +1,31 @@
 package sshexec
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 
+	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 	sshagent "golang.org/x/crypto/ssh/agent"
 )
 
 // auth holds the keys offered for one login.
 type auth struct {
-	keys    []ssh.Signer
-	agent   sshagent.ExtendedAgent
-	conn    net.Conn
-	only    bool            // IdentitiesOnly: agent keys only if they match a file
-	allowed map[string]bool // public keys of the identity files (for IdentitiesOnly)
-	tried   []string
+	keys      []ssh.Signer
+	agent     sshagent.ExtendedAgent
+	conn      net.Conn
+	stopAfter func() bool     // unregisters the ctx watch on conn
+	only      bool            // IdentitiesOnly: agent keys only if they match a file
+	allowed   map[string]bool // public keys of the identity files (for IdentitiesOnly)
+	tried     []string
 
 	once sync.Once
 	list []ssh.Signer
@@ -29,10 +35,14 @@ type auth struct {
 var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 
 // newAuth loads the identity files and connects to ssh-agent (SSH_AUTH_SOCK).
-// A missing explicit --ssh-identity is an error; missing ssh_config or
-// default identities are skipped, as ssh does. A passphrase-protected key
-// is used through the agent if the agent holds it.
-func newAuth(s hostSettings, explicitFirst bool) (*auth, error) {
+//
+// The first file, when explicitFirst (--ssh-identity), must be usable: a
+// missing or unreadable file, one with permissions OpenSSH refuses, or a
+// passphrase-protected key that no reachable ssh-agent holds is an error
+// saying how to fix it, before any connection. The other files (ssh_config's
+// IdentityFile, else ~/.ssh/id_*) are skipped when missing, as ssh does,
+// and skipped with a warning when ssh would refuse them or cannot use them.
+func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(string)) (*auth, error) {
 	a := &auth{only: s.IdentitiesOnly, allowed: map[string]bool{}}
 	files := s.IdentityFiles
 	if len(files) == 0 {
@@ -40,43 +50,124 @@ func newAuth(s hostSettings, explicitFirst bool) (*auth, error) {
 			files = append(files, homeDir()+"/.ssh/"+f)
 		}
 	}
+	// The agent first: whether it is there decides what an encrypted key means.
+	noAgent := a.connectAgent(ctx)
 	for i, f := range files {
-		b, err := os.ReadFile(f)
+		explicit := i == 0 && explicitFirst
+		id, err := readIdentity(f)
 		if err != nil {
-			if i == 0 && explicitFirst {
+			switch {
+			case explicit:
+				a.close()
 				return nil, fmt.Errorf("--ssh-identity: %w", err)
+			case errors.Is(err, fs.ErrNotExist):
+			default:
+				warn(fmt.Sprintf("identity file skipped: %v", err))
+				a.tried = append(a.tried, fmt.Sprintf("%s (refused: %v)", f, err))
 			}
 			continue
 		}
-		signer, err := ssh.ParsePrivateKey(b)
-		var pm *ssh.PassphraseMissingError
-		switch {
-		case err == nil:
-			a.keys = append(a.keys, signer)
-			a.allowed[string(signer.PublicKey().Marshal())] = true
-			a.tried = append(a.tried, fmt.Sprintf("%s (%s)", f, ssh.FingerprintSHA256(signer.PublicKey())))
-		case errors.As(err, &pm):
-			if pm.PublicKey != nil {
-				a.allowed[string(pm.PublicKey.Marshal())] = true
-			} else if pub, err := os.ReadFile(f + ".pub"); err == nil {
-				if k, _, _, _, err := ssh.ParseAuthorizedKey(pub); err == nil {
-					a.allowed[string(k.Marshal())] = true
-				}
-			}
-			a.tried = append(a.tried, f+" (passphrase: agent only)")
-		default:
-			if i == 0 && explicitFirst {
-				return nil, fmt.Errorf("--ssh-identity %s: %w", f, err)
-			}
-			a.tried = append(a.tried, fmt.Sprintf("%s (unreadable: %v)", f, err))
+		if id.signer != nil {
+			a.keys = append(a.keys, id.signer)
+			a.allowed[string(id.signer.PublicKey().Marshal())] = true
+			a.tried = append(a.tried, fmt.Sprintf("%s (%s)", f, ssh.FingerprintSHA256(id.signer.PublicKey())))
+			continue
 		}
-	}
-	if sock := os.Getenv("SSH_AUTH_SOCK"); sock != "" {
-		if c, err := net.Dial("unix", sock); err == nil {
-			a.conn, a.agent = c, sshagent.NewClient(c)
+		// Passphrase-protected: usable only through the agent.
+		if id.pub != nil {
+			a.allowed[string(id.pub.Marshal())] = true
 		}
+		why := noAgent
+		if why == "" && id.pub != nil && !a.agentHolds(id.pub) {
+			why = "ssh-agent does not hold it"
+		}
+		if why != "" {
+			err := fmt.Errorf("%s is passphrase-protected and gorun cannot ask for the passphrase, and %s: load it into ssh-agent first (eval \"$(ssh-agent)\"; ssh-add %s)",
+				f, why, shell.Quote(f))
+			if explicit {
+				a.close()
+				return nil, fmt.Errorf("--ssh-identity: %w", err)
+			}
+			warn(fmt.Sprintf("identity file skipped: %v", err))
+			a.tried = append(a.tried, f+" (passphrase-protected, not in ssh-agent)")
+			continue
+		}
+		a.tried = append(a.tried, f+" (passphrase: through ssh-agent)")
 	}
 	return a, nil
+}
+
+// connectAgent connects to the ssh-agent at SSH_AUTH_SOCK, bounded by ctx.
+// It returns why there is none, or "".
+func (a *auth) connectAgent(ctx context.Context) string {
+	sock := os.Getenv("SSH_AUTH_SOCK")
+	if sock == "" {
+		return "SSH_AUTH_SOCK is not set (no ssh-agent)"
+	}
+	c, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
+	if err != nil {
+		return fmt.Sprintf("the ssh-agent at SSH_AUTH_SOCK=%s is unreachable (%v)", sock, err)
+	}
+	// Every agent request is a blocking exchange on c: ctx's end cuts it.
+	a.stopAfter = context.AfterFunc(ctx, func() { c.Close() })
+	a.conn, a.agent = c, sshagent.NewClient(c)
+	return ""
+}
+
+// agentHolds reports whether the agent offers pub (true when it cannot
+// tell, so a flaky agent does not turn into a false "not loaded").
+func (a *auth) agentHolds(pub ssh.PublicKey) bool {
+	keys, err := a.agent.List()
+	if err != nil {
+		return true
+	}
+	want := string(pub.Marshal())
+	for _, k := range keys {
+		if string(k.Marshal()) == want {
+			return true
+		}
+	}
+	return false
+}
+
+// identity is one identity file, read: signer when it is not encrypted,
+// else pub when its public half is known (OpenSSH's format stores it in the
+// clear; otherwise the .pub beside it).
+type identity struct {
+	signer ssh.Signer
+	pub    ssh.PublicKey
+}
+
+// readIdentity reads and parses a private key file through inputfile (a
+// FIFO or device named by mistake is refused, not waited on), refusing,
+// as OpenSSH does, a key of this user that group or others may access.
+func readIdentity(path string) (identity, error) {
+	b, st, err := inputfile.ReadInfo(path, inputfile.DefaultMax)
+	if err != nil {
+		return identity{}, err
+	}
+	if perm := st.Mode().Perm(); perm&0o077 != 0 && ownedBySelf(st) {
+		return identity{}, fmt.Errorf("permissions %04o for %s are too open: ssh refuses a private key that others can access; run chmod 600 %s",
+			perm, path, shell.Quote(path))
+	}
+	signer, err := ssh.ParsePrivateKey(b)
+	var pm *ssh.PassphraseMissingError
+	switch {
+	case err == nil:
+		return identity{signer: signer}, nil
+	case errors.As(err, &pm):
+		id := identity{pub: pm.PublicKey}
+		if id.pub == nil {
+			if pub, err := inputfile.Read(path+".pub", inputfile.DefaultMax); err == nil {
+				if k, _, _, _, err := ssh.ParseAuthorizedKey(pub); err == nil {
+					id.pub = k
+				}
+			}
+		}
+		return id, nil
+	default:
+		return identity{}, fmt.Errorf("%s: not a private key: %w", path, err)
+	}
 }
 
 // signers lists the file keys first, then the agent's (only those matching
@@ -119,7 +210,17 @@ func (a *auth) describe() string {
 }
 
 func (a *auth) close() {
+	if a.stopAfter != nil {
+		a.stopAfter()
+	}
 	if a.conn != nil {
 		a.conn.Close()
 	}
+}
+
+// ownedBySelf reports whether this process's user owns the file, the case
+// in which OpenSSH checks a key's permissions.
+func ownedBySelf(st fs.FileInfo) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	return ok && int(sys.Uid) == os.Getuid()
 }

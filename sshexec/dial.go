@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"net"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -18,9 +22,10 @@ import (
 type Config struct {
 	User          string // --ssh-user (ssh -l)
 	Port          int    // --ssh-port (ssh -p)
-	Identity      string // --ssh-identity (ssh -i): tried first
+	Identity      string // --ssh-identity (ssh -i): tried first, and must be usable (see Check)
 	SSHConfigFile string // ssh -F: used alone instead of ~/.ssh/config and /etc/ssh/ssh_config
 	// KnownHosts replaces UserKnownHostsFile (default ~/.ssh/known_hosts).
+	// Given, it must exist unless AcceptNew (see Check).
 	KnownHosts string
 	// AcceptNew records the key of a host not yet in known_hosts, like
 	// StrictHostKeyChecking=accept-new. A changed key is refused regardless;
@@ -36,17 +41,123 @@ type Config struct {
 	ConnectTimeout    time.Duration // TCP connect plus SSH handshake; default ConnectTimeout or 10 s
 	KeepaliveInterval time.Duration // default 3 s
 	KeepaliveMax      int           // unanswered keepalives before the link is declared dead; default 3
+	// Warn, when set, is told what a dial chose to ignore or skip: an
+	// ssh_config setting gorun overrides (StrictHostKeyChecking no), a Match
+	// block it cannot evaluate, an Include it could not read, an identity
+	// file ssh would refuse. It is called before connecting, so also for a
+	// dial that then fails; at most once per distinct message within one
+	// Dial or DialAll, and never concurrently. Nil drops them.
+	Warn func(msg string)
 }
 
 // maxJumps bounds ProxyJump chains, so a "Host * / ProxyJump bastion" that
 // also matches the bastion fails instead of recursing forever.
 const maxJumps = 8
 
+// Check finds what would make every dial fail for a reason to fix on this
+// machine, before any connection, and says how to fix it: an ssh -F file
+// that cannot be read; a --known-hosts file that does not exist (without
+// AcceptNew every host would be unknown); a --ssh-identity that is missing,
+// readable by others (OpenSSH refuses such a key), not a key, or
+// passphrase-protected while no reachable ssh-agent holds it (gorun never
+// prompts). Paths with per-host %-tokens are checked by each dial instead.
+//
+// Dial and DialAll run Check first; a caller may run it earlier still, to
+// fail before other work. ctx bounds the talk with ssh-agent.
+func (c Config) Check(ctx context.Context) error {
+	var errs []error
+	home := homeDir()
+	if c.SSHConfigFile != "" {
+		if _, err := loadSSHConfig(c.SSHConfigFile, home); err != nil {
+			errs = append(errs, fmt.Errorf("--ssh-config: %w", err))
+		}
+	}
+	tv := tokenValues{home: home, localUser: currentUser()}
+	if c.KnownHosts != "" && !hasHostTokens(c.KnownHosts) {
+		if err := checkKnownHosts(expandTokens(c.KnownHosts, tv), c.AcceptNew); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if c.Identity != "" && !hasHostTokens(c.Identity) {
+		s := hostSettings{IdentityFiles: []string{expandTokens(c.Identity, tv)}}
+		a, err := newAuth(ctx, s, true, func(string) {})
+		if err != nil {
+			errs = append(errs, err)
+		} else {
+			a.close()
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// hasHostTokens reports whether path holds a %-token that only a host
+// gives a value (%h %n %p %r).
+func hasHostTokens(path string) bool {
+	for _, t := range []string{"%h", "%n", "%p", "%r"} {
+		if strings.Contains(strings.ReplaceAll(path, "%%", ""), t) {
+			return true
+		}
+	}
+	return false
+}
+
+// checkKnownHosts makes sure an explicit --known-hosts file can be used:
+// it must be a readable regular file, and must exist unless acceptNew
+// (which creates it on the first recorded key).
+func checkKnownHosts(path string, acceptNew bool) error {
+	_, err := inputfile.Read(path, inputfile.DefaultMax)
+	switch {
+	case err == nil, acceptNew && errors.Is(err, fs.ErrNotExist):
+		return nil
+	case errors.Is(err, fs.ErrNotExist):
+		return fmt.Errorf("--known-hosts %s does not exist, so every node's host key would be unknown: "+
+			"create it with the nodes' keys (ssh-keyscan NODE... >> %s, after checking their fingerprints), or run with --ssh-accept-new to record them on first connection: %w",
+			path, shell.Quote(path), err)
+	default:
+		return fmt.Errorf("--known-hosts: %w", err)
+	}
+}
+
+// warner passes each distinct message to a Warn callback once, one call at
+// a time, however many dials run in parallel.
+type warner struct {
+	fn   func(string)
+	mu   sync.Mutex
+	seen map[string]bool
+}
+
+// withWarner returns cfg with Warn deduplicated (and never nil).
+func withWarner(cfg Config) Config {
+	w := &warner{fn: cfg.Warn, seen: map[string]bool{}}
+	cfg.Warn = w.warn
+	return cfg
+}
+
+func (w *warner) warn(msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen[msg] || w.fn == nil {
+		return
+	}
+	w.seen[msg] = true
+	w.fn(msg)
+}
+
 // Dial connects to host ("node1", "alice@node1", "node1:2222") the way
 // `ssh host` would: ssh_config, ssh-agent, identity files, ProxyJump, and
-// host keys verified against known_hosts. ctx bounds the whole dial;
-// ConnectTimeout bounds each hop.
+// host keys verified against known_hosts. It runs cfg.Check first. ctx
+// bounds the whole dial, the SSH handshake included (the connection is
+// closed when ctx ends); ConnectTimeout bounds each hop.
 func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
+	cfg = withWarner(cfg)
+	if err := cfg.Check(ctx); err != nil {
+		return nil, fmt.Errorf("node %s: %w", host, err)
+	}
+	return dialChecked(ctx, host, cfg)
+}
+
+// dialChecked is Dial after Check, with cfg.Warn already deduplicated.
+func dialChecked(ctx context.Context, host string, cfg Config) (*Remote, error) {
 	conf, err := loadSSHConfig(cfg.SSHConfigFile, homeDir())
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
@@ -64,7 +175,13 @@ func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via [
 	if depth > maxJumps {
 		return nil, fmt.Errorf("ProxyJump chain longer than %d hops (does a Host pattern make the jump host jump through itself?)", maxJumps)
 	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
 	s, err := resolveHost(target, cfg, conf)
+	for _, w := range s.Warnings {
+		cfg.Warn(w)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -106,19 +223,24 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 	if s.HostKeyAlias != "" {
 		keyName = net.JoinHostPort(s.HostKeyAlias, strconv.Itoa(s.Port))
 	}
+	if cfg.KnownHosts != "" && hasHostTokens(cfg.KnownHosts) {
+		if err := checkKnownHosts(s.KnownHosts[0], s.AcceptNew); err != nil {
+			return nil, err
+		}
+	}
 	hk := &hostKeys{userFiles: s.KnownHosts, globalFiles: s.GlobalKnown, acceptNew: s.AcceptNew, hash: s.HashKnownHosts}
 	algos, err := hk.algorithms(keyName)
 	if err != nil {
 		return nil, err
 	}
-	auth, err := newAuth(s, cfg.Identity != "")
+
+	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
+	defer cancel()
+	auth, err := newAuth(ctx, s, cfg.Identity != "", cfg.Warn)
 	if err != nil {
 		return nil, err
 	}
 	defer auth.close()
-
-	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
-	defer cancel()
 	var conn net.Conn
 	if jump != nil {
 		conn, err = jump.client.DialContext(ctx, "tcp", addr)
@@ -135,18 +257,11 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 		HostKeyCallback:   hk.callback(keyName),
 		HostKeyAlgorithms: algos,
 	}
-	// The handshake has no context of its own: closing the connection is
-	// what interrupts it.
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	c, chans, reqs, err := ssh.NewClientConn(conn, addr, clientCfg)
-	if !stop() {
-		if err == nil {
-			c.Close()
-		}
+	c, chans, reqs, err := handshake(ctx, conn, addr, clientCfg, auth)
+	if ctx.Err() != nil {
 		return nil, fmt.Errorf("ssh handshake with %s: %w", addr, timeoutHint(ctx.Err(), ctx, s.ConnectTimeout))
 	}
 	if err != nil {
-		conn.Close()
 		var hke *HostKeyError
 		if errors.As(err, &hke) {
 			return nil, hostKeyErr(err)
@@ -159,22 +274,60 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 	}
 
 	r := &Remote{
-		node:     target,
-		addr:     addr,
-		user:     s.User,
-		cfg:      cfg,
-		client:   ssh.NewClient(c, chans, reqs),
-		jump:     jump,
-		warnings: s.Warnings,
-		dead:     make(chan struct{}),
-		procs:    map[Process]struct{}{},
-	}
-	if jump != nil {
-		r.warnings = append(append([]string{}, jump.warnings...), r.warnings...)
+		node:   target,
+		addr:   addr,
+		user:   s.User,
+		cfg:    cfg,
+		client: ssh.NewClient(c, chans, reqs),
+		jump:   jump,
+		dead:   make(chan struct{}),
+		procs:  map[Process]struct{}{},
 	}
 	go r.watch()
 	go r.keepalive(durationOr(cfg.KeepaliveInterval, DefaultKeepaliveInterval), intOr(cfg.KeepaliveMax, DefaultKeepaliveMax))
 	return r, nil
+}
+
+// handshake runs the SSH handshake on conn, returning as soon as ctx ends.
+// ssh.NewClientConn takes no context, and may also wait on ssh-agent (for
+// its keys) or on a server that accepted the connection and says nothing;
+// so it runs on its own goroutine, and ctx's end closes conn and the agent
+// connection, which makes it return. When ctx ended, the connection is
+// closed (also if the handshake completed in the meantime) and err is
+// ctx's.
+func handshake(ctx context.Context, conn net.Conn, addr string, cfg *ssh.ClientConfig, a *auth) (ssh.Conn, <-chan ssh.NewChannel, <-chan *ssh.Request, error) {
+	type result struct {
+		c     ssh.Conn
+		chans <-chan ssh.NewChannel
+		reqs  <-chan *ssh.Request
+		err   error
+	}
+	done := make(chan result, 1)
+	go func() {
+		c, chans, reqs, err := ssh.NewClientConn(conn, addr, cfg)
+		done <- result{c, chans, reqs, err}
+	}()
+	select {
+	case res := <-done:
+		if res.err != nil {
+			conn.Close()
+			return nil, nil, nil, res.err
+		}
+		if ctx.Err() != nil { // ended at the same moment: honour it
+			res.c.Close()
+			return nil, nil, nil, ctx.Err()
+		}
+		return res.c, res.chans, res.reqs, nil
+	case <-ctx.Done():
+		conn.Close()
+		a.close()
+		go func() {
+			if res := <-done; res.err == nil {
+				res.c.Close()
+			}
+		}()
+		return nil, nil, nil, ctx.Err()
+	}
 }
 
 // hostKeyErr unwraps the handshake's wrapping so the message leads with the

@@ -58,11 +58,20 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 }
 
 // DialAll dials every host (duplicates once), at most limit at a time. It
-// returns the connections that succeeded, keyed by host, and an error
-// naming every host that failed (a *multierror.Error of *HostError). The
-// caller closes the returned Remotes, also when err is not nil, so it can
-// report on every node in one pass.
+// runs cfg.Check first: a problem there (a missing --known-hosts, an
+// unusable --ssh-identity) is returned alone, before any connection,
+// since it would fail every host alike. Otherwise it returns the
+// connections that succeeded, keyed by host, and an error naming every
+// host that failed (a *multierror.Error of *HostError, through which
+// errors.Is and errors.As reach each host's cause, a *HostKeyError among
+// them). The caller closes the returned Remotes, also when err is not
+// nil, so it can report on every node in one pass. cfg.Warn hears each
+// distinct warning once for the whole call.
 func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[string]*Remote, error) {
+	cfg = withWarner(cfg)
+	if err := cfg.Check(ctx); err != nil {
+		return map[string]*Remote{}, err
+	}
 	var unique []string
 	seen := map[string]bool{}
 	for _, h := range hosts {
@@ -74,7 +83,7 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))
 	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
-		r, err := Dial(ctx, h, cfg)
+		r, err := dialChecked(ctx, h, cfg)
 		if err != nil {
 			return err
 		}

@@ -11,6 +11,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -74,22 +75,72 @@ type hostKeys struct {
 	hash        bool // HashKnownHosts: write hashed host names
 }
 
+// maxKnownHosts bounds one known_hosts file: far above the largest real
+// one (a shared ssh_known_hosts of thousands of nodes, three keys each, is
+// a few MiB), far below what would hurt.
+const maxKnownHosts = 32 << 20
+
 // db reads the files that exist now (so keys written by a concurrent
-// accept-new are seen) into a knownhosts callback.
+// accept-new are seen) into a knownhosts callback, and lists them. Each is
+// read through inputfile (bounded; a FIFO or device refused, not waited on)
+// and handed to knownhosts, which reads only by name, as an in-memory file;
+// the callback's errors name the real files.
 func (h *hostKeys) db() (ssh.HostKeyCallback, []string, error) {
-	var files []string
+	var files, mem []string
+	real := map[string]string{}
 	for _, f := range append(append([]string{}, h.userFiles...), h.globalFiles...) {
-		if _, err := os.Stat(f); err == nil {
-			files = append(files, f)
-		} else if !errors.Is(err, fs.ErrNotExist) {
+		b, err := inputfile.Read(f, maxKnownHosts)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
 			return nil, nil, fmt.Errorf("known_hosts: %w", err)
 		}
+		m, err := memFile(f, b)
+		if err != nil {
+			return nil, nil, fmt.Errorf("known_hosts %s: %w", f, err)
+		}
+		defer m.Close()
+		name := "/proc/self/fd/" + strconv.Itoa(int(m.Fd()))
+		files, mem = append(files, f), append(mem, name)
+		real[name] = f
 	}
-	cb, err := knownhosts.New(files...)
+	cb, err := knownhosts.New(mem...)
 	if err != nil {
-		return nil, nil, fmt.Errorf("known_hosts: %w", err)
+		msg := err.Error()
+		for name, f := range real {
+			msg = strings.ReplaceAll(msg, name+":", f+":")
+		}
+		return nil, nil, fmt.Errorf("known_hosts: %s", msg)
 	}
-	return cb, files, nil
+	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
+		err := cb(hostname, remote, key)
+		var ke *knownhosts.KeyError
+		if errors.As(err, &ke) {
+			for i := range ke.Want {
+				ke.Want[i].Filename = real[ke.Want[i].Filename]
+			}
+		}
+		var re *knownhosts.RevokedError
+		if errors.As(err, &re) {
+			re.Revoked.Filename = real[re.Revoked.Filename]
+		}
+		return err
+	}, files, nil
+}
+
+// memFile returns an in-memory file (memfd) holding b.
+func memFile(name string, b []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(filepath.Base(name), unix.MFD_CLOEXEC)
+	if err != nil {
+		return nil, fmt.Errorf("memfd_create: %w", err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	if _, err := f.Write(b); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
 }
 
 // algorithms returns the host key algorithms to offer for hostport: those
@@ -181,6 +232,7 @@ func (h *hostKeys) callback(hostport string) ssh.HostKeyCallback {
 // OpenSSH's accept-new does: "host" or "[host]:port", hashed when
 // HashKnownHosts is set. The write is one append under an flock, so
 // concurrent dials (and other gorun processes) do not interleave lines.
+// The file is opened without blocking and must be a regular file.
 func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 	if len(h.userFiles) == 0 {
 		return errors.New("no known_hosts file to write")
@@ -189,11 +241,18 @@ func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
 	}
-	f, err := os.OpenFile(file, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	f, err := os.OpenFile(file, os.O_RDWR|os.O_APPEND|os.O_CREATE|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
 	if err != nil {
 		return err
 	}
 	defer f.Close()
+	st, err := f.Stat()
+	if err != nil {
+		return err
+	}
+	if !st.Mode().IsRegular() {
+		return fmt.Errorf("%s is not a regular file (%v)", file, st.Mode().Type())
+	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("lock %s: %w", file, err)
 	}
@@ -202,9 +261,11 @@ func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 		name = knownhosts.HashHostname(name)
 	}
 	line := name + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
-	// Start on a fresh line even if the file lacks a final newline.
+	// Start on a fresh line even if the file lacks a final newline (its
+	// size is read again under the lock).
 	if st, err := f.Stat(); err == nil && st.Size() > 0 {
-		if last, err := lastByte(file); err == nil && last != '\n' {
+		last := make([]byte, 1)
+		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
 			line = "\n" + line
 		}
 	}
@@ -212,23 +273,6 @@ func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 		return fmt.Errorf("write %s: %w", file, err)
 	}
 	return nil
-}
-
-func lastByte(file string) (byte, error) {
-	f, err := os.Open(file)
-	if err != nil {
-		return 0, err
-	}
-	defer f.Close()
-	b := make([]byte, 1)
-	st, err := f.Stat()
-	if err != nil {
-		return 0, err
-	}
-	if _, err := f.ReadAt(b, st.Size()-1); err != nil {
-		return 0, err
-	}
-	return b[0], nil
 }
 
 // probeAddr makes a net.Addr for a lookup made before any connection exists.

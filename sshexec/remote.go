@@ -19,13 +19,12 @@ import (
 // command and job. It is safe for concurrent use. OpenSSH's sshd allows 10
 // sessions per connection at once by default (MaxSessions).
 type Remote struct {
-	node     string
-	addr     string // host:port actually dialled
-	user     string
-	cfg      Config
-	client   *ssh.Client
-	jump     *Remote // the ProxyJump hop, owned by this Remote
-	warnings []string
+	node   string
+	addr   string // host:port actually dialled
+	user   string
+	cfg    Config
+	client *ssh.Client
+	jump   *Remote // the ProxyJump hop, owned by this Remote
 
 	dead    chan struct{} // closed when the connection is gone
 	deadErr error         // why; written before dead is closed
@@ -132,10 +131,6 @@ func (r *Remote) Node() string { return r.node }
 
 // Addr is the host:port the connection goes to.
 func (r *Remote) Addr() string { return r.addr }
-
-// Warnings lists what the dial chose to ignore (for example
-// StrictHostKeyChecking=no in ssh_config), for the caller to show.
-func (r *Remote) Warnings() []string { return append([]string(nil), r.warnings...) }
 
 // newSession opens a session, giving up when ctx ends or the link dies.
 func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {

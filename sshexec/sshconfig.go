@@ -12,39 +12,55 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/kevinburke/ssh_config"
 )
 
 // sshConfig is the OpenSSH client configuration, as `ssh` reads it: the file
 // given with -F alone, or else ~/.ssh/config then /etc/ssh/ssh_config. For
-// each keyword the first value found wins, file by file, block by block.
+// each keyword the first value found wins, file by file, block by block,
+// an Include standing for the files it names at its place.
 type sshConfig struct {
-	files    []*ssh_config.Config
-	names    []string // file names, for error messages
+	files    []*configFile
 	warnings []string // what was skipped
 }
 
+// configFile is one parsed file. The parser would read Include files
+// itself, without bounds and without neutralizeMatch, so each Include line
+// is replaced before parsing by an includeKey line whose value indexes
+// includes, and lookup walks into those files where the line stands.
+type configFile struct {
+	name     string
+	cfg      *ssh_config.Config
+	includes [][]*configFile
+}
+
+// includeKey stands for an Include line in the parsed text.
+const includeKey = "GorunInclude"
+
+// maxIncludeDepth bounds nested Includes, as OpenSSH does (16), so a file
+// that includes itself fails instead of recursing forever.
+const maxIncludeDepth = 16
+
 // loadSSHConfig reads the configuration. An explicit file must exist; the
-// default files may be missing.
+// default files may be missing. Every file, Includes too, is read through
+// inputfile: a FIFO or device named by mistake is refused, not waited on.
 func loadSSHConfig(explicit, home string) (*sshConfig, error) {
 	paths := []string{explicit}
 	if explicit == "" {
-		paths = []string{filepath.Join(home, ".ssh", "config"), "/etc/ssh/ssh_config"}
+		paths = []string{filepath.Join(home, ".ssh", "config"), systemSSHConfig}
 	}
 	c := &sshConfig{}
 	for _, p := range paths {
-		b, err := os.ReadFile(p)
+		b, err := inputfile.Read(p, inputfile.DefaultMax)
 		if explicit == "" && errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return nil, fmt.Errorf("ssh config: %w", err)
 		}
-		b, skipped := neutralizeMatch(b)
-		for _, w := range skipped {
-			c.warnings = append(c.warnings, fmt.Sprintf("ssh config %s: %s", p, w))
-		}
-		f, err := ssh_config.DecodeBytes(b)
+		f, warnings, err := parseConfigFile(p, b, home, p == systemSSHConfig, 0)
+		c.warnings = append(c.warnings, warnings...)
 		if err != nil && explicit == "" {
 			// A distribution's config (or an Include of it) that the parser
 			// cannot read should not make every node unreachable.
@@ -55,37 +71,175 @@ func loadSSHConfig(explicit, home string) (*sshConfig, error) {
 			return nil, fmt.Errorf("ssh config %s: %w", p, err)
 		}
 		c.files = append(c.files, f)
-		c.names = append(c.names, p)
 	}
 	return c, nil
 }
 
-// get returns the first value of key for host, or "".
-func (c *sshConfig) get(host, key string) (string, error) {
-	for i, f := range c.files {
-		v, err := f.Get(host, key)
-		if err != nil {
-			return "", fmt.Errorf("ssh config %s: %s: %w", c.names[i], key, err)
+// systemSSHConfig is OpenSSH's system-wide client configuration; relative
+// Include paths in it (and in what it includes) are under /etc/ssh.
+const systemSSHConfig = "/etc/ssh/ssh_config"
+
+// parseConfigFile parses b, the content of name, with its Includes read
+// and parsed in turn. It returns what it skipped as warnings.
+func parseConfigFile(name string, b []byte, home string, system bool, depth int) (*configFile, []string, error) {
+	b, skipped := neutralizeMatch(b)
+	var warnings []string
+	for _, w := range skipped {
+		warnings = append(warnings, fmt.Sprintf("ssh config %s: %s", name, w))
+	}
+	b, includes := extractIncludes(b)
+	f := &configFile{name: name}
+	for _, inc := range includes {
+		if depth >= maxIncludeDepth {
+			return nil, warnings, fmt.Errorf("line %d: Include nested more than %d deep (does a file include itself?)", inc.line, maxIncludeDepth)
 		}
-		if v != "" {
-			return v, nil
+		var files []*configFile
+		for _, pattern := range inc.patterns {
+			matches, err := filepath.Glob(includePath(pattern, home, system))
+			if err != nil {
+				return nil, warnings, fmt.Errorf("line %d: Include %s: %w", inc.line, pattern, err)
+			}
+			// A pattern that matches nothing is skipped, as OpenSSH does.
+			for _, m := range matches {
+				data, err := inputfile.Read(m, inputfile.DefaultMax)
+				if err != nil {
+					return nil, warnings, fmt.Errorf("line %d: Include %s: %w", inc.line, pattern, err)
+				}
+				sub, w, err := parseConfigFile(m, data, home, system, depth+1)
+				warnings = append(warnings, w...)
+				if err != nil {
+					return nil, warnings, fmt.Errorf("line %d: Include %s: %s: %w", inc.line, pattern, m, err)
+				}
+				files = append(files, sub)
+			}
+		}
+		f.includes = append(f.includes, files)
+	}
+	cfg, err := ssh_config.DecodeBytes(b)
+	if err != nil {
+		return nil, warnings, err
+	}
+	f.cfg = cfg
+	return f, warnings, nil
+}
+
+// include is one Include line: where, and its file patterns.
+type include struct {
+	line     int
+	patterns []string
+}
+
+// extractIncludes replaces each Include line by "GorunInclude N", N
+// indexing the returned includes, keeping line numbers.
+func extractIncludes(b []byte) ([]byte, []include) {
+	lines := strings.Split(string(b), "\n")
+	var incs []include
+	for i, line := range lines {
+		key, rest, ok := splitKeyword(line)
+		if !ok || !strings.EqualFold(key, "include") {
+			continue
+		}
+		var patterns []string
+		for _, p := range strings.Fields(rest) {
+			if len(p) >= 2 && p[0] == '"' && p[len(p)-1] == '"' {
+				p = p[1 : len(p)-1]
+			}
+			patterns = append(patterns, p)
+		}
+		lines[i] = includeKey + " " + strconv.Itoa(len(incs))
+		incs = append(incs, include{line: i + 1, patterns: patterns})
+	}
+	return []byte(strings.Join(lines, "\n")), incs
+}
+
+// includePath is where an Include pattern points: absolute as written, ~/
+// under home, else relative to ~/.ssh (or /etc/ssh in the system file).
+func includePath(p, home string, system bool) string {
+	switch {
+	case filepath.IsAbs(p):
+		return p
+	case p == "~" || strings.HasPrefix(p, "~/"):
+		return filepath.Join(home, strings.TrimPrefix(p, "~"))
+	case system:
+		return filepath.Join("/etc/ssh", p)
+	default:
+		return filepath.Join(home, ".ssh", p)
+	}
+}
+
+// splitKeyword splits an ssh_config line into its keyword and the rest
+// ("Key value", "Key=value", "Key = value"), dropping a trailing comment;
+// ok is false for blank and comment lines.
+func splitKeyword(line string) (key, rest string, ok bool) {
+	trimmed := strings.TrimSpace(line)
+	if trimmed == "" || trimmed[0] == '#' {
+		return "", "", false
+	}
+	i := strings.IndexAny(trimmed, " \t=")
+	if i < 0 {
+		return trimmed, "", true
+	}
+	key, rest = trimmed[:i], strings.TrimLeft(trimmed[i:], " \t")
+	rest = strings.TrimPrefix(rest, "=")
+	rest, _, _ = strings.Cut(rest, "#")
+	return key, strings.TrimSpace(rest), true
+}
+
+// get returns the first value of key for host, or "".
+func (c *sshConfig) get(host, key string) string {
+	for _, f := range c.files {
+		if v := f.lookup(host, key, false, nil); len(v) > 0 {
+			return v[0]
 		}
 	}
-	return "", nil
+	return ""
 }
 
 // getAll returns every value of key for host, across all files in order
 // (IdentityFile is cumulative in OpenSSH).
-func (c *sshConfig) getAll(host, key string) ([]string, error) {
+func (c *sshConfig) getAll(host, key string) []string {
 	var all []string
-	for i, f := range c.files {
-		v, err := f.GetAll(host, key)
-		if err != nil {
-			return nil, fmt.Errorf("ssh config %s: %s: %w", c.names[i], key, err)
-		}
-		all = append(all, v...)
+	for _, f := range c.files {
+		all = f.lookup(host, key, true, all)
 	}
-	return all, nil
+	return all
+}
+
+// lookup appends the values of key in the blocks of f that match host to
+// out, descending into Includes where they stand; unless all, it stops at
+// the first.
+func (f *configFile) lookup(host, key string, all bool, out []string) []string {
+	n := len(out)
+	for _, h := range f.cfg.Hosts {
+		if !h.Matches(host) {
+			continue
+		}
+		for _, node := range h.Nodes {
+			kv, ok := node.(*ssh_config.KV)
+			if !ok {
+				continue
+			}
+			switch {
+			case strings.EqualFold(kv.Key, includeKey):
+				i, err := strconv.Atoi(kv.Value)
+				if err != nil || i < 0 || i >= len(f.includes) {
+					continue // a user's own "GorunInclude" line
+				}
+				for _, sub := range f.includes[i] {
+					out = sub.lookup(host, key, all, out)
+					if !all && len(out) > n {
+						return out
+					}
+				}
+			case strings.EqualFold(kv.Key, key) && kv.Value != "":
+				out = append(out, kv.Value)
+				if !all {
+					return out
+				}
+			}
+		}
+	}
+	return out
 }
 
 // matchCriteria are the Match keywords of OpenSSH. The parser understands
@@ -104,16 +258,9 @@ func neutralizeMatch(b []byte) ([]byte, []string) {
 	lines := strings.Split(string(b), "\n")
 	var skipped []string
 	for i, line := range lines {
-		trimmed := strings.TrimSpace(line)
-		key, rest, ok := strings.Cut(trimmed, " ")
-		if k, r, eq := strings.Cut(trimmed, "="); eq && (!ok || len(k) < len(key)) {
-			key, rest, ok = k, r, true
-		}
-		if !strings.EqualFold(strings.TrimSpace(key), "match") {
+		key, rest, ok := splitKeyword(line)
+		if !ok || !strings.EqualFold(key, "match") {
 			continue
-		}
-		if c, _, _ := strings.Cut(rest, "#"); ok {
-			rest = c
 		}
 		fields := strings.Fields(rest)
 		supported := len(fields) == 1 && strings.EqualFold(fields[0], "all")
@@ -127,7 +274,7 @@ func neutralizeMatch(b []byte) ([]byte, []string) {
 		}
 		if !supported {
 			lines[i] = "Host !*"
-			skipped = append(skipped, fmt.Sprintf("line %d: %q not supported by gorun; that block is ignored", i+1, trimmed))
+			skipped = append(skipped, fmt.Sprintf("line %d: %q not supported by gorun; that block is ignored", i+1, strings.TrimSpace(line)))
 		}
 	}
 	return []byte(strings.Join(lines, "\n")), skipped
@@ -190,14 +337,7 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 		return hostSettings{}, err
 	}
 	s := hostSettings{Alias: alias, Warnings: append([]string(nil), conf.warnings...)}
-	get := func(key string) string {
-		if err != nil {
-			return ""
-		}
-		var v string
-		v, err = conf.get(alias, key)
-		return v
-	}
+	get := func(key string) string { return conf.get(alias, key) }
 
 	home := homeDir()
 	local := currentUser()
@@ -229,12 +369,8 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 	if cfg.Identity != "" {
 		s.IdentityFiles = append(s.IdentityFiles, expandTokens(cfg.Identity, tv))
 	}
-	if err == nil {
-		var ids []string
-		ids, err = conf.getAll(alias, "IdentityFile")
-		for _, id := range ids {
-			s.IdentityFiles = append(s.IdentityFiles, expandTokens(id, tv))
-		}
+	for _, id := range conf.getAll(alias, "IdentityFile") {
+		s.IdentityFiles = append(s.IdentityFiles, expandTokens(id, tv))
 	}
 	s.IdentitiesOnly = strings.EqualFold(get("IdentitiesOnly"), "yes")
 
@@ -242,7 +378,7 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 		return s, fmt.Errorf("ssh config: host %s: ProxyCommand is not supported by gorun; use ProxyJump", alias)
 	}
 	if v := get("ProxyJump"); v != "" && !strings.EqualFold(v, "none") {
-		s.ProxyJump = v
+		s.ProxyJump = expandJumpTokens(v, tv)
 	}
 
 	if cfg.KnownHosts != "" {
@@ -291,7 +427,7 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 	if cfg.ConnectTimeout > 0 {
 		s.ConnectTimeout = cfg.ConnectTimeout
 	}
-	return s, err
+	return s, nil
 }
 
 // tokenValues feeds the %-tokens and ~ of ssh_config paths.
@@ -301,13 +437,27 @@ type tokenValues struct {
 }
 
 // expandTokens expands a leading ~ and the ssh_config tokens %h %n %p %r %u
-// %d %%; other tokens are left as written.
+// %d %% of a path (IdentityFile, UserKnownHostsFile); other tokens are left
+// as written.
 func expandTokens(s string, tv tokenValues) string {
 	if s == "~" {
 		s = tv.home
 	} else if strings.HasPrefix(s, "~/") {
 		s = filepath.Join(tv.home, s[2:])
 	}
+	return tv.expand(s, "hnprud")
+}
+
+// expandJumpTokens expands the tokens ssh_config(5) allows in ProxyJump:
+// %% %h %n %p %r, the destination's, so "ProxyJump %r@gw-%h" picks a
+// gateway per host. There is no ~ in a host name.
+func expandJumpTokens(s string, tv tokenValues) string {
+	return tv.expand(s, "hnpr")
+}
+
+// expand replaces %% and each %X with X in allowed; other tokens are left
+// as written.
+func (tv tokenValues) expand(s, allowed string) string {
 	if !strings.Contains(s, "%") {
 		return s
 	}
@@ -318,7 +468,13 @@ func expandTokens(s string, tv tokenValues) string {
 			continue
 		}
 		i++
-		switch s[i] {
+		c := s[i]
+		if c != '%' && strings.IndexByte(allowed, c) < 0 {
+			b.WriteByte('%')
+			b.WriteByte(c)
+			continue
+		}
+		switch c {
 		case '%':
 			b.WriteByte('%')
 		case 'h':
@@ -333,9 +489,6 @@ func expandTokens(s string, tv tokenValues) string {
 			b.WriteString(tv.localUser)
 		case 'd':
 			b.WriteString(tv.home)
-		default:
-			b.WriteByte('%')
-			b.WriteByte(s[i])
 		}
 	}
 	return b.String()
