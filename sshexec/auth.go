@@ -77,18 +77,21 @@ func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(
 		if id.pub != nil {
 			a.allowed[string(id.pub.Marshal())] = true
 		}
-		why := noAgent
-		if why == "" && id.pub != nil && !a.agentHolds(id.pub) {
-			why = "ssh-agent does not hold it"
+		var unusable error
+		switch {
+		case noAgent != "":
+			unusable = fmt.Errorf("%s is passphrase-protected, gorun cannot ask for a passphrase, and %s: start an agent and load the key (eval \"$(ssh-agent)\"; ssh-add %s)",
+				f, noAgent, shell.Quote(f))
+		case id.pub != nil && !a.agentHolds(id.pub):
+			unusable = fmt.Errorf("%s is passphrase-protected, gorun cannot ask for a passphrase, and ssh-agent does not hold it: load it (ssh-add %s)",
+				f, shell.Quote(f))
 		}
-		if why != "" {
-			err := fmt.Errorf("%s is passphrase-protected and gorun cannot ask for the passphrase, and %s: load it into ssh-agent first (eval \"$(ssh-agent)\"; ssh-add %s)",
-				f, why, shell.Quote(f))
+		if unusable != nil {
 			if explicit {
 				a.close()
-				return nil, fmt.Errorf("--ssh-identity: %w", err)
+				return nil, fmt.Errorf("--ssh-identity: %w", unusable)
 			}
-			warn(fmt.Sprintf("identity file skipped: %v", err))
+			warn(fmt.Sprintf("identity file skipped: %v", unusable))
 			a.tried = append(a.tried, f+" (passphrase-protected, not in ssh-agent)")
 			continue
 		}

@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 )
@@ -69,7 +68,7 @@ func (c Config) Check(ctx context.Context) error {
 	home := homeDir()
 	if c.SSHConfigFile != "" {
 		if _, err := loadSSHConfig(c.SSHConfigFile, home); err != nil {
-			errs = append(errs, fmt.Errorf("--ssh-config: %w", err))
+			errs = append(errs, err)
 		}
 	}
 	tv := tokenValues{home: home, localUser: currentUser()}
@@ -105,7 +104,7 @@ func hasHostTokens(path string) bool {
 // it must be a readable regular file, and must exist unless acceptNew
 // (which creates it on the first recorded key).
 func checkKnownHosts(path string, acceptNew bool) error {
-	_, err := inputfile.Read(path, inputfile.DefaultMax)
+	_, err := readFile(path, maxKnownHosts)
 	switch {
 	case err == nil, acceptNew && errors.Is(err, fs.ErrNotExist):
 		return nil

@@ -11,7 +11,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -89,9 +88,9 @@ func (h *hostKeys) db() (ssh.HostKeyCallback, []string, error) {
 	var files, mem []string
 	real := map[string]string{}
 	for _, f := range append(append([]string{}, h.userFiles...), h.globalFiles...) {
-		b, err := inputfile.Read(f, maxKnownHosts)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
+		b, err := readFile(f, maxKnownHosts)
+		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(b) == 0) {
+			continue // nothing known there
 		}
 		if err != nil {
 			return nil, nil, fmt.Errorf("known_hosts: %w", err)
@@ -238,6 +237,9 @@ func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 		return errors.New("no known_hosts file to write")
 	}
 	file := h.userFiles[0]
+	if file == os.DevNull {
+		return fmt.Errorf("known_hosts is %s, where no key can be recorded: give --known-hosts a file", os.DevNull)
+	}
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
 		return err
 	}
@@ -251,7 +253,7 @@ func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
 		return err
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file (%v)", file, st.Mode().Type())
+		return fmt.Errorf("%s is not a regular file", file)
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
 		return fmt.Errorf("lock %s: %w", file, err)

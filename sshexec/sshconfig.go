@@ -52,7 +52,7 @@ func loadSSHConfig(explicit, home string) (*sshConfig, error) {
 	}
 	c := &sshConfig{}
 	for _, p := range paths {
-		b, err := inputfile.Read(p, inputfile.DefaultMax)
+		b, err := readFile(p, inputfile.DefaultMax)
 		if explicit == "" && errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
@@ -75,6 +75,17 @@ func loadSSHConfig(explicit, home string) (*sshConfig, error) {
 	return c, nil
 }
 
+// readFile reads a config-like file through inputfile, so a FIFO or device
+// named by mistake is refused rather than waited on or read forever;
+// os.DevNull, the usual way to say "none" (ssh -F /dev/null,
+// UserKnownHostsFile /dev/null), reads as empty.
+func readFile(path string, max int64) ([]byte, error) {
+	if path == os.DevNull {
+		return nil, nil
+	}
+	return inputfile.Read(path, max)
+}
+
 // systemSSHConfig is OpenSSH's system-wide client configuration; relative
 // Include paths in it (and in what it includes) are under /etc/ssh.
 const systemSSHConfig = "/etc/ssh/ssh_config"
@@ -91,7 +102,7 @@ func parseConfigFile(name string, b []byte, home string, system bool, depth int)
 	f := &configFile{name: name}
 	for _, inc := range includes {
 		if depth >= maxIncludeDepth {
-			return nil, warnings, fmt.Errorf("line %d: Include nested more than %d deep (does a file include itself?)", inc.line, maxIncludeDepth)
+			return nil, warnings, &includeLoopError{file: name, line: inc.line}
 		}
 		var files []*configFile
 		for _, pattern := range inc.patterns {
@@ -101,12 +112,16 @@ func parseConfigFile(name string, b []byte, home string, system bool, depth int)
 			}
 			// A pattern that matches nothing is skipped, as OpenSSH does.
 			for _, m := range matches {
-				data, err := inputfile.Read(m, inputfile.DefaultMax)
+				data, err := readFile(m, inputfile.DefaultMax)
 				if err != nil {
 					return nil, warnings, fmt.Errorf("line %d: Include %s: %w", inc.line, pattern, err)
 				}
 				sub, w, err := parseConfigFile(m, data, home, system, depth+1)
 				warnings = append(warnings, w...)
+				var loop *includeLoopError
+				if errors.As(err, &loop) {
+					return nil, warnings, err // said once, not once per level
+				}
 				if err != nil {
 					return nil, warnings, fmt.Errorf("line %d: Include %s: %s: %w", inc.line, pattern, m, err)
 				}
@@ -121,6 +136,16 @@ func parseConfigFile(name string, b []byte, home string, system bool, depth int)
 	}
 	f.cfg = cfg
 	return f, warnings, nil
+}
+
+// includeLoopError is Includes nested past maxIncludeDepth.
+type includeLoopError struct {
+	file string
+	line int
+}
+
+func (e *includeLoopError) Error() string {
+	return fmt.Sprintf("Includes nested more than %d deep, at %s line %d (does a file include itself?)", maxIncludeDepth, e.file, e.line)
 }
 
 // include is one Include line: where, and its file patterns.
