@@ -80,6 +80,30 @@ func TestBuildInputErrors(t *testing.T) {
 			s.Gorun.Env = []string{"1X=secret-token"}
 			return s
 		}, "--env"},
+		{"node rank beyond --nnodes in local mode", func() Spec {
+			return newSpec([]string{"--node-rank=5", "--nnodes=2"}, "train.py")
+		}, "--node-rank"},
+		{"node rank equal to --nnodes", func() Spec {
+			return newSpec([]string{"--node-rank=2", "--nnodes=2"}, "train.py")
+		}, "--node-rank"},
+		{"node rank against the maximum of a range", func() Spec {
+			return newSpec([]string{"--nnodes=1:4", "--node_rank=4"}, "train.py")
+		}, "--node-rank"},
+		{"node rank without --nnodes", func() Spec {
+			return newSpec([]string{"--node-rank=1"}, "train.py")
+		}, "--node-rank"},
+		{"node rank from PET_", func() Spec {
+			cl, err := ParseCommandLineWith([]string{"train.py"}, envOf(map[string]string{"PET_NODE_RANK": "3", "PET_NNODES": "2"}), fixedID)
+			if err != nil {
+				panic(err)
+			}
+			return Spec{CommandLine: cl}
+		}, "PET_NODE_RANK"},
+		{"c10d endpoint port 0 with several hosts", func() Spec {
+			s := newSpec([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=node1:0"}, "train.py")
+			s.Hosts = hosts("node1,node2")
+			return s
+		}, "--rdzv-endpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -539,5 +563,38 @@ func TestFlightRecorder(t *testing.T) {
 	}
 	if v := env[FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc/localhost" {
 		t.Errorf("%s = %+v", FlightRecorderDirVar, v)
+	}
+}
+
+// Settings that are wrong in local mode only, or in head-node mode only.
+func TestBuildChecksByMode(t *testing.T) {
+	tests := []struct {
+		name    string
+		options []string
+		hosts   string // "" for local mode
+		ok      bool
+	}{
+		{"node rank below --nnodes", []string{"--node-rank=1", "--nnodes=2"}, "", true},
+		{"node rank below a range's maximum", []string{"--node-rank=3", "--nnodes=1:4"}, "", true},
+		{"node rank beyond --nnodes", []string{"--node-rank=2", "--nnodes=2"}, "", false},
+		{"node rank is gorun's in head-node mode", []string{"--node-rank=5"}, "a,b", true},
+		{"node rank ignored by c10d", []string{"--rdzv-backend=c10d", "--node-rank=5"}, "", true},
+		{"c10d port 0 on one host", []string{"--rdzv-backend=c10d", "--rdzv-endpoint=a:0"}, "a", true},
+		{"c10d port 0 in local mode", []string{"--rdzv-backend=c10d", "--rdzv-endpoint=localhost:0"}, "", true},
+		{"c10d port 0 on two hosts", []string{"--rdzv-backend=c10d", "--rdzv-endpoint=a:0"}, "a,b", false},
+		{"c10d port on two hosts", []string{"--rdzv-backend=c10d", "--rdzv-endpoint=a:29400"}, "a,b", true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newSpec(tt.options, "train.py")
+			if tt.hosts != "" {
+				s.Hosts = hosts(tt.hosts)
+			}
+			_, err := Build(s, nil)
+			var ie *InputError
+			if tt.ok && err != nil || !tt.ok && !errors.As(err, &ie) {
+				t.Errorf("Build: %v, want ok %v", err, tt.ok)
+			}
+		})
 	}
 }

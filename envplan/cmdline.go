@@ -18,6 +18,10 @@ import (
 // text and exits 0, as torchrun does.
 var ErrHelp = errors.New("help requested")
 
+// defaultRdzvTimeout is the rendezvous timeout in seconds torchrun's
+// LaunchConfig puts in rdzv_configs when --rdzv-conf gives none.
+const defaultRdzvTimeout = "900"
+
 // placeholderRdzvID is the rendezvous id ParseCommandLineWith uses for
 // --standalone when it is given no id source, so that tests and golden plans
 // stay deterministic. It has the shape of a uuid4, like torchrun's own id.
@@ -927,6 +931,11 @@ func (p *parser) config(newID func() string) (Config, error) {
 	}
 	if c.RdzvConfigs, err = parseRdzvConf(p.get("rdzv_conf", "")); err != nil {
 		return Config{}, err
+	}
+	// LaunchConfig.__post_init__: the rendezvous times out after 900 s
+	// unless --rdzv-conf says otherwise.
+	if _, set := c.RdzvConfigs["timeout"]; !set {
+		c.RdzvConfigs["timeout"] = defaultRdzvTimeout
 	}
 	if ep, given := p.set["rdzv_endpoint"]; given && !c.Standalone {
 		if err := checkEndpoint(ep, c.RdzvBackend, c.NNodesMax); err != nil {

@@ -24,7 +24,7 @@ func defaultConfig(script string, args ...string) Config {
 		RdzvBackend:        "static",
 		RdzvEndpoint:       "127.0.0.1:29500",
 		RdzvID:             "none",
-		RdzvConfigs:        map[string]string{"rank": "0"},
+		RdzvConfigs:        map[string]string{"rank": "0", "timeout": "900"},
 		MonitorInterval:    0.1,
 		StartMethod:        "spawn",
 		EventLogHandler:    "null",
@@ -135,7 +135,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			cfg: func(c *Config) {
 				c.Standalone = true
 				c.RdzvBackend, c.RdzvEndpoint, c.RdzvID = "c10d", "localhost:0", fixedID()
-				c.RdzvConfigs = map[string]string{}
+				c.RdzvConfigs = map[string]string{"timeout": "900"}
 			},
 			given: []Arg{
 				{Name: "--rdzv-backend", Dest: "rdzv_backend", Value: "etcd"},
@@ -148,7 +148,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			name: "static rendezvous config gets the node rank",
 			argv: []string{"--rdzv_conf", " join_timeout = 900 ,rank=5", "--node_rank", "1", "--nnodes", "2", "train.py"},
 			cfg: func(c *Config) {
-				c.RdzvConfigs = map[string]string{"join_timeout": "900", "rank": "1"}
+				c.RdzvConfigs = map[string]string{"join_timeout": "900", "rank": "1", "timeout": "900"}
 				c.NodeRank = 1
 				c.NNodesMin, c.NNodesMax = 2, 2
 			},
@@ -158,7 +158,15 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			argv: []string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "node1:29400", "--rdzv-id", "42", "--rdzv-conf=read_timeout=60", "train.py"},
 			cfg: func(c *Config) {
 				c.RdzvBackend, c.RdzvEndpoint, c.RdzvID = "c10d", "node1:29400", "42"
-				c.RdzvConfigs = map[string]string{"read_timeout": "60"}
+				c.RdzvConfigs = map[string]string{"read_timeout": "60", "timeout": "900"}
+			},
+		},
+		{
+			name: "a timeout in --rdzv-conf replaces torchrun's 900 s",
+			argv: []string{"--rdzv-conf", "timeout=60", "--rdzv-backend=c10d", "train.py"},
+			cfg: func(c *Config) {
+				c.RdzvBackend, c.RdzvEndpoint = "c10d", ""
+				c.RdzvConfigs = map[string]string{"timeout": "60"}
 			},
 		},
 		{
@@ -166,7 +174,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			argv: []string{"--rdzv-backend=c10d", "train.py"},
 			cfg: func(c *Config) {
 				c.RdzvBackend, c.RdzvEndpoint = "c10d", ""
-				c.RdzvConfigs = map[string]string{}
+				c.RdzvConfigs = map[string]string{"timeout": "900"}
 			},
 		},
 		{
@@ -242,7 +250,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			cfg: func(c *Config) {
 				c.NNodesMin, c.NNodesMax, c.NProcPerNode = 1, 2, "4"
 				c.MasterAddr, c.RdzvEndpoint, c.MaxRestarts = "10.0.0.9", "10.0.0.9:29500", 2
-				c.RdzvConfigs = map[string]string{"a": "b", "rank": "0"}
+				c.RdzvConfigs = map[string]string{"a": "b", "rank": "0", "timeout": "900"}
 			},
 			// in torchrun's declaration order, not the environment's
 			given: []Arg{
@@ -355,7 +363,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 func standalone(c *Config) {
 	c.Standalone = true
 	c.RdzvBackend, c.RdzvEndpoint, c.RdzvID = "c10d", "localhost:0", fixedID()
-	c.RdzvConfigs = map[string]string{}
+	c.RdzvConfigs = map[string]string{"timeout": "900"}
 }
 
 type errCase struct {

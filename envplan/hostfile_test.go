@@ -63,6 +63,12 @@ func TestParseHostfile(t *testing.T) {
 		{"max_slots first", "a max_slots=8 slots=4", []Host{{Name: "a", Slots: 4}}},
 		{"colon with max_slots", "a:2 max_slots=4", []Host{{Name: "a", Slots: 2}}},
 		{"ipv6 colon", "[fe80::1]:2", []Host{{Name: "fe80::1", Slots: 2}}},
+		{"bare ipv6 with slots=", "fd00::5 slots=2\n::1", []Host{{Name: "fd00::5", Slots: 2}, {Name: "::1"}}},
+		{"UTF-8 byte order mark skipped", "\xef\xbb\xbfa slots=2\nb slots=2\n", []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}},
+		{"CRLF", "a slots=2\r\nb slots=2\r\n", []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}},
+		{"CR alone (old Mac)", "a slots=2\rb slots=2\r# c\r", []Host{{Name: "a", Slots: 2}, {Name: "b", Slots: 2}}},
+		{"UTF-8 in a comment", "a slots=2 # nœud de calcul\n", []Host{{Name: "a", Slots: 2}}},
+		{"underscores", "gpu_01 slots=8\n", []Host{{Name: "gpu_01", Slots: 8}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -106,6 +112,20 @@ func TestParseHostfileErrors(t *testing.T) {
 		{"duplicate crlf", "a slots=1\r\nb slots=1\r\na slots=1\r\n", "hostfile:3:1", []string{"duplicate"}},
 		{"duplicate across forms", "a slots=1\na:2", "hostfile:2:1", []string{"duplicate"}},
 		{"bad colon count", "a:x", "hostfile:1:3", []string{"not a number"}},
+		{"UTF-16 LE", "\xff\xfea\x00 \x00", "hostfile:1:1", []string{"UTF-16", "FFFE"}},
+		{"UTF-16 BE", "\xfe\xff\x00a", "hostfile:1:1", []string{"UTF-16", "FEFF"}},
+		{"UTF-16 without a byte order mark", "a slots=1\nb\x00 \x00", "hostfile:2:2", []string{"NUL byte", "UTF-16"}},
+		{"not UTF-8", "a slots=1\n# r\xe9seau\n", "hostfile:2:4", []string{"byte 0xe9 is not valid UTF-8"}},
+		{"not UTF-8 after a BOM", "\xef\xbb\xbf\xc3", "hostfile:1:1", []string{"byte 0xc3"}},
+		{"not UTF-8, CR-only file", "a\rb\xff", "hostfile:2:2", []string{"byte 0xff"}},
+		{"stray CR inside a line", "a\rb slots=1\nc\n", "hostfile:1:1", []string{`'\r'`}},
+		{"empty label", "a..b slots=1", "hostfile:1:1", []string{"empty label"}},
+		{"all-digit name", "123 slots=1", "hostfile:1:1", []string{"all digits"}},
+		{"ambiguous bare ipv6", "fe80::1:2", "hostfile:1:1", []string{"ambiguous"}},
+		{"localhost twice", "localhost slots=1\n127.0.0.1 slots=1\n", "hostfile:2:1", []string{`duplicate host "127.0.0.1": it and "localhost" on line 1 both name this machine`}},
+		{"localhost and ::1", "::1\nlocalhost\n", "hostfile:2:1", []string{`"localhost": it and "::1" on line 1`}},
+		{"user@host", "me@a slots=1", "hostfile:1:1", []string{"user part"}},
+		{"overlong word cut", "a " + strings.Repeat("z", 1000), "hostfile:1:3", []string{"…(1000 bytes)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

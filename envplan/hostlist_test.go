@@ -4,8 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
+	"unicode/utf8"
 )
 
 // wantInputError fails unless err is an *InputError at where whose message
@@ -232,8 +234,8 @@ func FuzzParseHosts(f *testing.F) {
 		}
 		seen := map[string]bool{}
 		for _, h := range hosts {
-			if h.Name == "" || h.Slots < 0 || h.GPUs != nil || strings.HasPrefix(h.Name, "-") {
-				t.Fatalf("ParseHosts(%q): bad host %+v", list, h)
+			if problem, _ := hostNameProblem(h.Name); problem != "" || h.Slots < 0 || h.GPUs != nil {
+				t.Fatalf("ParseHosts(%q): bad host %+v (%s)", list, h, problem)
 			}
 			if seen[hostKey(h.Name)] {
 				t.Fatalf("ParseHosts(%q): duplicate %q accepted", list, h.Name)
@@ -242,6 +244,98 @@ func FuzzParseHosts(f *testing.F) {
 		}
 		if len(hosts) != strings.Count(list, ",")+1 {
 			t.Fatalf("ParseHosts(%q) = %d hosts for %d items", list, len(hosts), strings.Count(list, ",")+1)
+		}
+	})
+}
+
+// FuzzResolveHosts feeds arbitrary input through every host source (the
+// --hosts flag, a hostfile, a Slurm node list) and the --include/--exclude
+// filter. Whatever the input, ResolveHosts returns either a complete
+// InputError whose message is one printable line of bounded length, or
+// hosts whose names are valid (hostNameProblem), none the same machine as
+// another, that read back the same when written as a --hosts list.
+func FuzzResolveHosts(f *testing.F) {
+	seeds := []struct {
+		hosts string
+		file  string
+		slurm string
+		filt  string
+		excl  bool
+	}{
+		{hosts: "h1:8,h2:8,h3"},
+		{hosts: "localhost:1,127.0.0.1:1"},
+		{hosts: "[fe80::1]:8,fe80::2,gpu_01"},
+		{hosts: "a..b,-x,me@h,\x1b[2J"},
+		{file: "worker-1 slots=2\nworker-2 slots=2\n", filt: "worker-1:0"},
+		{file: "\xef\xbb\xbfa slots=2\r\nb:2\r\n", filt: "a", excl: true},
+		{file: "\xff\xfea\x00"},
+		{file: "a\rb\r::1 slots=1\r"},
+		{slurm: "n[1-3],m[01-02]", filt: "n2@m01:1"},
+		{slurm: "n[1-2],n2"},
+		{slurm: "[1-3]"},
+		{hosts: "a:2,b:2", slurm: "n[1-2]", filt: "b:1", excl: true},
+	}
+	for _, s := range seeds {
+		f.Add(s.hosts, []byte(s.file), s.slurm, s.filt, s.excl)
+	}
+	f.Fuzz(func(t *testing.T, hostsFlag string, file []byte, slurm, filter string, exclude bool) {
+		fileName := ""
+		if len(file) > 0 {
+			fileName = "hf"
+		}
+		include, excl := filter, ""
+		if exclude {
+			include, excl = "", filter
+		}
+		getenv := env(map[string]string{"SLURM_JOB_NODELIST": slurm, "SLURM_GPUS_ON_NODE": "4"})
+		got, err := ResolveHosts(hostsFlag, fileName, file, include, excl, getenv)
+		if err != nil {
+			var ie *InputError
+			if !errors.As(err, &ie) || ie.Where == "" || ie.Problem == "" || ie.Fix == "" {
+				t.Fatalf("error %v (%T) is not a complete InputError", err, err)
+			}
+			msg := err.Error()
+			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) || len(msg) > 2048 {
+				t.Fatalf("message %q is not one bounded printable line", msg)
+			}
+			return
+		}
+		if got == nil {
+			if hostsFlag != "" || fileName != "" || slurm != "" || filter != "" {
+				t.Fatalf("local mode for hosts %q, file %q, slurm %q, filter %q", hostsFlag, file, slurm, filter)
+			}
+			return
+		}
+		seen := map[string]string{}
+		var list []string
+		for _, h := range got {
+			if problem, _ := hostNameProblem(h.Name); problem != "" {
+				t.Fatalf("host %q accepted: %s", h.Name, problem)
+			}
+			if first, dup := seen[hostKey(h.Name)]; dup {
+				t.Fatalf("hosts %q and %q are one machine", first, h.Name)
+			}
+			seen[hostKey(h.Name)] = h.Name
+			if h.Slots < 0 || h.GPUs != nil && h.Slots != len(h.GPUs) {
+				t.Fatalf("bad slots in %+v", h)
+			}
+			item := h.Name
+			if strings.Contains(item, ":") {
+				item = "[" + item + "]"
+			}
+			if h.Slots > 0 {
+				item += ":" + strconv.Itoa(h.Slots)
+			}
+			list = append(list, item)
+		}
+		back, err := ParseHosts(strings.Join(list, ","))
+		if err != nil {
+			t.Fatalf("%q does not read back: %v", list, err)
+		}
+		for i, h := range back {
+			if h.Name != got[i].Name || h.Slots != got[i].Slots {
+				t.Fatalf("%+v reads back as %+v", got[i], h)
+			}
 		}
 	})
 }

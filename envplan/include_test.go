@@ -42,6 +42,8 @@ func TestApplyIncludeExclude(t *testing.T) {
 		{name: "filter on set GPUs", hosts: []Host{gpus("a", 2, 5, 7)}, exclude: "a:5", want: []Host{gpus("a", 2, 7)}},
 		{name: "case-insensitive names", hosts: two, include: "WORKER-1:0", want: []Host{gpus("worker-1", 0)}},
 		{name: "ipv6", hosts: []Host{{Name: "fe80::1", Slots: 2}}, include: "[fe80::1]:1", want: []Host{gpus("fe80::1", 1)}},
+		{name: "localhost named by its address", hosts: []Host{{Name: "localhost", Slots: 2}}, include: "127.0.0.1:1", want: []Host{gpus("localhost", 1)}},
+		{name: "underscore name", hosts: []Host{{Name: "gpu_01", Slots: 2}, {Name: "b"}}, exclude: "gpu_01", want: []Host{{Name: "b"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -90,6 +92,11 @@ func TestApplyIncludeExcludeErrors(t *testing.T) {
 		{name: "exclude ids on unknown slots", hosts: []Host{{Name: "a"}}, exclude: "a:0", where: "--exclude (col 1)", words: []string{"unknown slot count"}},
 		{name: "include id outside set GPUs", hosts: []Host{{Name: "a", Slots: 2, GPUs: []int{4, 5}}}, include: "a:0", where: "--include (col 1)", words: []string{"no GPU 0", "4,5"}},
 		{name: "two colons", hosts: two, include: "worker-0:1:2", where: "--include (col 10)", words: []string{"not a number"}},
+		{name: "empty label", hosts: two, include: "worker-0@a..b", where: "--include (col 10)", words: []string{"empty label"}},
+		{name: "option-like name", hosts: two, exclude: "-oProxyCommand=x", where: "--exclude (col 1)", words: []string{"starts with '-'"}},
+		{name: "control character escaped", hosts: two, include: "w\x1b[2J", where: "--include (col 1)", words: []string{`"w\x1b[2J"`}},
+		{name: "unclosed bracket", hosts: two, include: "[fe80::1:0", where: "--include (col 1)", words: []string{"invalid character '['"}},
+		{name: "overlong name cut", hosts: two, include: strings.Repeat("w", 500), where: "--include (col 1)", words: []string{"…(500 bytes)"}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
