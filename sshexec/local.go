@@ -12,6 +12,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/shell"
+	"golang.org/x/sys/unix"
 )
 
 // Local runs commands on this machine. Jobs run under a local agent, the
@@ -44,6 +47,77 @@ func NewLocal(agentBinary string) *Local {
 
 // Node implements Runner.
 func (l *Local) Node() string { return "localhost" }
+
+// Addr implements Runner: Local reaches no address.
+func (l *Local) Addr() string { return "" }
+
+// agentOutputWaitDelay bounds how long AgentOutput waits for the output
+// pipes once its child exited or was killed, in case something the child
+// started outside its process group still holds them.
+const agentOutputWaitDelay = 500 * time.Millisecond
+
+// AgentOutput implements Runner: it runs this gorun (the binary NewLocal
+// was given) with args as a child, in a process group of its own that is
+// SIGKILLed as a whole when ctx ends, and that dies with this process
+// (Pdeathsig). Only the last stderrTail bytes of its stderr are kept, for
+// the error.
+func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
+	argv := append([]string{l.agentBinary}, args...)
+	cmd := exec.CommandContext(ctx, l.agentBinary, args...)
+	cmd.Env = l.agentEnv
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	cmd.Cancel = func() error {
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = agentOutputWaitDelay
+	var stdout bytes.Buffer
+	stderr := &tailWriter{max: stderrTail}
+	cmd.Stdout, cmd.Stderr = &stdout, stderr
+	err := cmd.Run()
+	if err == nil {
+		return stdout.Bytes(), nil
+	}
+	quoted := shell.QuoteArgv(argv)
+	if ctxErr := ctx.Err(); ctxErr != nil {
+		return stdout.Bytes(), fmt.Errorf("localhost: run %s: %w", quoted, ctxErr)
+	}
+	tail := strings.TrimSpace(stderr.String())
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			msg := fmt.Sprintf("localhost: run %s: killed by %s", quoted, unix.SignalName(ws.Signal()))
+			if tail != "" {
+				msg += ": " + tail
+			}
+			return stdout.Bytes(), errors.New(msg)
+		}
+		return stdout.Bytes(), fmt.Errorf("localhost: %w", &ExitError{Cmd: quoted, Code: ee.ExitCode(), Stderr: tail})
+	}
+	return stdout.Bytes(), fmt.Errorf("localhost: run %s: %w", quoted, err)
+}
+
+// tailWriter keeps the last max bytes written to it.
+type tailWriter struct {
+	max       int
+	buf       []byte
+	truncated bool
+}
+
+func (w *tailWriter) Write(p []byte) (int, error) {
+	w.buf = append(w.buf, p...)
+	if over := len(w.buf) - w.max; over > 0 {
+		w.buf = append(w.buf[:0], w.buf[over:]...)
+		w.truncated = true
+	}
+	return len(p), nil
+}
+
+func (w *tailWriter) String() string {
+	if w.truncated {
+		return "…" + string(w.buf)
+	}
+	return string(w.buf)
+}
 
 // Output implements Runner. The command runs in its own process group,
 // which is killed when ctx is cancelled or when this process dies.

@@ -5,12 +5,16 @@ import (
 	"context"
 	"crypto/rand"
 	"errors"
+	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -536,4 +540,172 @@ func TestLocalCycles(t *testing.T) {
 	if left != 0 {
 		t.Errorf("Local still tracks %d processes", left)
 	}
+}
+
+// testAgentOutputEnv makes the test binary act as gorun's hidden
+// subcommands for Local.AgentOutput (helper-process pattern).
+const testAgentOutputEnv = "GORUN_TEST_AGENT_OUTPUT"
+
+// agentOutputHelper is the test binary run as `gorun <args>`.
+func agentOutputHelper(args []string) int {
+	if len(args) == 0 {
+		fmt.Fprintln(os.Stderr, "no subcommand")
+		return 2
+	}
+	switch args[0] {
+	case "_echo": // each argument on a line; a note on stderr
+		for _, a := range args[1:] {
+			fmt.Println(a)
+		}
+		fmt.Fprintln(os.Stderr, "a note")
+		return 0
+	case "_fail": // much stderr, the reason last, exit 3
+		fmt.Print("partial")
+		fmt.Fprint(os.Stderr, strings.Repeat("noise ", 2000))
+		fmt.Fprint(os.Stderr, "\nthe real reason\n")
+		return 3
+	case "_hang": // a grandchild holding stdout, both pids in args[1]; never exits
+		sleep := exec.Command("sleep", "100")
+		sleep.Stdout = os.Stdout
+		if err := sleep.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 2
+		}
+		pids := fmt.Sprintf("%d %d\n", os.Getpid(), sleep.Process.Pid)
+		if err := os.WriteFile(args[1]+".tmp", []byte(pids), 0o600); err != nil {
+			return 2
+		}
+		os.Rename(args[1]+".tmp", args[1])
+		select {}
+	case "_killself":
+		syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		select {}
+	}
+	fmt.Fprintf(os.Stderr, "unknown subcommand %q\n", args[0])
+	return 2
+}
+
+// newAgentOutputLocal returns a Local whose gorun is this test binary in
+// helper mode.
+func newAgentOutputLocal(t *testing.T) *Local {
+	t.Helper()
+	l := NewLocal(os.Args[0])
+	l.agentEnv = append(os.Environ(), testAgentOutputEnv+"=1")
+	t.Cleanup(func() { _ = l.Close() })
+	return l
+}
+
+func TestLocalAgentOutput(t *testing.T) {
+	t.Parallel()
+	l := newAgentOutputLocal(t)
+	tests := []struct {
+		name     string
+		args     []string
+		want     string
+		wantErr  []string // in the error
+		exitCode int      // of the *ExitError, when non-zero
+	}{
+		{name: "stdout only", args: []string{"_echo", "a b", `{"json":1}`}, want: "a b\n{\"json\":1}\n"},
+		{name: "no args", args: nil, wantErr: []string{"no subcommand"}, exitCode: 2},
+		{name: "exit code and the stderr tail", args: []string{"_fail"}, want: "partial",
+			wantErr: []string{"the real reason", "exit code 3", "_fail"}, exitCode: 3},
+		{name: "killed by a signal", args: []string{"_killself"}, wantErr: []string{"killed by SIGKILL"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := l.AgentOutput(context.Background(), tc.args...)
+			if string(got) != tc.want {
+				t.Errorf("stdout = %q, want %q", got, tc.want)
+			}
+			if len(tc.wantErr) == 0 {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil {
+				t.Fatal("no error")
+			}
+			for _, w := range tc.wantErr {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error lacks %q: %v", w, err)
+				}
+			}
+			if len(err.Error()) > stderrTail+500 {
+				t.Errorf("error is %d bytes: the stderr tail is not bounded", len(err.Error()))
+			}
+			var ee *ExitError
+			if tc.exitCode != 0 && (!errors.As(err, &ee) || ee.Code != tc.exitCode) {
+				t.Errorf("err = %v, want an *ExitError with code %d", err, tc.exitCode)
+			}
+		})
+	}
+	t.Run("missing binary", func(t *testing.T) {
+		_, err := NewLocal(filepath.Join(t.TempDir(), "gorun")).AgentOutput(context.Background(), "_collect")
+		if !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("err = %v, want fs.ErrNotExist", err)
+		}
+	})
+}
+
+// TestLocalAgentOutputCancel: ending ctx kills a child that hangs, and the
+// grandchild holding its stdout, within a second.
+func TestLocalAgentOutputCancel(t *testing.T) {
+	t.Parallel()
+	l := newAgentOutputLocal(t)
+	pidFile := filepath.Join(t.TempDir(), "pids")
+	killLeftovers(t, pidFile)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	type result struct {
+		err  error
+		took time.Duration
+	}
+	done := make(chan result, 1)
+	var cancelled time.Time
+	go func() {
+		_, err := l.AgentOutput(ctx, "_hang", pidFile)
+		done <- result{err, time.Since(cancelled)}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if _, err := os.Stat(pidFile); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the child did not start")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	pids := readPids(t, pidFile)
+	cancelled = time.Now()
+	cancel()
+	var res result
+	select {
+	case res = <-done:
+	case <-time.After(5 * time.Second):
+		t.Fatal("AgentOutput did not return after the cancel")
+	}
+	if res.took > time.Second {
+		t.Errorf("returned %v after the cancel, want within 1 s", res.took)
+	}
+	if !errors.Is(res.err, context.Canceled) {
+		t.Errorf("err = %v, want context.Canceled", res.err)
+	}
+	// The grandchild is gone too (a zombie of an exited parent counts as gone).
+	for _, pid := range pids {
+		if alive(pid) {
+			t.Errorf("pid %d survived the cancel", pid)
+		}
+	}
+}
+
+// alive reports whether pid runs: it exists and is not a zombie.
+func alive(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	s, err := parseProcStat(b)
+	return err == nil && s.State != 'Z'
 }

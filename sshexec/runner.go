@@ -47,6 +47,14 @@ type Runner interface {
 	// Start starts job under the node agent. Its stdout and stderr are copied
 	// to the given writers as they arrive; Start returns once the job runs.
 	Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error)
+	// AgentOutput runs this gorun on the node with args (a hidden subcommand
+	// such as "_collect REQUEST") and returns its stdout. A run that exits
+	// non-zero gives an error wrapping *ExitError, with the end of its
+	// stderr; when ctx ends, the run is killed and the error wraps ctx's.
+	AgentOutput(ctx context.Context, args ...string) ([]byte, error)
+	// Addr is the "host:port" this runner reached the node at (the address
+	// dialled, after ssh_config's HostName and Port); "" for Local.
+	Addr() string
 	// Close releases the connection. Processes started through it are stopped.
 	Close() error
 }
