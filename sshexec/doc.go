@@ -5,22 +5,37 @@
 // A Runner reaches one node. Local runs processes on this machine; Remote
 // holds one SSH connection per node, reused for every session, with host keys
 // always verified against known_hosts and keepalives so a dead link is
-// noticed within about 15 s.
+// noticed within about 15 s. Both run gorun's own hidden subcommands
+// (AgentOutput), and say where they reached the node (Addr).
+//
+// Dialling reads what `ssh` reads: ssh_config with its Includes,
+// known_hosts, identity files, ssh-agent. Every file goes through
+// internal/inputfile, so a FIFO or device named by mistake is refused at
+// once instead of hanging gorun. What would fail every node alike (a
+// missing --known-hosts, a --ssh-identity ssh would refuse, an encrypted
+// key no ssh-agent holds) is found by Config.Check before any connection;
+// Dial and DialAll run it first. What a dial chooses to ignore (an
+// unsupported Match, StrictHostKeyChecking no) goes to Config.Warn, once per
+// distinct message, also when the dial then fails. Host key failures are a
+// *HostKeyError that errors.As finds through every wrap, DialAll's
+// multierror included.
 //
 // Long-running jobs are started through the node agent (gorun itself, run as a
 // hidden subcommand, from a content-addressed copy under the remote user's
-// cache dir that is uploaded on first use, when a launcher finds it missing): it starts the job in its own session as a child
-// subreaper, streams its output, and tears the whole process tree down when
-// told to, when its stdin closes, or when the head's heartbeat stops. So a
-// job never outlives a lost head, and torchrun's workers, which run in
-// sessions of their own, never survive either. With Job.Relay the agent
-// also listens on a unix socket named in the job's environment and passes
-// the frames its descendants send there to the head on its stdout, whole
-// and in arrival order, framing the job's own output alongside; the head
-// can send bytes back to them (Process.Tell). What the frames mean is the
-// caller's business.
+// cache dir that is uploaded on first use, when a launcher finds it missing):
+// it starts the job in its own session as a child subreaper, streams its
+// output, and tears the whole process tree down when told to, when its stdin
+// closes, or when the head's heartbeat stops. So a job never outlives a lost
+// head, and torchrun's workers, which run in sessions of their own, never
+// survive either. With Job.Relay the agent also listens on a unix socket
+// named in the job's environment and passes the frames its descendants send
+// there to the head on its stdout, whole and in arrival order, framing the
+// job's own output alongside; the head can send bytes back to them
+// (Process.Tell). What the frames mean is the caller's business.
 //
 // Every blocking call takes a context.Context first; cancelling it stops the
-// call. Runners are safe for concurrent use. Every string that reaches a
-// remote shell goes through internal/shell.Quote.
+// call, a dial included: the SSH handshake, which has no context of its
+// own, is cut by closing its connection, so a server that accepts and
+// never answers holds nobody. Runners are safe for concurrent use. Every
+// string that reaches a remote shell goes through internal/shell.Quote.
 package sshexec
