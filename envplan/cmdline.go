@@ -676,7 +676,7 @@ func checkEndpoint(s setting, backend string, nnodesMax int) error {
 	}
 	ep := pyStrip(s.value)
 	if ep == "" {
-		return bad("the rendezvous endpoint is empty", "give HOST:PORT, or leave --rdzv-endpoint out")
+		return bad("the rendezvous endpoint is empty", "give the store's host and port, e.g. node1:29500, or leave --rdzv-endpoint out")
 	}
 	host, port, hasPort := ep, "", false
 	switch {
@@ -783,7 +783,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		d, err := parseDuration(value)
 		if err != nil {
 			return &InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", quote(value)),
-				Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds); 0 turns hang detection off"}
+				Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
 		}
 		o.HangTimeout = d
 	}
