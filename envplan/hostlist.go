@@ -23,6 +23,10 @@ const maxSlots = 1 << 16
 //  3. Otherwise no hosts: ResolveHosts returns nil, nil and gorun runs on
 //     this machine alone, as plain torchrun does.
 //
+// Every source refuses a host name that is not valid (see hostNameProblem)
+// and a host listed twice, localhost, 127.0.0.1 and ::1 counting as one, so
+// the hosts returned name distinct machines.
+//
 // --include / --exclude (DeepSpeed syntax) then filter whichever list was
 // chosen; they need a list, so giving them in local mode is an InputError.
 // getenv is the head's environment lookup (os.Getenv in main).

@@ -22,8 +22,10 @@ import (
 // with no GPU is dropped, and a host not named is kept unchanged. Ids cannot
 // be excluded from a host whose slot count is unknown.
 //
-// Giving both, naming an unknown host, an id the host does not have, or bad
-// syntax is an InputError naming the item. With both empty, hosts are
+// Giving both, naming an invalid host name (see hostNameProblem) or an
+// unknown host, an id the host does not have, or bad syntax is an
+// InputError naming the item. Names match as hosts do: case aside, and
+// localhost, 127.0.0.1 and ::1 as one. With both empty, hosts are
 // returned unchanged.
 func ApplyIncludeExclude(hosts []Host, include, exclude string) ([]Host, error) {
 	if include != "" && exclude != "" {
