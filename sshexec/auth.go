@@ -40,8 +40,11 @@ var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 // missing or unreadable file, one with permissions OpenSSH refuses, or a
 // passphrase-protected key that no reachable ssh-agent holds is an error
 // saying how to fix it, before any connection. The other files (ssh_config's
-// IdentityFile, else ~/.ssh/id_*) are skipped when missing, as ssh does,
-// and skipped with a warning when ssh would refuse them or cannot use them.
+// IdentityFile, else ~/.ssh/id_*) are skipped when missing, as ssh does;
+// skipped with a warning when ssh would refuse them (permissions, not a
+// regular file, not a key); and skipped quietly when passphrase-protected
+// with no agent holding them. Skipped files are listed in a refused
+// login's error.
 func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(string)) (*auth, error) {
 	a := &auth{only: s.IdentitiesOnly, allowed: map[string]bool{}}
 	files := s.IdentityFiles
@@ -91,7 +94,8 @@ func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(
 				a.close()
 				return nil, fmt.Errorf("--ssh-identity: %w", unusable)
 			}
-			warn(fmt.Sprintf("identity file skipped: %v", unusable))
+			// No warning: another key may well log in (ssh in batch mode
+			// skips it as quietly); a refused login lists it.
 			a.tried = append(a.tried, f+" (passphrase-protected, not in ssh-agent)")
 			continue
 		}
