@@ -254,6 +254,7 @@ type parser struct {
 	gorun       Options
 	includeFrom string
 	excludeFrom string
+	formatFrom  string // --format as typed, when given
 }
 
 func newParser() *parser {
@@ -758,7 +759,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "torchrun":
 		o.Torchrun = value
 	case "format":
-		o.Format = value
+		o.Format, p.formatFrom = value, typed
 	case "preflight":
 		o.Preflight = value
 	case "ssh_config":
@@ -796,6 +797,13 @@ func (p *parser) checkGorun() error {
 			Where:   p.excludeFrom,
 			Problem: "cannot be combined with " + p.includeFrom,
 			Fix:     "use either --include or --exclude",
+		}
+	}
+	if p.formatFrom != "" && !p.gorun.DryRun {
+		return &InputError{
+			Where:   p.formatFrom,
+			Problem: "says how --dry-run prints the plan, and --dry-run was not given",
+			Fix:     "add --dry-run to print the plan without running, or drop " + p.formatFrom,
 		}
 	}
 	return nil

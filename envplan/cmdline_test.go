@@ -328,7 +328,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 			},
 			given: []Arg{},
 		},
-		{name: "gorun repeated: last wins", argv: []string{"--format", "json", "--format", "table", "train.py"}},
+		{name: "gorun repeated: last wins", argv: []string{"--dry-run", "--format", "json", "--format", "table", "train.py"}, opts: func(o *Options) { o.DryRun = true }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -377,6 +377,8 @@ type errCase struct {
 func TestParseCommandLineRefuses(t *testing.T) {
 	cases := []errCase{
 		{name: "ambiguous rdzv", argv: []string{"--rdzv", "x", "train.py"}, where: "--rdzv", problem: "--rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf"},
+		{name: "format without dry-run", argv: []string{"--format", "json", "train.py"}, where: "--format", problem: "--dry-run was not given"},
+		{name: "format= without dry-run", argv: []string{"--format=shell", "train.py"}, where: "--format", problem: "--dry-run was not given"},
 		{name: "ambiguous with =", argv: []string{"--master=h", "train.py"}, where: "--master", problem: "--master-addr, --master-port"},
 		{name: "ambiguous no", argv: []string{"--no", "train.py"}, where: "--no", problem: "--no-python, --node-rank"},
 		{name: "ambiguous log", argv: []string{"--log", "d", "train.py"}, where: "--log", problem: "--log-dir, --logs-specs"},
