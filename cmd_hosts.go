@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/inputfile"
 )
 
 // runHosts prints the resolved host list.
@@ -43,7 +44,7 @@ func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
 	var data []byte
 	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error
-		if data, err = os.ReadFile(opts.Hostfile); err != nil {
+		if data, err = inputfile.Read(opts.Hostfile, inputfile.DefaultMax); err != nil {
 			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
 				Fix: "give the path of a readable hostfile"}
 		}

@@ -22,10 +22,14 @@ import (
 // errUnreachable marks a node gorun could not reach; nothing was started.
 var errUnreachable = errors.New("cannot reach every node; nothing was started")
 
+// errSSHSettings marks ssh settings that would fail every connection (a
+// missing known_hosts, a key ssh would refuse); nothing was started.
+var errSSHSettings = errors.New("the ssh settings would fail every connection; nothing was started")
+
 // connect returns one runner per host: Local for the head itself (or local
 // mode), SSH for the rest, dialled in parallel. On any failure every
 // connection is closed and the error names each failing host.
-func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string) (map[string]sshexec.Runner, error) {
+func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
 	var err error
 	runners := make(map[string]sshexec.Runner)
 	if len(hosts) == 0 {
@@ -36,6 +40,7 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 		User: cl.Gorun.SSHUser, Port: cl.Gorun.SSHPort, Identity: cl.Gorun.SSHIdentity,
 		SSHConfigFile: cl.Gorun.SSHConfig, KnownHosts: cl.Gorun.KnownHosts,
 		AcceptNew: cl.Gorun.SSHAcceptNew, RemoteGorun: cl.Gorun.RemoteGorun,
+		Warn: func(m string) { fmt.Fprintln(stderr, "gorun: warning:", m) },
 	}
 	var remote []string
 	for _, h := range hosts {
@@ -45,7 +50,14 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 			remote = append(remote, h.Name)
 		}
 	}
-	if len(remote) > 0 && cfg.RemoteGorun == "" {
+	if len(remote) == 0 {
+		return runners, nil
+	}
+	// The files and keys ssh would refuse, refused before any connection.
+	if err := cfg.Check(ctx); err != nil {
+		return nil, fmt.Errorf("%w:\n%w", errSSHSettings, err)
+	}
+	if cfg.RemoteGorun == "" {
 		// Hashed once: every node runs the same content-addressed copy,
 		// uploaded on first use where it is missing.
 		if cfg.Agent, err = sshexec.HashBinary(self); err != nil {
@@ -58,7 +70,7 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 	}
 	if err != nil {
 		closeAll(runners)
-		return nil, fmt.Errorf("%w:\n%v", errUnreachable, err)
+		return nil, fmt.Errorf("%w:\n%w", errUnreachable, err)
 	}
 	return runners, nil
 }
@@ -84,6 +96,9 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err != nil {
 		return err
 	}
+	if err := checkScript(cl, len(hosts) > 0); err != nil {
+		return err
+	}
 	spec := envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: environ(), RunID: runID()}
 	if _, err := envplan.Build(spec, nil); err != nil { // refuse bad input before connecting anywhere
 		return err
@@ -96,7 +111,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	var facts envplan.Facts
 	var runners map[string]sshexec.Runner
 	if !cl.Gorun.DryRun || cl.Gorun.Preflight != "off" {
-		runners, err = connect(ctx, cl, hosts, self)
+		runners, err = connect(ctx, cl, hosts, self, stderr)
 		if err != nil {
 			return interrupted(ctx, "while connecting to the nodes", err)
 		}
@@ -133,6 +148,56 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		envplan.RenderBrief(stderr, plan)
 	}
 	return supervise(ctx, cl, spec, plan, runners, stdout, stderr)
+}
+
+// checkScript refuses a training script torchrun would only fail on after
+// starting: a mistyped subcommand, or, in local mode, a script that is not
+// there. -m and --no-python name a module or a program, not a file; on
+// several nodes the script lives on the nodes, and preflight hashes it
+// there.
+func checkScript(cl envplan.CommandLine, multiNode bool) error {
+	script := cl.Torchrun.TrainingScript
+	if cl.Torchrun.Module || cl.Torchrun.NoPython {
+		return nil
+	}
+	_, err := os.Stat(script)
+	if err == nil {
+		return nil
+	}
+	if !strings.ContainsAny(script, "/.") {
+		for _, c := range []string{"preflight", "hosts", "version", "help"} {
+			if editDistance(script, c) <= 2 {
+				return &envplan.InputError{Where: script, Problem: "is neither a file nor a gorun command",
+					Fix: fmt.Sprintf("did you mean `gorun %s`? (gorun --help lists the commands)", c)}
+			}
+		}
+	}
+	if multiNode {
+		return nil
+	}
+	return &envplan.InputError{Where: "training script", Problem: err.Error(),
+		Fix: "give the path of the script to run (relative to this directory), or -m MODULE, or --no-python PROGRAM"}
+}
+
+// editDistance is the Levenshtein distance between a and b.
+func editDistance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 func renderPlan(w io.Writer, plan envplan.Plan, format string) error {

@@ -3,34 +3,57 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
-	"net"
 	"os"
 	"os/exec"
-	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 )
 
+// preflightUsage is `gorun preflight --help`.
+const preflightUsage = `usage: gorun preflight [--json] [gorun options] [torchrun options] [script]
+       gorun preflight [--json] --topo-file FILE
+
+Checks every node the job would run on (the same --hosts, --hostfile or
+Slurm allocation, and the same torchrun options), in parallel, and prints
+each finding with its evidence and a remedy. Nothing is started. Exits 0
+when no check failed, 2 otherwise.
+
+  --json            print the report as JSON
+  --topo-file FILE  explain a saved ` + "`nvidia-smi topo -m`" + ` output instead
+                    (no nodes are contacted; only --json goes with it)
+
+gorun --help lists the gorun and torchrun options.
+`
+
 // runPreflight runs only the checks (or explains a pasted topology).
 func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON, topoFile, rest, err := preflightArgs(args)
+	if errors.Is(err, envplan.ErrHelp) {
+		_, err = io.WriteString(stdout, preflightUsage)
+		return err
+	}
 	if err != nil {
 		return err
 	}
-	if topoFile != "" {
-		data, err := os.ReadFile(topoFile)
+	if topoFile != nil {
+		if len(rest) > 0 {
+			return &envplan.InputError{Where: "--topo-file", Problem: fmt.Sprintf("explains a saved topology and contacts no node, so %q has nothing to act on", rest[0]),
+				Fix: "use `gorun preflight --topo-file FILE [--json]` alone, or drop --topo-file to check the nodes"}
+		}
+		data, err := inputfile.Read(*topoFile, inputfile.DefaultMax)
 		if err != nil {
 			return &envplan.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
 		}
-		rep, err := preflight.ExplainTopology(topoFile, data)
+		rep, err := preflight.ExplainTopology(*topoFile, data)
 		if err != nil {
 			return err
 		}
@@ -55,7 +78,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if err != nil {
 		return err
 	}
-	runners, err := connect(ctx, cl, hosts, self)
+	runners, err := connect(ctx, cl, hosts, self, stderr)
 	if err != nil {
 		return interrupted(ctx, "while connecting to the nodes", err)
 	}
@@ -76,19 +99,30 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 }
 
 // preflightArgs takes preflight's own options off the front of args.
-func preflightArgs(args []string) (asJSON bool, topoFile string, rest []string, err error) {
+// topoFile is nil when --topo-file was not given.
+func preflightArgs(args []string) (asJSON bool, topoFile *string, rest []string, err error) {
 	for i := 0; i < len(args); i++ {
-		switch a := args[i]; {
+		a := args[i]
+		name, value, hasValue := strings.Cut(a, "=")
+		switch {
+		case a == "--help" || a == "-h":
+			return false, nil, nil, envplan.ErrHelp
 		case a == "--json":
 			asJSON = true
-		case a == "--topo-file" || a == "--topo_file":
-			if i+1 >= len(args) {
-				return false, "", nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
+		case name == "--topo-file" || name == "--topo_file":
+			if !hasValue {
+				if i+1 >= len(args) {
+					return false, nil, nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
+				}
+				i++
+				value = args[i]
 			}
-			i++
-			topoFile = args[i]
-		case strings.HasPrefix(a, "--topo-file=") || strings.HasPrefix(a, "--topo_file="):
-			topoFile = a[len("--topo-file="):]
+			if value == "" {
+				return false, nil, nil, &envplan.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
+			}
+			topoFile = &value
+		case a == "--":
+			return asJSON, topoFile, append(rest, args[i:]...), nil
 		default:
 			rest = append(rest, a)
 		}
@@ -102,127 +136,65 @@ func writeJSON(w io.Writer, v any) error {
 	return enc.Encode(v)
 }
 
-// checkNodes collects facts on every node in parallel and evaluates the
-// checks, per node and across nodes, plus the head-side lints (the NCCL
-// variables the user exported, the training script).
+// checkNodes runs preflight on every node (preflight.Run) and shows
+// progress on a terminal.
 func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
-	routeTo, probePort := masterAddress(cl, hosts, runners)
-	type node struct {
-		name string
-		gpus []int
-	}
-	nodes := []node{{name: "localhost"}}
+	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	if len(hosts) > 0 {
-		nodes = nodes[:0]
+		targets = targets[:0]
 		for _, h := range hosts {
-			nodes = append(nodes, node{h.Name, h.GPUs})
+			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
 		}
 	}
-	reports := make([]preflight.NodeReport, len(nodes))
-	var wg sync.WaitGroup
-	done := make(chan struct{}, len(nodes))
-	for i, n := range nodes {
-		wg.Add(1)
-		go func() {
-			defer func() { done <- struct{}{}; wg.Done() }()
-			want := preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu", GPUIDs: n.gpus}
-			opts := collectRequest{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript, RouteTo: routeTo, ProbePort: probePort}
-			facts, err := collectOn(ctx, runners[n.name], opts)
-			if err != nil {
-				reports[i] = preflight.NodeReport{Host: n.name, Findings: []preflight.Finding{{
-					ID: "node.reach", Severity: preflight.SeverityFail, Message: "cannot collect facts on " + n.name,
-					Evidence: err.Error(), Remedy: "check that the node is up and that gorun can run there"}}}
-				return
-			}
-			facts.Host = n.name
-			reports[i] = preflight.NodeReport{Host: n.name, Facts: facts, Findings: preflight.Check(facts, want)}
-		}()
+	opts := preflight.RunOptions{
+		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
+		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
+		Environ: environ(),
 	}
-	showProgress(progress, len(nodes), done)
-	wg.Wait()
-	across := preflight.CheckAcross(reports)
-	across = append(across, preflight.LintNCCLEnv(environ())...)
-	if src, err := os.ReadFile(cl.Torchrun.TrainingScript); err == nil && !cl.Torchrun.NoPython {
-		across = append(across, preflight.LintScript(cl.Torchrun.TrainingScript, src)...)
+	if len(hosts) > 0 {
+		master := ""
+		if cl.Set("master_addr") {
+			master = cl.Torchrun.MasterAddr
+		}
+		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, hosts[0].Name, runners[hosts[0].Name].Addr())
 	}
-	return preflight.NewReport(reports, across)
-}
-
-// showProgress counts nodes as their checks finish, on a terminal only and
-// when there are enough nodes for the wait to be noticed.
-func showProgress(w io.Writer, total int, done <-chan struct{}) {
-	tty := isTerminal(w)
-	for k := 1; k <= total; k++ {
-		<-done
-		if tty && total >= 4 {
-			fmt.Fprintf(w, "\rpreflight: %d/%d nodes checked", k, total)
-			if k == total {
-				fmt.Fprint(w, "\r\x1b[K")
+	if !cl.Torchrun.NoPython && cl.Torchrun.TrainingScript != "" {
+		if src, err := inputfile.Read(cl.Torchrun.TrainingScript, maxScriptBytes); err == nil {
+			opts.ScriptName, opts.Script = cl.Torchrun.TrainingScript, src
+		}
+	}
+	if isTerminal(progress) && len(targets) >= 4 {
+		opts.Progress = func(done, total int) {
+			fmt.Fprintf(progress, "\rpreflight: %d/%d nodes checked", done, total)
+			if done == total {
+				fmt.Fprint(progress, "\r\x1b[K")
 			}
 		}
 	}
+	return preflight.Run(ctx, targets, opts)
 }
 
-// masterAddress is the address the nodes will reach the master at: the
-// user's --master-addr when given, else the address the head reached node 0
-// at. Each node reports the interface that routes there, and, when node 0
-// was reached over SSH, proves it with a TCP connection to node 0's sshd
-// (probePort). "" in local mode.
-func masterAddress(cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner) (addr string, probePort int) {
-	if len(hosts) == 0 {
-		return "", 0
-	}
-	r, remote := runners[hosts[0].Name].(*sshexec.Remote)
-	var host, port string
-	if remote {
-		host, port, _ = net.SplitHostPort(r.Addr())
-	}
-	probePort, _ = strconv.Atoi(port)
-	switch {
-	case cl.Set("master_addr"):
-		return cl.Torchrun.MasterAddr, 0
-	case host != "":
-		return host, probePort
-	}
-	return hosts[0].Name, 0
-}
+// maxScriptBytes bounds the training script the head reads for the lint.
+const maxScriptBytes = 16 << 20
 
-// collectRequest tells a node's collector what to look at: the torchrun it
-// will run (to find the Python and torch behind it), the training script
-// (hashed, to compare across nodes) and the master address to route to.
-// It travels as JSON to `gorun _collect` on remote nodes.
-type collectRequest struct {
-	Torchrun  string `json:"torchrun"`
-	Script    string `json:"script"`
-	RouteTo   string `json:"route_to"`
-	ProbePort int    `json:"probe_port"`
-}
-
-// collectOn gathers one node's facts: in-process for the head, through the
-// uploaded gorun (`gorun _collect REQUEST`) elsewhere.
-func collectOn(ctx context.Context, r sshexec.Runner, req collectRequest) (preflight.Facts, error) {
-	if _, ok := r.(*sshexec.Local); ok {
-		return collectLocal(ctx, req), nil
+// collectRequest answers `gorun _collect REQUEST` on a node: this
+// machine's facts, as JSON on stdout.
+func collectRequest(ctx context.Context, arg string, stdout io.Writer) error {
+	var req preflight.Request
+	if err := json.Unmarshal([]byte(arg), &req); err != nil {
+		return fmt.Errorf("%s: bad request: %w", preflight.CollectCommand, err)
 	}
-	remote, ok := r.(*sshexec.Remote)
-	if !ok {
-		return preflight.Facts{}, fmt.Errorf("no collector for %T", r)
+	if b := req.Budget(); b > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, b)
+		defer cancel()
 	}
-	arg, _ := json.Marshal(req)
-	out, err := remote.AgentOutput(ctx, "_collect", string(arg))
-	if err != nil {
-		return preflight.Facts{}, err
-	}
-	var facts preflight.Facts
-	if err := json.Unmarshal(out, &facts); err != nil {
-		return preflight.Facts{}, fmt.Errorf("read facts from %s: %w", r.Node(), err)
-	}
-	return facts, nil
+	return json.NewEncoder(stdout).Encode(collectLocal(ctx, req))
 }
 
 // collectLocal gathers this machine's facts. NVML is loaded here, in main,
 // and only here.
-func collectLocal(ctx context.Context, req collectRequest) preflight.Facts {
+func collectLocal(ctx context.Context, req preflight.Request) preflight.Facts {
 	src := preflight.Sources{
 		NVML:       nvml.New(),
 		Root:       "/",
@@ -235,7 +207,7 @@ func collectLocal(ctx context.Context, req collectRequest) preflight.Facts {
 			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
 		},
 	}
-	facts := preflight.Collect(ctx, src, preflight.CollectOptions{Script: req.Script, RouteTarget: req.RouteTo, ProbePort: req.ProbePort})
+	facts := preflight.Collect(ctx, src, req.Options())
 	facts.Gorun, _ = os.Executable()
 	return facts
 }

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/shell"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -67,8 +68,8 @@ func fetchDumps(ctx context.Context, r sshexec.Runner, src, dst string) (int, er
 	// tar fails where src does not exist: no worker ran there, or none
 	// wrote; that is not an error.
 	// The run's folder goes too once its last node's folder is gone.
-	script := "cd " + sshexec.Quote(src) + " 2>/dev/null || exit 0; tar -cf - . && cd / && rm -rf " + sshexec.Quote(src) +
-		" && rmdir " + sshexec.Quote(filepath.Dir(src)) + " 2>/dev/null; exit 0"
+	script := "cd " + shell.Quote(src) + " 2>/dev/null || exit 0; tar -cf - . && cd / && rm -rf " + shell.Quote(src) +
+		" && rmdir " + shell.Quote(filepath.Dir(src)) + " 2>/dev/null; exit 0"
 	out, err := r.Output(ctx, []string{"sh", "-c", script})
 	if err != nil {
 		return 0, err

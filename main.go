@@ -12,9 +12,9 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"runtime/debug"
@@ -59,16 +59,17 @@ func exitCode(err error) int {
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary
 	case errors.Is(err, launch.ErrInterrupted):
-		fmt.Fprintln(os.Stderr, "gorun:", err)
+		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
 		return exitInterrupted
 	case errors.As(err, &exit):
 		return exit.ExitCode()
 	case errors.As(err, &input), errors.Is(err, errPreflightFailed),
-		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable):
-		fmt.Fprintln(os.Stderr, "gorun:", err)
+		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable),
+		errors.Is(err, errSSHSettings):
+		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
 		return exitUsage
 	default:
-		fmt.Fprintln(os.Stderr, "gorun:", err)
+		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
 		return exitFailure
 	}
 }
@@ -100,8 +101,17 @@ func newApp(ctx context.Context) *cli.App {
 				},
 			},
 			{
-				Name:  "hosts",
-				Usage: "print the resolved host list in launch order",
+				Name:  "help",
+				Usage: "print this help",
+				Action: func(c *cli.Context) error {
+					_, err := io.WriteString(c.App.Writer, usage())
+					return err
+				},
+			},
+			{
+				Name:         "hosts",
+				Usage:        "print the resolved host list in launch order",
+				OnUsageError: usageError("gorun hosts", "gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]"),
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "hosts", Usage: "h1:8,h2:8"},
 					&cli.StringFlag{Name: "hostfile", Usage: "DeepSpeed or MPI hostfile"},
@@ -116,8 +126,9 @@ func newApp(ctx context.Context) *cli.App {
 				},
 			},
 			{
-				Name:  "version",
-				Usage: "print gorun's version",
+				Name:         "version",
+				Usage:        "print gorun's version",
+				OnUsageError: usageError("gorun version", "gorun version takes no options"),
 				Action: func(c *cli.Context) error {
 					_, err := fmt.Fprintln(c.App.Writer, "gorun", version())
 					return err
@@ -141,16 +152,20 @@ func newApp(ctx context.Context) *cli.App {
 			},
 			{
 				// The node-side collector: prints this node's Facts as JSON.
-				Name: "_collect", Hidden: true, SkipFlagParsing: true,
+				Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
-					var req collectRequest
-					if err := json.Unmarshal([]byte(c.Args().First()), &req); err != nil {
-						return fmt.Errorf("_collect: bad request: %w", err)
-					}
-					return json.NewEncoder(c.App.Writer).Encode(collectLocal(ctx, req))
+					return collectRequest(ctx, c.Args().First(), c.App.Writer)
 				},
 			},
 		},
+	}
+}
+
+// usageError turns urfave/cli's complaint about a subcommand's options
+// into an input error (exit 2) that says how the command is used.
+func usageError(where, fix string) cli.OnUsageErrorFunc {
+	return func(_ *cli.Context, err error, _ bool) error {
+		return &envplan.InputError{Where: where, Problem: err.Error(), Fix: fix}
 	}
 }
 

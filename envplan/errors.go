@@ -69,6 +69,18 @@ func escapeControls(s string) string {
 	return b.String()
 }
 
+// Printable returns a message of several lines as a terminal may show it:
+// each line's control characters escaped as in InputError, the line breaks
+// kept. main prints every error through it, since errors quote what came
+// from users, files and nodes.
+func Printable(msg string) string {
+	lines := strings.Split(msg, "\n")
+	for i, l := range lines {
+		lines[i] = escapeControls(l)
+	}
+	return strings.Join(lines, "\n")
+}
+
 // unsafeRune reports whether printing r could change what a terminal shows
 // around it.
 func unsafeRune(r rune) bool {

@@ -56,6 +56,10 @@ func (r *fakeRunner) Output(context.Context, []string) ([]byte, error) {
 	return nil, errors.New("fake: no Output")
 }
 func (r *fakeRunner) Close() error { return nil }
+func (r *fakeRunner) Addr() string { return "" }
+func (r *fakeRunner) AgentOutput(context.Context, ...string) ([]byte, error) {
+	return nil, errors.New("fakeRunner has no agent")
+}
 
 func (r *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
 	if r.sc.startWait > 0 {

@@ -1,0 +1,350 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// The tests in this file run the real gorun binary, built once by
+// TestMain, the way a user runs it: a command line, an environment, a
+// working directory. A fake torchrun on the PATH records whether anything
+// was started.
+
+var gorunBin string // set once by TestMain, read-only after
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "gorun-main-test")
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	gorunBin = filepath.Join(dir, "gorun")
+	if out, err := exec.Command("go", "build", "-o", gorunBin, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "go build: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := m.Run()
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+// sandbox is a working directory with a train.py, a fake torchrun that
+// leaves a marker when started, and an empty HOME (no ssh config, no
+// known_hosts of the user's).
+type sandbox struct {
+	dir, marker string
+	env         []string
+}
+
+func newSandbox(t *testing.T) *sandbox {
+	t.Helper()
+	dir := t.TempDir()
+	bin := filepath.Join(dir, "bin")
+	home := filepath.Join(dir, "home")
+	for _, d := range []string{bin, filepath.Join(home, ".ssh")} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &sandbox{dir: dir, marker: filepath.Join(dir, "torchrun-started")}
+	write(t, filepath.Join(bin, "torchrun"), "#!/bin/sh\necho started >> "+s.marker+"\n", 0o755)
+	write(t, filepath.Join(dir, "train.py"), "print('hi')\n", 0o644)
+	s.env = []string{"PATH=" + bin + ":/usr/bin:/bin", "HOME=" + home, "LANG=C.UTF-8"}
+	return s
+}
+
+func write(t *testing.T, path, body string, mode os.FileMode) {
+	t.Helper()
+	if err := os.WriteFile(path, []byte(body), mode); err != nil {
+		t.Fatal(err)
+	}
+}
+
+type result struct {
+	code           int
+	stdout, stderr string
+	took           time.Duration
+}
+
+// run runs gorun in the sandbox; signal, when set, is sent after delay.
+func (s *sandbox) run(t *testing.T, env []string, args []string, sig os.Signal, delay time.Duration) result {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	cmd.Dir = s.dir
+	cmd.Env = append(append([]string(nil), s.env...), env...)
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	var sent time.Time
+	if sig != nil {
+		time.Sleep(delay)
+		sent = time.Now()
+		cmd.Process.Signal(sig)
+	}
+	err := cmd.Wait()
+	r := result{stdout: stdout.String(), stderr: stderr.String()}
+	if sig != nil {
+		r.took = time.Since(sent)
+	}
+	var ee *exec.ExitError
+	switch {
+	case err == nil:
+	case errors.As(err, &ee):
+		r.code = ee.ExitCode()
+	default:
+		t.Fatalf("gorun %q: %v", args, err)
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever it left, for the next case
+	return r
+}
+
+func (s *sandbox) started() bool {
+	_, err := os.Stat(s.marker)
+	return err == nil
+}
+
+// hostileCase is one bad or hostile input: what gorun must answer.
+type hostileCase struct {
+	name  string
+	setup func(t *testing.T, dir string) // files the input names
+	env   []string
+	args  []string
+	code  int
+	// where and fix must both appear in the output (stderr, or stdout for
+	// exit 0): the message says where the problem is and how to fix it.
+	where, fix string
+	// secret must appear nowhere: stdout, stderr or JSON.
+	secret string
+}
+
+const secret = "s3cr3t-Value-42"
+
+func hostileCases() []hostileCase {
+	mkfifo := func(name string) func(*testing.T, string) {
+		return func(t *testing.T, dir string) {
+			if err := syscall.Mkfifo(filepath.Join(dir, name), 0o600); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	file := func(name, body string, mode os.FileMode) func(*testing.T, string) {
+		return func(t *testing.T, dir string) { write(t, filepath.Join(dir, name), body, mode) }
+	}
+	long := strings.Repeat("x", 100_000)
+	dry := []string{"--dry-run", "--preflight", "off"}
+	hosts2 := "--hosts=n1:2,n2:2"
+	c := []hostileCase{
+		// Files: bounded, regular, never blocking.
+		{name: "hostfile is a FIFO", setup: mkfifo("hf"), args: []string{"--hostfile", "hf", "train.py"}, code: 2, where: "--hostfile", fix: "hostfile"},
+		{name: "hostfile is /dev/urandom", args: []string{"--hostfile", "/dev/urandom", "train.py"}, code: 2, where: "--hostfile", fix: "hostfile"},
+		{name: "hostfile is /dev/zero", args: []string{"--hostfile", "/dev/zero", "train.py"}, code: 2, where: "--hostfile", fix: "hostfile"},
+		{name: "hostfile is a directory", args: []string{"--hostfile", ".", "train.py"}, code: 2, where: "--hostfile", fix: "hostfile"},
+		{name: "hostfile missing", args: []string{"--hostfile", "nope", "train.py"}, code: 2, where: "--hostfile", fix: "hostfile"},
+		{name: "hostfile too large", setup: file("big", strings.Repeat("n1 slots=1\n", 200_000), 0o644), args: []string{"--hostfile", "big", "train.py"}, code: 2, where: "--hostfile", fix: "limit"},
+		{name: "hostfile UTF-16", setup: file("u16", "\xff\xfen\x001\x00\n\x00", 0o644), args: []string{"--hostfile", "u16", "train.py"}, code: 2, where: "u16", fix: "UTF-8"},
+		{name: "hostfile not UTF-8", setup: file("latin1", "n\xe91 slots=1\n", 0o644), args: []string{"--hostfile", "latin1", "train.py"}, code: 2, where: "latin1:1", fix: "UTF-8"},
+		{name: "topo-file is a FIFO", setup: mkfifo("topo"), args: []string{"preflight", "--topo-file", "topo"}, code: 2, where: "--topo-file", fix: "nvidia-smi topo -m"},
+		{name: "topo-file is /dev/zero", args: []string{"preflight", "--topo-file", "/dev/zero"}, code: 2, where: "--topo-file", fix: "nvidia-smi topo -m"},
+		{name: "topo-file empty name", args: []string{"preflight", "--topo-file", ""}, code: 2, where: "--topo-file", fix: "FILE"},
+		{name: "topo-file empty name (= form)", args: []string{"preflight", "--topo-file="}, code: 2, where: "--topo-file", fix: "FILE"},
+		{name: "topo-file with --hosts", setup: file("t", "GPU0\tX\n", 0o644), args: []string{"preflight", "--topo-file", "t", "--hosts", "a"}, code: 2, where: "--topo-file", fix: "alone"},
+		{name: "ssh-config is a FIFO", setup: mkfifo("cfg"), args: []string{"--ssh-config", "cfg", hosts2, "train.py"}, code: 2, where: "cfg", fix: "regular file"},
+		{name: "known-hosts is a FIFO", setup: mkfifo("kh"), args: []string{"--known-hosts", "kh", hosts2, "train.py"}, code: 2, where: "kh", fix: "regular file"},
+		{name: "known-hosts missing", args: []string{"--known-hosts", "nope", hosts2, "train.py"}, code: 2, where: "nope", fix: "known"},
+		{name: "identity is a FIFO", setup: mkfifo("id"), args: []string{"--ssh-identity", "id", hosts2, "train.py"}, code: 2, where: "id", fix: "regular file"},
+		{name: "identity readable by others", setup: file("id_loose", "-----BEGIN OPENSSH PRIVATE KEY-----\n", 0o644), args: []string{"--ssh-identity", "id_loose", hosts2, "train.py"}, code: 2, where: "id_loose", fix: "chmod 600"},
+
+		// Exit codes and usage.
+		{name: "hosts with an unknown option", args: []string{"hosts", "--bogus"}, code: 2, where: "gorun hosts", fix: "--hostfile"},
+		{name: "version with an unknown option", args: []string{"version", "--bogus"}, code: 2, where: "gorun version", fix: "no options"},
+		{name: "help", args: []string{"help"}, code: 0, where: "usage: gorun", fix: "preflight"},
+		{name: "mistyped subcommand", args: []string{"preflght"}, code: 2, where: "preflght", fix: "gorun preflight"},
+		{name: "mistyped hosts", args: []string{"host"}, code: 2, where: "host", fix: "gorun hosts"},
+		{name: "missing training script", args: []string{"nope.py"}, code: 2, where: "nope.py", fix: "-m MODULE"},
+		{name: "no training script", args: []string{"--nproc-per-node", "2"}, code: 2, where: "training_script", fix: "script"},
+		{name: "format without dry-run", args: []string{"--format", "json", "train.py"}, code: 2, where: "--format", fix: "--dry-run"},
+		{name: "bad format", args: []string{"--dry-run", "--format", "yaml", "train.py"}, code: 2, where: "--format", fix: "json"},
+		{name: "preflight --help", args: []string{"preflight", "--help"}, code: 0, where: "usage: gorun preflight", fix: "--json"},
+		{name: "unknown option", args: []string{"--bogus", "train.py"}, code: 2, where: "--bogus", fix: "--help"},
+		{name: "overlong unknown option", args: []string{"--" + long, "train.py"}, code: 2, where: "--xxxx", fix: "--help"},
+		{name: "bad --preflight", args: []string{"--preflight", "maybe", "train.py"}, code: 2, where: "--preflight", fix: "on"},
+		{name: "bad --hang-timeout", args: []string{"--hang-timeout", "soon", "train.py"}, code: 2, where: "--hang-timeout", fix: "30m"},
+		{name: "bad --max-restarts", args: []string{"--max-restarts", "-1", "train.py"}, code: 2, where: "--max-restarts", fix: ""},
+
+		// Secrets: never printed.
+		{name: "--env without =, secret-looking", args: append(dry, "--env", "HF_TOKEN"+secret, "train.py"), code: 2, where: "--env", fix: "KEY=VALUE", secret: secret},
+		{name: "--env with a bad name", args: append(dry, "--env", "1BAD="+secret, "train.py"), code: 2, where: "--env", fix: "KEY=VALUE", secret: secret},
+		{name: "--env token in table", args: append(dry, "--env", "HF_TOKEN="+secret, "train.py"), code: 0, where: "HF_TOKEN", fix: "hidden", secret: secret},
+		{name: "--env password in json", args: append(dry, "--format", "json", "--env", "DB_PASSWORD="+secret, "train.py"), code: 0, where: "DB_PASSWORD", fix: "hidden", secret: secret},
+		{name: "--env PAT in shell", args: append(dry, "--format", "shell", "--env", "GITHUB_PAT="+secret, "train.py"), code: 0, where: "GITHUB_PAT", fix: "export GORUN_HIDDEN_GITHUB_PAT", secret: secret},
+		{name: "SSHPASS from the environment", env: []string{"SSHPASS=" + secret}, args: append(dry, "--env", "SSHPASS="+secret, "train.py"), code: 0, where: "SSHPASS", fix: "hidden", secret: secret},
+		{name: "URL with a password", args: append(dry, "--format", "json", "--env", "DATA_URL=https://bob:"+secret+"@data.example", "train.py"), code: 0, where: "data.example", fix: "hidden", secret: secret},
+		{name: "NCCL plugin key in preflight json", env: []string{"NCCL_PLUGIN_API_KEY=" + secret}, args: []string{"preflight", "--json", "train.py"}, code: 0, where: "NCCL_PLUGIN_API_KEY", fix: "hidden", secret: secret},
+
+		// Validated on the head.
+		{name: "rdzv endpoint port not a number", args: append(dry, "--rdzv-endpoint", "host:abc", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "port"},
+		{name: "rdzv endpoint port too large", args: append(dry, "--rdzv-endpoint", "host:99999", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "65535"},
+		{name: "rdzv endpoint negative port", args: append(dry, "--rdzv-endpoint", "host:-5", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "65535"},
+		{name: "rdzv endpoint unclosed bracket", args: append(dry, "--rdzv-endpoint", "[::1", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "[::1]"},
+		{name: "rdzv endpoint bare IPv6", args: append(dry, "--rdzv-endpoint", "::1:29500", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "["},
+		{name: "rdzv endpoint empty", args: append(dry, "--rdzv-endpoint=", "--rdzv-backend", "c10d", "train.py"), code: 2, where: "--rdzv-endpoint", fix: "host"},
+		{name: "master addr empty", args: append(dry, "--master-addr=", "train.py"), code: 2, where: "--master-addr", fix: ""},
+		{name: "node rank beyond nnodes", args: append(dry, "--nnodes", "2", "--node-rank", "5", "train.py"), code: 2, where: "--node-rank", fix: ""},
+		{name: "master port 0", args: append(dry, "--master-port", "0", "train.py"), code: 2, where: "--master-port", fix: "65535"},
+		{name: "master port 70000", args: append(dry, "--master-port", "70000", "train.py"), code: 2, where: "--master-port", fix: "65535"},
+		{name: "--env MASTER_ADDR", args: append(dry, "--env", "MASTER_ADDR=10.0.0.1", "train.py"), code: 2, where: "MASTER_ADDR", fix: "--master-addr"},
+		{name: "--env RANK", args: append(dry, "--env", "RANK=3", "train.py"), code: 2, where: "RANK", fix: "torchrun"},
+		{name: "--env WORLD_SIZE", args: append(dry, "--env", "WORLD_SIZE=3", "train.py"), code: 2, where: "WORLD_SIZE", fix: "torchrun"},
+		{name: "host name too long", args: append(dry, "--hosts", strings.Repeat("a", 64)+":1", "train.py"), code: 2, where: "--hosts", fix: "63"},
+		{name: "host name with empty label", args: append(dry, "--hosts", "a..b:1", "train.py"), code: 2, where: "a..b", fix: ""},
+		{name: "host name with a space", args: append(dry, "--hosts", "a b:1", "train.py"), code: 2, where: "--hosts", fix: ""},
+		{name: "localhost beside 127.0.0.1", args: append(dry, "--hosts", "localhost:1,127.0.0.1:1", "train.py"), code: 2, where: "127.0.0.1", fix: "once"},
+		{name: "duplicate host", args: append(dry, "--hosts", "a:1,a:1", "train.py"), code: 2, where: "a", fix: ""},
+		{name: "include and exclude", args: append(dry, hosts2, "--include", "n1", "--exclude", "n2", "train.py"), code: 2, where: "--include", fix: ""},
+		{name: "bad nproc-per-node", args: append(dry, "--nproc-per-node", "many", "train.py"), code: 2, where: "--nproc-per-node", fix: "gpu"},
+		{name: "bad nnodes range", args: append(dry, "--nnodes", "4:2", "train.py"), code: 2, where: "--nnodes", fix: ""},
+		{name: "bad Slurm node list", env: []string{"SLURM_JOB_ID=1", "SLURM_JOB_NODELIST=n[1-"}, args: append(dry, "train.py"), code: 2, where: "SLURM_JOB_NODELIST", fix: ""},
+
+		// Messages: control characters escaped.
+		{name: "escape sequence in an option", args: []string{"--\x1b[31mred", "train.py"}, code: 2, where: `\x1b`, fix: "--help"},
+		{name: "escape sequence in a host", args: append(dry, "--hosts", "a\x1b]0;pwned\x07:1", "train.py"), code: 2, where: `\x1b`, fix: ""},
+		{name: "UTF-8 host name named as it is", args: append(dry, "--hosts", "nœud:1", "train.py"), code: 2, where: "nœud", fix: ""},
+	}
+	return c
+}
+
+// TestHostileInput runs every hostile input through the real binary:
+// the exit code, a message that says where and how to fix, no secret
+// anywhere, no terminal escape written raw, and nothing started.
+func TestHostileInput(t *testing.T) {
+	cases := hostileCases()
+	if len(cases) < 60 {
+		t.Fatalf("%d hostile inputs; the table promises at least 60", len(cases))
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSandbox(t)
+			if tc.setup != nil {
+				tc.setup(t, s.dir)
+			}
+			start := time.Now()
+			r := s.run(t, tc.env, tc.args, nil, 0)
+			took := time.Since(start)
+			out := r.stderr
+			if tc.code == 0 {
+				out = r.stdout + r.stderr
+			}
+			if r.code != tc.code {
+				t.Errorf("exit %d, want %d\nstderr: %.2000s", r.code, tc.code, r.stderr)
+			}
+			for _, want := range []string{tc.where, tc.fix} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%.2000s", want, out)
+				}
+			}
+			if tc.secret != "" && strings.Contains(r.stdout+r.stderr, tc.secret) {
+				t.Errorf("the secret value was printed:\n%.2000s", r.stdout+r.stderr)
+			}
+			if strings.ContainsAny(r.stderr, "\x1b\x07") {
+				t.Errorf("a raw control character reached stderr: %q", r.stderr)
+			}
+			if len(r.stderr) > 4096 {
+				t.Errorf("stderr is %d bytes; overlong input must be cut", len(r.stderr))
+			}
+			if tc.code != 0 && s.started() {
+				t.Error("torchrun was started")
+			}
+			if took > 10*time.Second {
+				t.Errorf("took %v", took)
+			}
+		})
+	}
+}
+
+// TestInterrupted sends SIGINT or SIGTERM while gorun waits on a node:
+// exit 130 within a second, a line that says so, nothing started.
+func TestInterrupted(t *testing.T) {
+	// An "SSH server" that accepts and never answers.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go func() {
+		var held []net.Conn
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				for _, c := range held {
+					c.Close()
+				}
+				return
+			}
+			held = append(held, c)
+		}
+	}()
+	_, port, _ := net.SplitHostPort(ln.Addr().String())
+
+	// A torchrun whose Python never answers the torch probe: a wedged
+	// preflight collector.
+	wedged := func(t *testing.T, dir string) {
+		write(t, filepath.Join(dir, "hang-python"), "#!/bin/sh\nexec sleep "+wedgedSleep+"\n", 0o755)
+		write(t, filepath.Join(dir, "wedged-torchrun"), "#!"+filepath.Join(dir, "hang-python")+"\n", 0o755)
+	}
+	silent := func(t *testing.T, dir string) {
+		write(t, filepath.Join(dir, "ssh_config"), "Host blackhole\n  HostName 127.0.0.1\n  Port "+port+"\n", 0o600)
+		write(t, filepath.Join(dir, "known_hosts"), "", 0o600)
+	}
+	for _, tc := range []struct {
+		name  string
+		setup func(*testing.T, string)
+		args  []string
+		sig   syscall.Signal
+	}{
+		{"SIGINT during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGINT},
+		{"SIGTERM during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGTERM},
+		{"SIGINT during a wedged preflight", wedged, []string{"--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGINT},
+		{"SIGTERM during a wedged preflight", wedged, []string{"preflight", "--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGTERM},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newSandbox(t)
+			tc.setup(t, s.dir)
+			r := s.run(t, nil, tc.args, tc.sig, 1500*time.Millisecond)
+			if r.code != 130 {
+				t.Errorf("exit %d, want 130\nstderr: %s", r.code, r.stderr)
+			}
+			if r.took > time.Second {
+				t.Errorf("exited %v after the signal, want within 1 s", r.took)
+			}
+			if !strings.Contains(r.stderr, "interrupted") {
+				t.Errorf("no line says the run was interrupted:\n%s", r.stderr)
+			}
+			if s.started() {
+				t.Error("torchrun was started")
+			}
+			// The wedged probe went with gorun (its collector's process
+			// group was killed), though the test signalled gorun alone.
+			if out, err := exec.Command("pgrep", "-f", "sleep "+wedgedSleep).Output(); err == nil {
+				t.Errorf("the wedged probe outlived gorun: pids %s", out)
+			}
+		})
+	}
+}
+
+// wedgedSleep is the hung probe's argument, unique enough for pgrep.
+const wedgedSleep = "613.25"
