@@ -166,7 +166,7 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	}
 	if !strings.ContainsAny(script, "/.") {
 		for _, c := range []string{"preflight", "hosts", "version", "help"} {
-			if editDistance(script, c) <= 2 {
+			if envplan.EditDistance(script, c) <= 2 {
 				return &envplan.InputError{Where: script, Problem: "is neither a file nor a gorun command",
 					Fix: fmt.Sprintf("did you mean `gorun %s`? (gorun --help lists the commands)", c)}
 			}
@@ -177,27 +177,6 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	}
 	return &envplan.InputError{Where: "training script", Problem: err.Error(),
 		Fix: "give the path of the script to run (relative to this directory), or -m MODULE, or --no-python PROGRAM"}
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur := make([]int, len(b)+1)
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev = cur
-	}
-	return prev[len(b)]
 }
 
 func renderPlan(w io.Writer, plan envplan.Plan, format string) error {

@@ -225,7 +225,7 @@ func suggestNCCL(n ncclNames, name string) string {
 	var near []string
 	limit := max(2, len(name)/6)
 	for _, k := range n.sorted {
-		d := editDistance(name, k)
+		d := envplan.EditDistance(name, k)
 		if d > limit {
 			continue
 		}
@@ -240,25 +240,4 @@ func suggestNCCL(n ncclNames, name string) string {
 		near = near[:3]
 	}
 	return strings.Join(near, " or ")
-}
-
-// editDistance is the Levenshtein distance between a and b.
-func editDistance(a, b string) int {
-	prev := make([]int, len(b)+1)
-	cur := make([]int, len(b)+1)
-	for j := range prev {
-		prev[j] = j
-	}
-	for i := 1; i <= len(a); i++ {
-		cur[0] = i
-		for j := 1; j <= len(b); j++ {
-			cost := 1
-			if a[i-1] == b[j-1] {
-				cost = 0
-			}
-			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
-		}
-		prev, cur = cur, prev
-	}
-	return prev[len(b)]
 }

@@ -143,22 +143,6 @@ func TestNCCLListsEmbedded(t *testing.T) {
 	}
 }
 
-func TestEditDistance(t *testing.T) {
-	tests := []struct {
-		a, b string
-		want int
-	}{
-		{"", "", 0}, {"abc", "", 3}, {"kitten", "sitting", 3}, {"NCCL_IB_HCA", "NCCL_IB_HCAS", 1}, {"same", "same", 0},
-	}
-	for _, tt := range tests {
-		t.Run(tt.a+"/"+tt.b, func(t *testing.T) {
-			if got := editDistance(tt.a, tt.b); got != tt.want {
-				t.Errorf("editDistance(%q, %q) = %d, want %d", tt.a, tt.b, got, tt.want)
-			}
-		})
-	}
-}
-
 func TestLintNCCLEnvSkipsInstallationLabels(t *testing.T) {
 	// NVIDIA's images export NCCL_VERSION; seen on the H200 machines.
 	for _, f := range LintNCCLEnv(map[string]string{"NCCL_VERSION": "2.28.3-1", "NCCL_NVLS_ENABLE": "0"}) {
