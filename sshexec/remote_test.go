@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -1064,6 +1065,27 @@ func FuzzResolveHost(f *testing.F) {
 		if err != nil {
 			return
 		}
-		_, _ = resolveHost(host, Config{}, c)
+		s, err := resolveHost(host, Config{}, c)
+		if err != nil {
+			if err.Error() == "" {
+				t.Errorf("resolveHost(%q): an empty error", host)
+			}
+			return
+		}
+		// What a dial needs: somewhere to connect, a port ssh could use, a
+		// user, and settings that do not depend on the order of calls.
+		if s.HostName == "" || s.User == "" {
+			t.Errorf("resolveHost(%q) = %+v: no HostName or User", host, s)
+		}
+		if s.Port < 1 || s.Port > 65535 {
+			t.Errorf("resolveHost(%q): Port %d", host, s.Port)
+		}
+		if s.Alias == "" || strings.ContainsAny(s.Alias, "@") {
+			t.Errorf("resolveHost(%q): Alias %q", host, s.Alias)
+		}
+		again, err := resolveHost(host, Config{}, c)
+		if err != nil || !reflect.DeepEqual(again, s) {
+			t.Errorf("resolveHost(%q) is not deterministic: %+v then %+v, %v", host, s, again, err)
+		}
 	})
 }
