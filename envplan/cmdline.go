@@ -216,6 +216,7 @@ func optionTable() []*optionSpec {
 		gf("dry_run", "--dry-run"),
 		choice(gv("format", "--format"), "table", "json", "shell"),
 		choice(gv("preflight", "--preflight"), "on", "warn", "off"),
+		choice(gv("launcher", "--launcher"), "auto", "ssh", "srun"),
 		gv("ssh_config", "--ssh-config"),
 		gv("ssh_user", "--ssh-user"),
 		gv("ssh_port", "--ssh-port"),
@@ -263,7 +264,7 @@ func newParser() *parser {
 		byName:  map[string]*optionSpec{},
 		set:     map[string]setting{},
 		argvSet: map[string]bool{},
-		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", HangTimeout: DefaultHangTimeout},
+		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout},
 	}
 	for _, s := range p.specs {
 		for _, n := range s.names {
@@ -762,6 +763,8 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		o.Format, p.formatFrom = value, typed
 	case "preflight":
 		o.Preflight = value
+	case "launcher":
+		o.Launcher = value
 	case "ssh_config":
 		o.SSHConfig = value
 	case "ssh_user":

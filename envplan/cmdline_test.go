@@ -40,7 +40,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", HangTimeout: DefaultHangTimeout}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -307,7 +307,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 				"--torchrun", "python -m torch.distributed.run", "--dry-run", "--format", "json", "--preflight=warn",
 				"--ssh-config", "cfg", "--ssh-user", "me", "--ssh-port", "2222", "--ssh-identity", "id",
 				"--known-hosts", "kh", "--ssh-accept-new", "--remote-gorun", "/opt/gorun", "--hang-timeout", "90",
-				"--nnodes", "2", "train.py",
+				"--launcher", "srun", "--nnodes", "2", "train.py",
 			},
 			cfg: func(c *Config) { c.NNodesMin, c.NNodesMax = 2, 2 },
 			opts: func(o *Options) {
@@ -315,7 +315,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 					Hosts: "a:8,b:8", Hostfile: "hf", Include: "a:0,1", Env: []string{"A=1", "B="},
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
-					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", HangTimeout: 90 * time.Second,
+					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second,
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -569,7 +569,7 @@ var torchrunOptions = [][]string{
 
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
-	"--preflight", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
+	"--preflight", "--launcher", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder",
 }
 

@@ -73,6 +73,10 @@ type Options struct {
 	KnownHosts   string   // --known-hosts FILE
 	SSHAcceptNew bool     // --ssh-accept-new
 	RemoteGorun  string   // --remote-gorun PATH: an installed gorun on the nodes
+	// Launcher (--launcher auto|ssh|srun) is how the head reaches the
+	// nodes; auto is srun inside a Slurm allocation when no --hosts or
+	// --hostfile is given and srun is on the PATH, ssh otherwise.
+	Launcher string
 	// HangTimeout (--hang-timeout) is how long the whole group may go
 	// without progress before the attempt counts as hung; 0 is off.
 	HangTimeout time.Duration

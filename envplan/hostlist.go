@@ -19,7 +19,8 @@ const maxSlots = 1 << 16
 //     hostfileData holds its contents.
 //  2. Otherwise, inside a Slurm allocation (SLURM_JOB_NODELIST or
 //     SLURM_NODELIST set), the allocation's nodes, with slots from the
-//     Slurm GPU or task counts (see HostsFromSlurm).
+//     Slurm GPU or task counts (see HostsFromSlurm); but a gorun that is
+//     one task of an srun step (SlurmStep) runs on its node alone.
 //  3. Otherwise no hosts: ResolveHosts returns nil, nil and gorun runs on
 //     this machine alone, as plain torchrun does.
 //
@@ -47,6 +48,8 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 		hosts, err = ParseHosts(hostsFlag)
 	case hostfileName != "":
 		hosts, err = ParseHostfile(hostfileName, hostfileData)
+	case SlurmStep(getenv):
+		// One task of `srun gorun ...`: this node alone, as its torchrun.
 	default:
 		hosts, err = HostsFromSlurm(getenv)
 	}

@@ -405,3 +405,17 @@ func expandTasksPerNode(v string) ([]int, error) {
 	}
 	return out, nil
 }
+
+// Slurm's step ids above this one are not steps of tasks: the batch
+// script's, the extern step's, the interactive step's (0xfffffff0 and up).
+const slurmLastTaskStep = 0xffffffef
+
+// SlurmStep reports whether this process is one task of a Slurm job step,
+// started by srun: SLURM_STEP_ID names a step of tasks, not the batch
+// script, the extern or the interactive step. Such a gorun is that node's
+// torchrun (`srun gorun ...` in a job script) and must not launch the
+// whole allocation itself.
+func SlurmStep(getenv func(string) string) bool {
+	id, err := strconv.ParseUint(getenv("SLURM_STEP_ID"), 10, 32)
+	return err == nil && id <= slurmLastTaskStep && getenv("SLURM_JOB_ID") != ""
+}

@@ -271,3 +271,32 @@ func FuzzExpandSlurmHostlist(f *testing.F) {
 		}
 	})
 }
+
+func TestSlurmStep(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want bool
+	}{
+		{"srun task", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}, true},
+		{"later step", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "12"}, true},
+		{"batch script", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967291"}, false},
+		{"extern step", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967292"}, false},
+		{"interactive step", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "4294967290"}, false},
+		{"salloc shell", map[string]string{"SLURM_JOB_ID": "7"}, false},
+		{"no job", map[string]string{"SLURM_STEP_ID": "0"}, false},
+		{"garbage", map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "x"}, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if got := SlurmStep(func(k string) string { return tc.env[k] }); got != tc.want {
+				t.Errorf("SlurmStep = %v, want %v", got, tc.want)
+			}
+		})
+	}
+	// A task of `srun gorun`: its node alone, not the allocation.
+	env := map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "node[0-2]"}
+	hosts, err := ResolveHosts("", "", nil, "", "", func(k string) string { return env[k] })
+	if err != nil || hosts != nil {
+		t.Errorf("ResolveHosts in a step = %v, %v; want local mode", hosts, err)
+	}
+}
