@@ -36,6 +36,12 @@ func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 		runners["localhost"] = sshexec.NewLocal(self)
 		return runners, nil
 	}
+	if srun, err := useSrun(cl.Gorun, hosts); err != nil || srun {
+		if err != nil {
+			return nil, err
+		}
+		return connectSrun(ctx, cl, hosts, self)
+	}
 	cfg := sshexec.Config{
 		User: cl.Gorun.SSHUser, Port: cl.Gorun.SSHPort, Identity: cl.Gorun.SSHIdentity,
 		SSHConfigFile: cl.Gorun.SSHConfig, KnownHosts: cl.Gorun.KnownHosts,
@@ -91,6 +97,11 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 	if err != nil {
 		return err
+	}
+	if more := slurmStepArgs(args, cl); len(more) > len(args) {
+		if cl, err = envplan.ParseCommandLine(more, os.Getenv); err != nil {
+			return err
+		}
 	}
 	hosts, err := resolveHosts(cl.Gorun)
 	if err != nil {

@@ -150,6 +150,7 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
 		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
 		Environ: environ(),
+		Across:  slurmNodeFindings(ctx, cl.Gorun, hosts),
 	}
 	if len(hosts) > 0 {
 		master := ""

@@ -191,6 +191,8 @@ gorun options:
   --dry-run                print the plan and run nothing
   --format table|json|shell  how --dry-run prints the plan (default table)
   --preflight on|warn|off  on: any failed check stops the launch (default)
+  --launcher auto|ssh|srun how to reach the nodes; auto: srun inside a Slurm
+                           allocation (its own nodes), ssh otherwise
   --max-restarts N         (torchrun's) whole-group restarts, each a fresh torchrun
   --ssh-config FILE        ssh_config to read (default ~/.ssh/config)
   --ssh-user USER, --ssh-port N, --ssh-identity FILE

@@ -75,6 +75,9 @@ type RunOptions struct {
 	// Progress, when set, is called as each node finishes, one call at a
 	// time.
 	Progress func(done, total int)
+	// Across are findings the head made itself (Slurm's word on the
+	// nodes), reported with the others.
+	Across []Finding
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -126,6 +129,7 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 		}
 	}
 	across := CheckAcross(reports)
+	across = append(across, opts.Across...)
 	across = append(across, LintNCCLEnv(opts.Environ)...)
 	if opts.Script != nil {
 		across = append(across, LintScript(opts.ScriptName, opts.Script)...)

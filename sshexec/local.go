@@ -21,6 +21,14 @@ import (
 // same program the head uploads to remote nodes, so a local job is torn
 // down exactly like a remote one.
 type Local struct {
+	node string // "localhost", or the node srun reaches (Srun)
+	// launcher starts every command: nil runs it here; Srun's is an srun
+	// command line that runs it as a job step on the node.
+	launcher []string
+	// stop asks a started command to end when its ctx does; nil kills its
+	// process group at once.
+	stop func(*exec.Cmd) error
+
 	agentBinary string
 	// agentEnv is the agent's environment; nil inherits this process's.
 	agentEnv []string
@@ -42,14 +50,34 @@ const outputWaitDelay = 2 * time.Second
 // NewLocal returns a Runner for this machine. agentBinary is the gorun
 // binary to run as `<agentBinary> _agent` (main passes os.Executable()).
 func NewLocal(agentBinary string) *Local {
-	return &Local{agentBinary: agentBinary, procs: map[*agentProcess]struct{}{}}
+	return &Local{node: "localhost", agentBinary: agentBinary, procs: map[*agentProcess]struct{}{}}
 }
 
 // Node implements Runner.
-func (l *Local) Node() string { return "localhost" }
+func (l *Local) Node() string { return l.node }
 
 // Addr implements Runner: Local reaches no address.
 func (l *Local) Addr() string { return "" }
+
+// command returns argv as a child of this process, through the launcher.
+func (l *Local) command(argv ...string) *exec.Cmd {
+	argv = append(append([]string(nil), l.launcher...), argv...)
+	return exec.Command(argv[0], argv[1:]...)
+}
+
+// commandContext is command, stopped when ctx ends: its process group is
+// killed, or the launcher is asked to stop it (stop).
+func (l *Local) commandContext(ctx context.Context, argv ...string) *exec.Cmd {
+	argv = append(append([]string(nil), l.launcher...), argv...)
+	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd.Cancel = func() error {
+		if l.stop != nil {
+			return l.stop(cmd)
+		}
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	return cmd
+}
 
 // agentOutputWaitDelay bounds how long AgentOutput waits for the output
 // pipes once its child exited or was killed, in case something the child
@@ -63,12 +91,9 @@ const agentOutputWaitDelay = 500 * time.Millisecond
 // the error.
 func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
 	argv := append([]string{l.agentBinary}, args...)
-	cmd := exec.CommandContext(ctx, l.agentBinary, args...)
+	cmd := l.commandContext(ctx, argv...)
 	cmd.Env = l.agentEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	cmd.WaitDelay = agentOutputWaitDelay
 	var stdout bytes.Buffer
 	stderr := &tailWriter{max: stderrTail}
@@ -79,21 +104,21 @@ func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error)
 	}
 	quoted := shell.QuoteArgv(argv)
 	if ctxErr := ctx.Err(); ctxErr != nil {
-		return stdout.Bytes(), fmt.Errorf("localhost: run %s: %w", quoted, ctxErr)
+		return stdout.Bytes(), fmt.Errorf("%s: run %s: %w", l.node, quoted, ctxErr)
 	}
 	tail := strings.TrimSpace(stderr.String())
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			msg := fmt.Sprintf("localhost: run %s: killed by %s", quoted, unix.SignalName(ws.Signal()))
+			msg := fmt.Sprintf("%s: run %s: killed by %s", l.node, quoted, unix.SignalName(ws.Signal()))
 			if tail != "" {
 				msg += ": " + tail
 			}
 			return stdout.Bytes(), errors.New(msg)
 		}
-		return stdout.Bytes(), fmt.Errorf("localhost: %w", &ExitError{Cmd: quoted, Code: ee.ExitCode(), Stderr: tail})
+		return stdout.Bytes(), fmt.Errorf("%s: %w", l.node, &ExitError{Cmd: quoted, Code: ee.ExitCode(), Stderr: tail})
 	}
-	return stdout.Bytes(), fmt.Errorf("localhost: run %s: %w", quoted, err)
+	return stdout.Bytes(), fmt.Errorf("%s: run %s: %w", l.node, quoted, err)
 }
 
 // tailWriter keeps the last max bytes written to it.
@@ -123,22 +148,19 @@ func (w *tailWriter) String() string {
 // which is killed when ctx is cancelled or when this process dies.
 func (l *Local) Output(ctx context.Context, argv []string) ([]byte, error) {
 	if len(argv) == 0 {
-		return nil, errors.New("localhost: run: empty command")
+		return nil, fmt.Errorf("%s: run: empty command", l.node)
 	}
-	cmd := exec.CommandContext(ctx, argv[0], argv[1:]...)
+	cmd := l.commandContext(ctx, argv...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.Cancel = func() error {
-		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-	}
 	cmd.WaitDelay = outputWaitDelay
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
 		if msg := strings.TrimSpace(stderr.String()); msg != "" {
-			return out, fmt.Errorf("localhost: run %s: %w: %s", argv[0], err, msg)
+			return out, fmt.Errorf("%s: run %s: %w: %s", l.node, argv[0], err, msg)
 		}
-		return out, fmt.Errorf("localhost: run %s: %w", argv[0], err)
+		return out, fmt.Errorf("%s: run %s: %w", l.node, argv[0], err)
 	}
 	return out, nil
 }
@@ -150,25 +172,25 @@ func (l *Local) Output(ctx context.Context, argv []string) ([]byte, error) {
 // ctx bounds starting only; it does not stop a started job (use Stop).
 func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
 	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("localhost: start agent: %w", err)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if l.closed {
-		return nil, fmt.Errorf("localhost: start agent: %w", ErrClosed)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, ErrClosed)
 	}
 
 	outR, outW, err := os.Pipe()
 	if err != nil {
-		return nil, fmt.Errorf("localhost: start agent: %w", err)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
 		outR.Close()
 		outW.Close()
-		return nil, fmt.Errorf("localhost: start agent: %w", err)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
-	cmd := exec.Command(l.agentBinary, "_agent")
+	cmd := l.command(l.agentBinary, "_agent")
 	cmd.Env = l.agentEnv
 	cmd.Stdout, cmd.Stderr = outW, errW
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -185,7 +207,7 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 		if stdin != nil {
 			stdin.Close()
 		}
-		return nil, fmt.Errorf("localhost: start agent: %w", err)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
 
 	var self *agentProcess
@@ -194,13 +216,13 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 		l.mu.Lock()
 		delete(l.procs, self)
 		l.mu.Unlock()
-		return agentExit(err)
+		return agentExit(l.node, err)
 	}
 	// wait takes l.mu, which Start holds, so it cannot deregister before
 	// the process is registered below.
 	p, err := attachAgent(job, stdin, outR, errR, stdout, stderr, wait)
 	if err != nil {
-		return nil, fmt.Errorf("localhost: start agent: %w", err)
+		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
 	self = p.(*agentProcess)
 	l.procs[self] = struct{}{}
@@ -208,18 +230,18 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 }
 
 // agentExit turns the agent's wait result into Process.Wait's.
-func agentExit(err error) (int, error) {
+func agentExit(node string, err error) (int, error) {
 	if err == nil {
 		return 0, nil
 	}
 	var ee *exec.ExitError
 	if errors.As(err, &ee) {
 		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			return -1, fmt.Errorf("localhost: agent killed by %v", ws.Signal())
+			return -1, fmt.Errorf("%s: agent killed by %v", node, ws.Signal())
 		}
 		return ee.ExitCode(), nil
 	}
-	return -1, fmt.Errorf("localhost: wait for agent: %w", err)
+	return -1, fmt.Errorf("%s: wait for agent: %w", node, err)
 }
 
 // Close implements Runner: it stops every job started through l, gracefully,
