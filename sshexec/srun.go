@@ -58,25 +58,37 @@ func SrunArgv(node string) []string {
 // PlaceSrunAgent returns where bin (this gorun) is on every node of nodes,
 // in the current allocation: its own path when every node sees the same
 // file there (a shared filesystem, the usual case in a Slurm cluster,
-// checked by content), else /tmp/<bin.Name>, where sbcast copies it to
-// every node of the allocation first.
+// checked by content), else /tmp/<bin.Name>: as it is when every node
+// already holds that copy (an earlier or concurrent run's; sbcast --force
+// over a copy another job is running fails with ETXTBSY), else copied there
+// by sbcast first.
 func PlaceSrunAgent(ctx context.Context, nodes []string, bin Binary) (string, error) {
-	check := []string{"srun", "--nodes=" + strconv.Itoa(len(nodes)), "--ntasks=" + strconv.Itoa(len(nodes)),
-		"--ntasks-per-node=1", "--nodelist=" + strings.Join(nodes, ","),
-		"--overlap", "--mpi=none", "--quiet", "--job-name=gorun", "sha256sum", bin.Path}
-	out, err := exec.CommandContext(ctx, check[0], check[1:]...).Output()
-	if err == nil && sameHashes(out, len(nodes), strings.TrimPrefix(bin.Name, "gorun-")) {
+	if onEveryNode(ctx, nodes, bin.Path, bin) {
 		return bin.Path, nil
+	}
+	dst := "/tmp/" + bin.Name
+	if ctx.Err() == nil && onEveryNode(ctx, nodes, dst, bin) {
+		return dst, nil
 	}
 	if ctx.Err() != nil {
 		return "", ctx.Err()
 	}
-	dst := "/tmp/" + bin.Name
 	cast := exec.CommandContext(ctx, "sbcast", "--force", "--preserve", bin.Path, dst)
 	if out, err := cast.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("copy gorun to the nodes with sbcast %s %s: %w: %s", bin.Path, dst, err, strings.TrimSpace(string(out)))
+		// err is not wrapped: sbcast's exit status is not the job's.
+		return "", fmt.Errorf("copy gorun to the nodes with sbcast %s %s: %v: %s", bin.Path, dst, err, strings.TrimSpace(string(out)))
 	}
 	return dst, nil
+}
+
+// onEveryNode reports whether every node of nodes holds bin's content at
+// path, asked through one srun step.
+func onEveryNode(ctx context.Context, nodes []string, path string, bin Binary) bool {
+	check := []string{"srun", "--nodes=" + strconv.Itoa(len(nodes)), "--ntasks=" + strconv.Itoa(len(nodes)),
+		"--ntasks-per-node=1", "--nodelist=" + strings.Join(nodes, ","),
+		"--overlap", "--mpi=none", "--quiet", "--job-name=gorun", "sha256sum", path}
+	out, err := exec.CommandContext(ctx, check[0], check[1:]...).Output()
+	return err == nil && sameHashes(out, len(nodes), strings.TrimPrefix(bin.Name, "gorun-"))
 }
 
 // sameHashes reports whether out holds n sha256sum lines, each starting
