@@ -19,8 +19,12 @@
 #   known_hosts   every node's host key, as "nodeI,10.77.0.(10+I) ssh-ed25519 ..."
 #   hosts         "10.77.0.(10+I) nodeI" lines, one per node
 #   nodeI/        host key, sshd_config, sshd.log of node I
-# Needs: root, iproute2, util-linux (unshare), openssh-server, openssh-client.
-# Installs nothing: the caller (CI) installs the packages.
+# NODE_SSHD=0 (default 1): no SSH at all. Each node's pid 1 is then a placeholder init (a
+# bash that reaps orphans and exits on SIGTERM) instead of sshd, and the state dir holds only
+# hosts and nodeI/ (no keys, no ssh_config, no known_hosts): for clusters reached some other
+# way (slurm-cluster.sh enters the nodes' namespaces through that init).
+# Needs: root, iproute2, util-linux (unshare), openssh-server, openssh-client (the ssh
+# packages not with NODE_SSHD=0). Installs nothing: the caller (CI) installs the packages.
 set -euo pipefail
 
 PREFIX=${PREFIX:-gorun}
@@ -28,17 +32,29 @@ SUBNET=${SUBNET:-10.77.0}                 # /24; bridge gets .1, node i gets .(1
 STATE=${STATE:-${TMPDIR:-/tmp}/gorun-testcluster}         # keys, configs, logs
 BR=${PREFIX}-br0
 SSHD=${SSHD:-/usr/sbin/sshd}
+NODE_SSHD=${NODE_SSHD:-1}
 
 MARK=.gorun-testcluster                   # only a dir holding this file is ever deleted
 
 log() { echo "netns-cluster: $*" >&2; }
 
 need() {
-  local c missing=""
-  for c in ip unshare ssh ssh-keygen "$SSHD"; do
+  local c missing="" cmds=(ip unshare)
+  if [ "$NODE_SSHD" = 0 ]; then cmds+=(nsenter); else cmds+=(ssh ssh-keygen "$SSHD"); fi
+  for c in "${cmds[@]}"; do
     command -v "$c" >/dev/null 2>&1 || missing+=" $c"
   done
   [ -z "$missing" ] || { log "missing:$missing (apt-get install openssh-server openssh-client iproute2)"; exit 1; }
+}
+
+# the hostname seen by the pid 1 of netns $1's PID namespace (empty: none yet)
+init_hostname() {
+  local p
+  for p in $(ip netns pids "$1" 2>/dev/null); do
+    if grep -qP '^NSpid:\t[0-9]+\t1$' "/proc/$p/status" 2>/dev/null; then
+      nsenter -t "$p" -u hostname 2>/dev/null; return
+    fi
+  done
 }
 
 nodes() { ip netns list 2>/dev/null | awk '{print $1}' | grep -E "^${PREFIX}-node[0-9]+$" || true; }
@@ -69,15 +85,18 @@ down() {
 up() {
   local n=${1:?usage: $0 up N} i ns ip hk
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { log "bad N: $n"; exit 2; }
+  case $NODE_SSHD in 0 | 1) ;; *) log "NODE_SSHD must be 0 or 1, not $NODE_SSHD"; exit 2 ;; esac
   need
   down                                    # idempotent: always start from a clean slate
   if [ -e "$STATE" ] && [ -n "$(ls -A "$STATE" 2>/dev/null)" ]; then
     log "STATE=$STATE exists and is not a cluster state dir; refusing to use it"; exit 1
   fi
   mkdir -p "$STATE"; chmod 700 "$STATE"; : >"$STATE/$MARK"
-  ssh-keygen -q -t ed25519 -N '' -C "${PREFIX}-ci" -f "$STATE/id_ed25519"
-  cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"; chmod 600 "$STATE/authorized_keys"
-  mkdir -p /run/sshd; chmod 755 /run/sshd  # sshd privilege-separation dir
+  if [ "$NODE_SSHD" = 1 ]; then
+    ssh-keygen -q -t ed25519 -N '' -C "${PREFIX}-ci" -f "$STATE/id_ed25519"
+    cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"; chmod 600 "$STATE/authorized_keys"
+    mkdir -p /run/sshd; chmod 755 /run/sshd  # sshd privilege-separation dir
+  fi
 
   ip link add "$BR" type bridge
   ip addr add "$SUBNET.1/24" dev "$BR"
@@ -89,18 +108,20 @@ up() {
 
   : >"$STATE/hosts"
   for ((i = 0; i < n; i++)); do echo "$SUBNET.$((10 + i)) node$i" >>"$STATE/hosts"; done
-  : >"$STATE/known_hosts"
-  {
-    echo "Host node*"
-    echo "  User root"
-    echo "  IdentityFile $STATE/id_ed25519"
-    echo "  IdentitiesOnly yes"
-    echo "  UserKnownHostsFile $STATE/known_hosts"
-    echo "  StrictHostKeyChecking yes"
-    echo "  BatchMode yes"
-    echo "  ConnectTimeout 5"
-    echo "  LogLevel ERROR"
-  } >"$STATE/ssh_config"
+  if [ "$NODE_SSHD" = 1 ]; then
+    : >"$STATE/known_hosts"
+    {
+      echo "Host node*"
+      echo "  User root"
+      echo "  IdentityFile $STATE/id_ed25519"
+      echo "  IdentitiesOnly yes"
+      echo "  UserKnownHostsFile $STATE/known_hosts"
+      echo "  StrictHostKeyChecking yes"
+      echo "  BatchMode yes"
+      echo "  ConnectTimeout 5"
+      echo "  LogLevel ERROR"
+    } >"$STATE/ssh_config"
+  fi
 
   for ((i = 0; i < n; i++)); do
     ns=${PREFIX}-node$i; ip=$SUBNET.$((10 + i)); hk=$STATE/node$i
@@ -117,6 +138,14 @@ up() {
     { echo "127.0.0.1 localhost"; cat "$STATE/hosts"; } >/etc/netns/"$ns"/hosts
     echo "node$i" >/etc/netns/"$ns"/hostname
 
+    if [ "$NODE_SSHD" = 0 ]; then
+      # pid 1 must reap what is orphaned in the node and end on SIGTERM (a pid 1 ignores
+      # signals it has no handler for): bash blocked in a read that never returns.
+      setsid ip netns exec "$ns" unshare --uts --pid --fork --kill-child --mount-proc \
+        bash -c "hostname node$i && trap 'exit 0' TERM INT && exec 3<> <(:) && while :; do read -r -u 3 _ || sleep 1; done" \
+        </dev/null >>"$hk/init.log" 2>&1 &
+      continue
+    fi
     ssh-keygen -q -t ed25519 -N '' -C "node$i" -f "$hk/ssh_host_ed25519_key"
     echo "node$i,$ip $(cut -d' ' -f1,2 "$hk/ssh_host_ed25519_key.pub")" >>"$STATE/known_hosts"
     printf '%s\n' "Host node$i" "  HostName $ip" >>"$STATE/ssh_config"
@@ -146,6 +175,18 @@ EOF
       </dev/null >>"$hk/sshd.log" 2>&1 &
   done
 
+  if [ "$NODE_SSHD" = 0 ]; then
+    # wait until every node's init has set its hostname
+    for ((i = 0; i < n; i++)); do
+      for t in $(seq 1 100); do
+        if [ "$(init_hostname "${PREFIX}-node$i")" = "node$i" ]; then break; fi
+        [ "$t" = 100 ] && { log "node$i's init did not start; see $STATE/node$i/init.log"; exit 1; }
+        sleep 0.05
+      done
+    done
+    log "up: $n nodes, no sshd (NODE_SSHD=0)"
+    return
+  fi
   # wait until every sshd answers
   for ((i = 0; i < n; i++)); do
     for t in $(seq 1 100); do

@@ -12,8 +12,11 @@
 #
 # The nodes are netns-cluster.sh's (it is called with the same PREFIX/SUBNET/STATE):
 # node i = netns ${PREFIX}-node$i, eth0 = ${SUBNET}.$((10+i)), hostname node$i, its own UTS +
-# PID + mount namespaces (pid 1 there is the node's sshd, so ssh -F $STATE/ssh_config nodeI
-# works too), shared filesystem. On top of them:
+# PID + mount namespaces, shared filesystem. No SSH server runs in the nodes: they are made
+# with NODE_SSHD=0, so pid 1 of each node is netns-cluster.sh's placeholder init (a bash that
+# reaps orphans), and Slurm is the only way in. NODE_SSHD=1 keeps a real sshd as pid 1
+# instead (ssh -F $STATE/ssh_config nodeI then works too: for comparing srun with ssh on the
+# very same nodes, as docs/bench/slurm-vs-ssh.sh does). On top of them:
 #   munged     one, on the head. Its socket is a path under $STATE, and the filesystem is
 #              shared, so every node (slurmd, slurmstepd, srun inside a job) reaches it:
 #              slurm.conf's AuthInfo=socket=... points everyone at it. One key, one daemon.
@@ -23,14 +26,18 @@
 #              namespaces (those of the node's pid 1), as -N node$i, NodeAddr=$SUBNET.$((10+i)).
 #              Jobs (slurmstepd and the tasks) therefore run inside the node: hostname is
 #              node$i, `ip netns pids ${PREFIX}-node$i` lists them, `down` kills them.
+#              An idle node holds exactly: unshare (outside the node's PID namespace, holding
+#              it), the init (pid 1 there; bash, or sshd with NODE_SSHD=1), nsenter and slurmd.
 #   Config: SlurmUser=root, select/cons_tres + CR_Core, CPUs=$CPUS per node (default 4,
 #   oversubscribing the host: SlurmdParameters=config_overrides), proctrack/linuxproc,
-#   task/none, no accounting (MinJobAge=600 keeps finished jobs in `scontrol show job`),
+#   task/none, no accounting (MinJobAge=0: finished jobs stay in `scontrol show job` until
+#   `down`; it also makes `sbatch --wait` poll every 2 s, where a MinJobAge over 16 s has it
+#   sleep 2, 8 then 32 s between polls, so a 20 s job would take 42 s to be seen ending),
 #   one partition "debug" (default) with every node.
 #
 # Variables: PREFIX (default gorun-slurm), SUBNET (10.78.0), STATE (/tmp/gorun-slurm-cluster),
 # CPUS (4), SLURMCTLD_PORT (6817; the slurmd port 6818 is per node namespace, no clash),
-# UP_TIMEOUT (60 s to wait for every node to be idle). The defaults differ from
+# UP_TIMEOUT (60 s to wait for every node to be idle), NODE_SSHD (0). The defaults differ from
 # netns-cluster.sh's, so both clusters can exist at once; do not give this script the PREFIX
 # or STATE of a netns-cluster.sh cluster: `up` starts by bringing that one down.
 # Interface names are ${PREFIX}-br0 and ${PREFIX}-v$i: at most 15 characters (N <= 100 for
@@ -52,8 +59,8 @@
 # the submitter's cwd (shared filesystem; not under $STATE, which down deletes); nodes
 # resolve node0..node{N-1} (netns-cluster.sh's per-node /etc/hosts), the head does not.
 # "mpi/pmix ... can not load PMIx library" in the logs is harmless (libpmix not installed).
-# Needs: root, netns-cluster.sh's needs (iproute2, util-linux, openssh-server, openssh-client)
-# and slurmctld slurmd slurm-client munge. Installs nothing:
+# Needs: root, netns-cluster.sh's needs (iproute2, util-linux; openssh-server and
+# openssh-client only with NODE_SSHD=1) and slurmctld slurmd slurm-client munge. Installs nothing:
 #   apt-get install slurmctld slurmd slurm-client munge
 set -euo pipefail
 
@@ -63,10 +70,11 @@ STATE=${STATE:-${TMPDIR:-/tmp}/gorun-slurm-cluster}
 CPUS=${CPUS:-4}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 UP_TIMEOUT=${UP_TIMEOUT:-60}
+NODE_SSHD=${NODE_SSHD:-0}
 case $STATE in /*) ;; *) STATE=$PWD/$STATE ;; esac   # absolute: daemons and jobs use it from /
 STATE=${STATE%/}
 [ -n "$STATE" ] || { echo "slurm-cluster: STATE=/ refused" >&2; exit 2; }
-export PREFIX SUBNET STATE
+export PREFIX SUBNET STATE NODE_SSHD
 
 HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 NETNS_CLUSTER=$HERE/netns-cluster.sh
@@ -118,7 +126,7 @@ stop_daemons() {
 
 down() {
   stop_daemons
-  bash "$NETNS_CLUSTER" down              # slurmd, slurmstepd, jobs, sshd; netns, bridge, $STATE
+  bash "$NETNS_CLUSTER" down              # slurmd, slurmstepd, jobs, the inits; netns, bridge, $STATE
 }
 
 # pid (in the root PID namespace) of node $1's pid 1: the process whose namespaces slurmd joins
@@ -189,7 +197,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
-MinJobAge=600
+MinJobAge=0
 KillWait=5
 InactiveLimit=0
 MailProg=/bin/true
@@ -215,7 +223,7 @@ up() {
   if ss -Hltn "sport = :$SLURMCTLD_PORT" | grep -q .; then
     log "port $SLURMCTLD_PORT is taken on the head (another slurmctld?): set SLURMCTLD_PORT"; exit 1
   fi
-  bash "$NETNS_CLUSTER" up "$n"           # namespaces, bridge, sshd per node, $STATE (+ marker)
+  bash "$NETNS_CLUSTER" up "$n"           # namespaces, bridge, an init per node, $STATE (+ marker)
   [ -e "$STATE/$MARK" ] || { log "netns-cluster.sh made no $STATE/$MARK"; exit 1; }
   t1=$(date +%s%N)
   chmod 711 "$STATE"
@@ -266,7 +274,7 @@ up() {
     daemons_alive "$n" || fail "a daemon died; nodes: ${states//$'\n'/, }"
     sleep 0.2
   done
-  log "up: $n nodes idle in $(since "$t0")s (namespaces + sshd: $(secs $((t1 - t0)))s, Slurm: $(since "$t1")s); the clients need:"
+  log "up: $n nodes idle in $(since "$t0")s (namespaces: $(secs $((t1 - t0)))s, Slurm: $(since "$t1")s); the clients need:"
   echo "export SLURM_CONF=$CONF"
 }
 
