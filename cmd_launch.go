@@ -110,6 +110,9 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if err := checkScript(cl, len(hosts) > 0); err != nil {
 		return err
 	}
+	if _, err := useSrun(cl.Gorun, hosts); err != nil {
+		return err
+	}
 	spec := envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: environ(), RunID: runID()}
 	if _, err := envplan.Build(spec, nil); err != nil { // refuse bad input before connecting anywhere
 		return err

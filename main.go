@@ -7,7 +7,7 @@
 // side effect (signal context, NVML, SSH clients, stdout) and maps errors to
 // exit codes in one place (exitCode). The packages do the work; each
 // subcommand's wiring is in a file of its own (cmd_launch.go,
-// cmd_preflight.go, cmd_hosts.go).
+// cmd_preflight.go, cmd_hosts.go); the help texts are in usage.go.
 package main
 
 import (
@@ -17,8 +17,6 @@ import (
 	"io"
 	"os"
 	"os/signal"
-	"runtime/debug"
-	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
@@ -104,7 +102,11 @@ func newApp(ctx context.Context) *cli.App {
 				Name:  "help",
 				Usage: "print this help",
 				Action: func(c *cli.Context) error {
-					_, err := io.WriteString(c.App.Writer, usage())
+					text := usage()
+					if c.Args().First() == "preflight" {
+						text = preflightUsage
+					}
+					_, err := io.WriteString(c.App.Writer, text)
 					return err
 				},
 			},
@@ -120,6 +122,9 @@ func newApp(ctx context.Context) *cli.App {
 					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
 				},
 				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return noArguments("gorun hosts", c.Args().First())
+					}
 					opts := envplan.Options{Hosts: c.String("hosts"), Hostfile: c.String("hostfile"),
 						Include: c.String("include"), Exclude: c.String("exclude")}
 					return runHosts(opts, c.Bool("json"), c.App.Writer)
@@ -130,6 +135,9 @@ func newApp(ctx context.Context) *cli.App {
 				Usage:        "print gorun's version",
 				OnUsageError: usageError("gorun version", "gorun version takes no options"),
 				Action: func(c *cli.Context) error {
+					if c.NArg() > 0 {
+						return noArguments("gorun version", c.Args().First())
+					}
 					_, err := fmt.Fprintln(c.App.Writer, "gorun", version())
 					return err
 				},
@@ -159,70 +167,6 @@ func newApp(ctx context.Context) *cli.App {
 			},
 		},
 	}
-}
-
-// usageError turns urfave/cli's complaint about a subcommand's options
-// into an input error (exit 2) that says how the command is used.
-func usageError(where, fix string) cli.OnUsageErrorFunc {
-	return func(_ *cli.Context, err error, _ bool) error {
-		return &envplan.InputError{Where: where, Problem: err.Error(), Fix: fix}
-	}
-}
-
-// usage is `gorun --help`: torchrun's command line plus gorun's options.
-func usage() string {
-	var b strings.Builder
-	b.WriteString(`usage: gorun [gorun options] [torchrun options] training_script [script args...]
-       gorun preflight [--json] [--topo-file FILE] [gorun options] [torchrun options] [script]
-       gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]
-       gorun version
-
-A drop-in replacement for torchrun: the same options, plus launch on every
-node from this one, preflight checks, a plan with a reason for every
-variable, and whole-group supervision. Without --hosts, --hostfile or a
-Slurm allocation it runs torchrun here, as torchrun would.
-
-gorun options:
-  --hosts h1:8,h2:8        nodes and their GPU slots, in launch order
-  --hostfile FILE          DeepSpeed (host slots=N) or MPI (host[:N]) hostfile
-  --include/--exclude SPEC DeepSpeed filter: host1:0,2@host2 (not both)
-  --env KEY=VALUE          set a variable on every node (repeatable; wins)
-  --torchrun CMD           how torchrun starts on a node (default: torchrun)
-  --dry-run                print the plan and run nothing
-  --format table|json|shell  how --dry-run prints the plan (default table)
-  --preflight on|warn|off  on: any failed check stops the launch (default)
-  --launcher auto|ssh|srun how to reach the nodes; auto: srun inside a Slurm
-                           allocation (its own nodes), ssh otherwise
-  --max-restarts N         (torchrun's) whole-group restarts, each a fresh torchrun
-  --ssh-config FILE        ssh_config to read (default ~/.ssh/config)
-  --ssh-user USER, --ssh-port N, --ssh-identity FILE
-  --known-hosts FILE       known_hosts to verify host keys against
-  --ssh-accept-new         record the key of a host never seen (never a changed one)
-  --remote-gorun PATH      use this gorun on the nodes instead of uploading it
-  --hang-timeout DURATION  no progress from any worker for this long is a hang:
-                           stacks printed, attempt failed (default 30m; 0: off)
-  --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
-                           every rank's dump gathered under DIR on a failure
-
-torchrun options (torchrun --help explains them; dash or underscore spelling):
-`)
-	line := " "
-	for _, name := range envplan.TorchrunOptionNames() {
-		if len(line)+len(name)+1 > 78 {
-			b.WriteString(line + "\n")
-			line = " "
-		}
-		line += " " + name
-	}
-	b.WriteString(line + "\n")
-	return b.String()
-}
-
-func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
-	}
-	return "devel"
 }
 
 // interrupted turns err into an interruption when the user's signal is
