@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"syscall"
 
@@ -59,7 +60,9 @@ func exitCode(err error) int {
 	case errors.Is(err, launch.ErrInterrupted):
 		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
 		return exitInterrupted
-	case errors.As(err, &exit):
+	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
+		// cli.Exit from the hidden subcommands; a command gorun ran that
+		// failed has an exit code too, but it is not gorun's.
 		return exit.ExitCode()
 	case errors.As(err, &input), errors.Is(err, errPreflightFailed),
 		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable),
