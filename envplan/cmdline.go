@@ -226,6 +226,9 @@ func optionTable() []*optionSpec {
 		gv("remote_gorun", "--remote-gorun"),
 		gv("hang_timeout", "--hang-timeout"),
 		gv("flight_recorder", "--flight-recorder"),
+		gv("telemetry", "--telemetry"),
+		gv("telemetry_interval", "--telemetry-interval"),
+		gv("report", "--report"),
 	}
 }
 
@@ -264,7 +267,7 @@ func newParser() *parser {
 		byName:  map[string]*optionSpec{},
 		set:     map[string]setting{},
 		argvSet: map[string]bool{},
-		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout},
+		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval},
 	}
 	for _, s := range p.specs {
 		for _, n := range s.names {
@@ -783,6 +786,17 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		o.RemoteGorun = value
 	case "flight_recorder":
 		o.FlightRecorder = value
+	case "telemetry":
+		o.Telemetry = value
+	case "report":
+		o.Report = value
+	case "telemetry_interval":
+		d, err := parseDuration(value)
+		if err != nil || d < MinTelemetryInterval && d != 0 {
+			return &InputError{Where: typed, Problem: fmt.Sprintf("%s is not a sampling period of at least %v", quote(value), MinTelemetryInterval),
+				Fix: "give a period such as 1s or 500ms (plain numbers are seconds; the default is 1s); 0 turns GPU telemetry off"}
+		}
+		o.TelemetryInterval = d
 	case "hang_timeout":
 		d, err := parseDuration(value)
 		if err != nil {

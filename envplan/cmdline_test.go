@@ -40,7 +40,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -307,7 +307,8 @@ func TestParseCommandLineAccepts(t *testing.T) {
 				"--torchrun", "python -m torch.distributed.run", "--dry-run", "--format", "json", "--preflight=warn",
 				"--ssh-config", "cfg", "--ssh-user", "me", "--ssh-port", "2222", "--ssh-identity", "id",
 				"--known-hosts", "kh", "--ssh-accept-new", "--remote-gorun", "/opt/gorun", "--hang-timeout", "90",
-				"--launcher", "srun", "--nnodes", "2", "train.py",
+				"--launcher", "srun", "--telemetry", "t.jsonl", "--telemetry-interval=500ms", "--report", "r.html",
+				"--nnodes", "2", "train.py",
 			},
 			cfg: func(c *Config) { c.NNodesMin, c.NNodesMax = 2, 2 },
 			opts: func(o *Options) {
@@ -316,6 +317,7 @@ func TestParseCommandLineAccepts(t *testing.T) {
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second,
+					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html",
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -473,6 +475,8 @@ func TestParseCommandLineRefuses(t *testing.T) {
 		{name: "env as typed, by position", argv: []string{"--env", "A=1", "--en=B", "train.py"}, where: "--en (argument 3)", problem: "expected KEY=VALUE"},
 		{name: "ssh port zero", argv: []string{"--ssh-port", "0", "train.py"}, where: "--ssh-port", problem: "invalid port"},
 		{name: "ssh port big", argv: []string{"--ssh-port=65536", "train.py"}, where: "--ssh-port", problem: "invalid port"},
+		{name: "telemetry interval word", argv: []string{"--telemetry-interval", "often", "train.py"}, where: "--telemetry-interval", problem: "not a sampling period"},
+		{name: "telemetry interval too short", argv: []string{"--telemetry-interval=10ms", "train.py"}, where: "--telemetry-interval", problem: "at least 100ms"},
 		{name: "ssh port word", argv: []string{"--ssh-p", "ssh", "train.py"}, where: "--ssh-p", problem: "invalid port"},
 		{name: "format", argv: []string{"--format", "yaml", "train.py"}, where: "--format", problem: `invalid choice: "yaml"`},
 		{name: "preflight", argv: []string{"--preflight", "maybe", "train.py"}, where: "--preflight", problem: "invalid choice"},
@@ -570,7 +574,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -615,7 +619,7 @@ func TestGorunNamesDoNotShadowTorchrun(t *testing.T) {
 // Adding gorun's options changes only these torchrun prefixes from one
 // option to ambiguous; a new gorun option that breaks more fails here.
 func TestPrefixesThatChangeMeaning(t *testing.T) {
-	want := []string{"--h", "--re", "--t"}
+	want := []string{"--h", "--re", "--t", "--te"}
 	p := newParser()
 	var got []string
 	seen := map[string]bool{}

@@ -84,6 +84,15 @@ type Options struct {
 	// recorder in every worker; the head gathers every rank's dump under
 	// DIR after a failed attempt.
 	FlightRecorder string
+	// TelemetryInterval (--telemetry-interval) is how often each node
+	// agent samples its GPUs while the job runs; 0 turns telemetry off.
+	TelemetryInterval time.Duration
+	// Telemetry (--telemetry FILE) is where every GPU sample is written as
+	// JSON Lines; "" writes none.
+	Telemetry string
+	// Report (--report FILE.html) is where the run's HTML report is
+	// written at the end; "" writes none.
+	Report string
 }
 
 // DefaultHangTimeout is --hang-timeout's default: longer than PyTorch's own
@@ -93,6 +102,14 @@ type Options struct {
 // never stopped by mistake, while a job stuck where torch never looks (a
 // sleep, a Python deadlock, a data loader) no longer hangs forever.
 const DefaultHangTimeout = 30 * time.Minute
+
+// DefaultTelemetryInterval is --telemetry-interval's default, and
+// MinTelemetryInterval the shortest period accepted: NVML's utilisation
+// counters themselves average over 1/6 s to 1 s.
+const (
+	DefaultTelemetryInterval = time.Second
+	MinTelemetryInterval     = 100 * time.Millisecond
+)
 
 // Arg is one torchrun option exactly as the user set it, normalised to
 // torchrun's canonical dashed name ("--nproc-per-node"). Flags without a value
