@@ -1,0 +1,51 @@
+package main
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/gorun/gorun/envplan"
+)
+
+func TestUseSrun(t *testing.T) {
+	withSrun := t.TempDir()
+	if err := os.WriteFile(filepath.Join(withSrun, "srun"), []byte("#!/bin/sh\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	hosts := []envplan.Host{{Name: "node0"}, {Name: "node1"}}
+	for _, tc := range []struct {
+		name     string
+		launcher string
+		hostsOpt string
+		jobID    string
+		path     string
+		hosts    []envplan.Host
+		want     bool
+		wantErr  bool
+	}{
+		{"auto in an allocation", "auto", "", "7", withSrun, hosts, true, false},
+		{"auto with --hosts", "auto", "node0,node1", "7", withSrun, hosts, false, false},
+		{"auto outside an allocation", "auto", "", "", withSrun, hosts, false, false},
+		{"auto without srun", "auto", "", "7", t.TempDir(), hosts, false, false},
+		{"auto, local mode", "auto", "", "7", withSrun, nil, false, false},
+		{"ssh in an allocation", "ssh", "", "7", withSrun, hosts, false, false},
+		{"srun with --hosts", "srun", "node0,node1", "7", withSrun, hosts, true, false},
+		{"srun outside an allocation", "srun", "", "", withSrun, hosts, false, true},
+		{"srun not on the PATH", "srun", "", "7", t.TempDir(), hosts, false, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv("SLURM_JOB_ID", tc.jobID)
+			t.Setenv("PATH", tc.path)
+			got, err := useSrun(envplan.Options{Launcher: tc.launcher, Hosts: tc.hostsOpt}, tc.hosts)
+			var input *envplan.InputError
+			if tc.wantErr != (err != nil) || (err != nil && !errors.As(err, &input)) {
+				t.Fatalf("useSrun: %v, want an input error: %v", err, tc.wantErr)
+			}
+			if got != tc.want {
+				t.Errorf("useSrun = %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
