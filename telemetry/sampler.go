@@ -1,0 +1,331 @@
+package telemetry
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+)
+
+// ErrNoGPUs means there is nothing to sample on this node: NVML did not
+// load, or it sees no GPU of the job.
+var ErrNoGPUs = errors.New("no GPUs to sample")
+
+// Clock-event reasons and their names in Sample.ClockReasons. Idle is left
+// out: it is not a slowdown.
+var clockReasons = []struct {
+	bit  uint64
+	name string
+}{
+	{nvml.ClocksEventReasonApplicationsClocksSetting, "app_clocks"},
+	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
+	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
+	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
+	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal"},
+	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal"},
+	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake"},
+	{nvml.ClocksEventReasonDisplayClockSetting, "display_clocks"},
+	{nvml.ClocksEventReasonBoardLimit, "board_limit"},
+	{nvml.ClocksEventReasonReliability, "reliability"},
+}
+
+// Field values read in one call per sample: cumulative byte counters whose
+// differences give throughput. scopeAllLinks sums the NVLink counters over
+// every link.
+const scopeAllLinks = ^uint32(0)
+
+var counterFields = []struct {
+	id    uint32
+	scope uint32
+	unit  float64 // bytes per count
+}{
+	{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scopeAllLinks, 1024}, // KiB
+	{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scopeAllLinks, 1024},
+	{nvml.FI_DEV_PCIE_COUNT_RX_BYTES, 0, 1},
+	{nvml.FI_DEV_PCIE_COUNT_TX_BYTES, 0, 1},
+}
+
+const (
+	fieldNVLinkRx = iota
+	fieldNVLinkTx
+	fieldPCIeRx
+	fieldPCIeTx
+)
+
+// eventTypes are the NVML events watched during the run, each registered
+// on its own so that a GPU lacking one still reports the others.
+var eventTypes = []uint64{nvml.EventTypeXidCriticalError, nvml.EventTypeSingleBitEccError, nvml.EventTypeDoubleBitEccError}
+
+// Sampler reads the job's GPUs on one node through NVML.
+type Sampler struct {
+	lib  nvml.Interface
+	gpus []*gpuState
+
+	events nvml.EventSet // nil when no event could be registered
+
+	mu      sync.Mutex // guards pending
+	pending map[int][]string
+}
+
+type gpuState struct {
+	GPU
+	dev  nvml.Device
+	uuid string
+
+	prevTime   time.Time
+	prevCount  [4]uint64
+	prevHave   [4]bool
+	prevUncorr uint64
+	haveUncorr bool
+}
+
+// Open initialises NVML and finds the GPUs of cfg; it returns an error
+// wrapping ErrNoGPUs when NVML does not load or none of them is there. The
+// caller must Close a Sampler it got.
+func Open(lib nvml.Interface, cfg Config) (*Sampler, error) {
+	if ret := lib.Init(); ret != nvml.SUCCESS {
+		return nil, fmt.Errorf("%w: NVML: %s", ErrNoGPUs, nvml.ErrorString(ret))
+	}
+	s := &Sampler{lib: lib, pending: map[int][]string{}}
+	n, ret := lib.DeviceGetCount()
+	if ret != nvml.SUCCESS {
+		lib.Shutdown()
+		return nil, fmt.Errorf("%w: NVML device count: %s", ErrNoGPUs, nvml.ErrorString(ret))
+	}
+	want := cfg.GPUs
+	if len(want) == 0 {
+		for i := range n {
+			want = append(want, GPU{Index: i})
+		}
+	}
+	for _, g := range want {
+		if g.Index < 0 || g.Index >= n {
+			continue
+		}
+		dev, ret := lib.DeviceGetHandleByIndex(g.Index)
+		if ret != nvml.SUCCESS {
+			continue
+		}
+		uuid, _ := dev.GetUUID()
+		s.gpus = append(s.gpus, &gpuState{GPU: g, dev: dev, uuid: uuid})
+	}
+	if len(s.gpus) == 0 {
+		lib.Shutdown()
+		return nil, fmt.Errorf("%w: NVML sees %d GPUs, none of them the job's", ErrNoGPUs, n)
+	}
+	s.registerEvents()
+	return s, nil
+}
+
+func (s *Sampler) registerEvents() {
+	set, ret := s.lib.EventSetCreate()
+	if ret != nvml.SUCCESS || set == nil {
+		return
+	}
+	any := false
+	for _, g := range s.gpus {
+		for _, t := range eventTypes {
+			if g.dev.RegisterEvents(t, set) == nvml.SUCCESS {
+				any = true
+			}
+		}
+	}
+	if !any {
+		set.Free()
+		return
+	}
+	s.events = set
+}
+
+// Close frees the event set and shuts NVML down.
+func (s *Sampler) Close() {
+	if s.events != nil {
+		s.events.Free()
+	}
+	s.lib.Shutdown()
+}
+
+// GPUs returns the NVML indices sampled, in order.
+func (s *Sampler) GPUs() []int {
+	out := make([]int, len(s.gpus))
+	for i, g := range s.gpus {
+		out[i] = g.Index
+	}
+	return out
+}
+
+// watchEvents waits for Xid and ECC events until ctx ends, and keeps them
+// for the next sample of their GPU. Each wait is bounded, so it notices
+// the end within timeout.
+func (s *Sampler) watchEvents(ctx context.Context, timeout time.Duration) {
+	if s.events == nil {
+		return
+	}
+	for ctx.Err() == nil {
+		ev, ret := s.events.Wait(uint32(timeout / time.Millisecond))
+		if ret != nvml.SUCCESS {
+			if ret != nvml.ERROR_TIMEOUT {
+				// A broken event set would spin: wait a period instead.
+				select {
+				case <-ctx.Done():
+				case <-time.After(timeout):
+				}
+			}
+			continue
+		}
+		var what string
+		switch ev.EventType {
+		case nvml.EventTypeXidCriticalError:
+			what = fmt.Sprintf("xid %d", ev.EventData)
+		case nvml.EventTypeSingleBitEccError:
+			what = "ecc single-bit"
+		case nvml.EventTypeDoubleBitEccError:
+			what = "ecc double-bit"
+		default:
+			what = fmt.Sprintf("event 0x%x", ev.EventType)
+		}
+		for _, g := range s.gpus {
+			if g.dev == ev.Device {
+				s.mu.Lock()
+				s.pending[g.Index] = append(s.pending[g.Index], what)
+				s.mu.Unlock()
+			}
+		}
+	}
+}
+
+// Sample reads every GPU once; now stamps the samples and times the rates.
+func (s *Sampler) Sample(now time.Time) []Sample {
+	out := make([]Sample, 0, len(s.gpus))
+	s.mu.Lock()
+	pending := s.pending
+	s.pending = map[int][]string{}
+	s.mu.Unlock()
+	for _, g := range s.gpus {
+		out = append(out, g.read(now, pending[g.Index]))
+	}
+	return out
+}
+
+func (g *gpuState) read(now time.Time, events []string) Sample {
+	d := g.dev
+	sm := Sample{GPU: g.Index, UUID: g.uuid, Time: now,
+		Ranks: nonNil(g.Ranks), LocalRanks: nonNil(g.LocalRanks),
+		ClockReasons: []string{}, Events: append([]string{}, events...)}
+	if u, ret := d.GetUtilizationRates(); ret == nvml.SUCCESS {
+		sm.SMPct = f64(float64(u.Gpu))
+	}
+	if m, ret := d.GetMemoryInfo(); ret == nvml.SUCCESS {
+		sm.MemUsedMiB = f64(float64(m.Used) / (1 << 20))
+	}
+	if p, ret := d.GetPowerUsage(); ret == nvml.SUCCESS {
+		sm.PowerW = f64(float64(p) / 1000)
+	}
+	if p, ret := d.GetEnforcedPowerLimit(); ret == nvml.SUCCESS {
+		sm.PowerCapW = f64(float64(p) / 1000)
+	}
+	if c, ret := d.GetClockInfo(nvml.CLOCK_SM); ret == nvml.SUCCESS {
+		sm.SMClockMHz = f64(float64(c))
+	}
+	if t, ret := d.GetTemperature(nvml.TEMPERATURE_GPU); ret == nvml.SUCCESS {
+		sm.TempC = f64(float64(t))
+	}
+	if r, ret := d.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
+		for _, cr := range clockReasons {
+			if r&cr.bit != 0 {
+				sm.ClockReasons = append(sm.ClockReasons, cr.name)
+			}
+		}
+	}
+	g.readCounters(now, &sm)
+	if n, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {
+		if g.haveUncorr && n > g.prevUncorr && len(events) == 0 {
+			sm.Events = append(sm.Events, fmt.Sprintf("ecc uncorrected +%d", n-g.prevUncorr))
+		}
+		g.prevUncorr, g.haveUncorr = n, true
+	}
+	return sm
+}
+
+// readCounters turns NVML's cumulative NVLink and PCIe byte counters into
+// rates over the time since the previous sample; where the PCIe counters
+// are missing it asks nvmlDeviceGetPcieThroughput (a 20 ms window).
+func (g *gpuState) readCounters(now time.Time, sm *Sample) {
+	vals := make([]nvml.FieldValue, len(counterFields))
+	for i, f := range counterFields {
+		vals[i] = nvml.FieldValue{FieldId: f.id, ScopeId: f.scope}
+	}
+	ok := g.dev.GetFieldValues(vals) == nvml.SUCCESS
+	dt := now.Sub(g.prevTime).Seconds()
+	rates := [4]*float64{}
+	for i, f := range counterFields {
+		if !ok || nvml.Return(vals[i].NvmlReturn) != nvml.SUCCESS {
+			g.prevHave[i] = false
+			continue
+		}
+		v := binary.NativeEndian.Uint64(vals[i].Value[:])
+		if g.prevHave[i] && dt > 0 && v >= g.prevCount[i] {
+			rates[i] = f64(float64(v-g.prevCount[i]) * f.unit / dt / 1e6)
+		}
+		g.prevCount[i], g.prevHave[i] = v, true
+	}
+	g.prevTime = now
+	sm.NVLinkRxMBps, sm.NVLinkTxMBps = rates[fieldNVLinkRx], rates[fieldNVLinkTx]
+	sm.PCIeRxMBps, sm.PCIeTxMBps = rates[fieldPCIeRx], rates[fieldPCIeTx]
+	if !g.prevHave[fieldPCIeRx] {
+		if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); ret == nvml.SUCCESS {
+			sm.PCIeRxMBps = f64(float64(v) * 1e3 / 1e6) // KB/s
+		}
+		if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); ret == nvml.SUCCESS {
+			sm.PCIeTxMBps = f64(float64(v) * 1e3 / 1e6)
+		}
+	}
+}
+
+func nonNil(v []int) []int {
+	if v == nil {
+		return []int{}
+	}
+	return slices.Clone(v)
+}
+
+// Run samples the GPUs of cfg every cfg.Interval until ctx ends, sending
+// each sample as a Frame. When there is nothing to sample (ErrNoGPUs) it
+// sends one Frame with a Notice saying why and returns at once. The
+// first sample is taken at once, so even a short job has one.
+func Run(ctx context.Context, lib nvml.Interface, cfg Config, send func(Frame)) {
+	s, err := Open(lib, cfg)
+	if err != nil {
+		send(Frame{Notice: err.Error()})
+		return
+	}
+	defer s.Close()
+	every := cfg.Interval
+	if every <= 0 {
+		every = DefaultInterval
+	}
+	var wg sync.WaitGroup
+	evCtx, stop := context.WithCancel(ctx)
+	wg.Go(func() { s.watchEvents(evCtx, min(every, 500*time.Millisecond)) })
+	defer wg.Wait()
+	defer stop()
+
+	t := time.NewTicker(every)
+	defer t.Stop()
+	now := time.Now()
+	for {
+		for _, sm := range s.Sample(now) {
+			send(Frame{Sample: &sm})
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case now = <-t.C:
+		}
+	}
+}

@@ -1,0 +1,73 @@
+package telemetry
+
+import (
+	"fmt"
+	"time"
+)
+
+// Status keeps what the live status line shows: the latest sample of
+// every GPU and the rate of output lines.
+type Status struct {
+	latest    map[gpuKey]Sample
+	notices   int // nodes that said they have no GPU
+	lastLines int64
+	lastTime  time.Time
+	rate      float64
+}
+
+// NewStatus returns an empty Status.
+func NewStatus() *Status { return &Status{latest: map[gpuKey]Sample{}} }
+
+// Observe takes one sample.
+func (s *Status) Observe(sm Sample) { s.latest[gpuKey{sm.Node, sm.GPU}] = sm }
+
+// NoGPUs counts a node that said it has no GPU to sample.
+func (s *Status) NoGPUs() { s.notices++ }
+
+// Line is the status line at now, given how many output lines the job has
+// printed so far: "gorun: 120 lines/s | 8 GPUs: SM mean 87%, min 12%
+// (node3 gpu5)". The slowest GPU is the one with the lowest SM
+// utilisation, the lower SM clock breaking ties. Samples older than
+// peerFresh are left out.
+func (s *Status) Line(now time.Time, lines int64) string {
+	if !s.lastTime.IsZero() {
+		if dt := now.Sub(s.lastTime).Seconds(); dt > 0 {
+			s.rate = float64(lines-s.lastLines) / dt
+		}
+	}
+	s.lastTime, s.lastLines = now, lines
+	line := fmt.Sprintf("gorun: %.0f lines/s", s.rate)
+	var n int
+	var sum float64
+	var slow *Sample
+	for _, sm := range s.latest {
+		if sm.SMPct == nil || now.Sub(sm.Time) > peerFresh {
+			continue
+		}
+		n++
+		sum += *sm.SMPct
+		if slow == nil || *sm.SMPct < *slow.SMPct || *sm.SMPct == *slow.SMPct && slower(sm, *slow) {
+			c := sm
+			slow = &c
+		}
+	}
+	switch {
+	case n > 0:
+		line += fmt.Sprintf(" | %d GPUs: SM mean %.0f%%, min %.0f%% (%s gpu%d)", n, sum/float64(n), *slow.SMPct, slow.Node, slow.GPU)
+	case s.notices > 0 && len(s.latest) == 0:
+		line += " | no GPUs to sample"
+	}
+	return line
+}
+
+// slower breaks a utilisation tie: the lower clock, then the name, so the
+// line does not flicker between equal GPUs.
+func slower(a, b Sample) bool {
+	if a.SMClockMHz != nil && b.SMClockMHz != nil && *a.SMClockMHz != *b.SMClockMHz {
+		return *a.SMClockMHz < *b.SMClockMHz
+	}
+	if a.Node != b.Node {
+		return a.Node < b.Node
+	}
+	return a.GPU < b.GPU
+}
