@@ -29,10 +29,10 @@ type fakeGPU struct {
 
 func (g *fakeGPU) device(i int) *mock.Device {
 	return &mock.Device{
-		GetUUIDFunc:             func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), nvml.SUCCESS },
-		GetUtilizationRatesFunc: func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: g.util}, nvml.SUCCESS },
-		GetMemoryInfoFunc:       func() (nvml.Memory, nvml.Return) { return nvml.Memory{Used: 3 << 30}, nvml.SUCCESS },
-		GetPowerUsageFunc:       func() (uint32, nvml.Return) { return g.powerMW, nvml.SUCCESS },
+		GetUUIDFunc:               func() (string, nvml.Return) { return fmt.Sprintf("GPU-%d", i), nvml.SUCCESS },
+		GetUtilizationRatesFunc:   func() (nvml.Utilization, nvml.Return) { return nvml.Utilization{Gpu: g.util}, nvml.SUCCESS },
+		GetMemoryInfoFunc:         func() (nvml.Memory, nvml.Return) { return nvml.Memory{Used: 3 << 30}, nvml.SUCCESS },
+		GetPowerUsageFunc:         func() (uint32, nvml.Return) { return g.powerMW, nvml.SUCCESS },
 		GetEnforcedPowerLimitFunc: func() (uint32, nvml.Return) { return g.capMW, nvml.SUCCESS },
 		GetClockInfoFunc: func(c nvml.ClockType) (uint32, nvml.Return) {
 			if c != nvml.CLOCK_SM {
