@@ -56,6 +56,25 @@ const killRepeat = 50 * time.Millisecond
 // bad. Nothing but the job's output goes to stdout; the agent's own messages
 // go to stderr prefixed "gorun agent: ".
 func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
+	return ServeAgentWith(ctx, nil, stdin, stdout, stderr)
+}
+
+// Sidecar runs inside the agent beside a relayed job that carries
+// Job.Sidecar settings, from the job's start until its main process exits
+// or the agent stops it (ctx ends then). Each payload it passes to send
+// goes to the head as one FrameTelemetry frame, whole, between the job's
+// own frames; send is safe for concurrent use and drops what it is given
+// once the head is gone. A Sidecar must not block after ctx ends: the
+// agent waits sidecarWait for it, then returns without it.
+type Sidecar func(ctx context.Context, settings json.RawMessage, send func(payload []byte))
+
+// sidecarWait bounds how long the agent waits for its sidecar to return.
+const sidecarWait = 2 * time.Second
+
+// ServeAgentWith is ServeAgent with a sidecar (nil: none). gorun's sidecar
+// samples the job's GPUs; it runs in the agent, not in the job, so a
+// failing or slow NVML call never reaches a worker.
+func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &agent{stderr: stderr, self: os.Getpid()}
 
 	// Caught, not ignored, so that the job gets default dispositions back
@@ -128,9 +147,50 @@ func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) 
 	}
 	r := newReaper(out.pid)
 	go r.run()
+	if sidecar != nil && a.relay != nil && len(job.Sidecar) > 0 {
+		defer a.runSidecar(ctx, sidecar, job.Sidecar, r.mainDone)()
+	}
 	code := a.supervise(ctx, job, r, ctl, sigs)
 	out.wait()
 	return code
+}
+
+// runSidecar starts the sidecar and returns the function that ends it:
+// its context ends when the job's main process is gone (or ctx ends), and
+// the returned function waits for it, at most sidecarWait.
+func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.RawMessage, mainDone <-chan struct{}) func() {
+	sctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-mainDone:
+			cancel()
+		case <-sctx.Done():
+		}
+	}()
+	go func() {
+		defer close(done)
+		defer func() {
+			if p := recover(); p != nil {
+				a.logf("sidecar: %v", p) // the job is worth more than its telemetry
+			}
+		}()
+		sidecar(sctx, settings, func(payload []byte) {
+			if len(payload) <= MaxFrame {
+				a.relay.write(AppendFrame(nil, FrameTelemetry, payload))
+			}
+		})
+	}()
+	return func() {
+		cancel()
+		t := time.NewTimer(sidecarWait)
+		defer t.Stop()
+		select {
+		case <-done:
+		case <-t.C:
+			a.logf("sidecar still running %v after the job ended; leaving it", sidecarWait)
+		}
+	}
 }
 
 // frameWriter frames what the job's main process writes to one stream.

@@ -31,6 +31,9 @@ func TestMain(m *testing.M) {
 		signal.Ignore(os.Interrupt) // as gorun's main does before ServeAgent
 		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
 	}
+	if os.Getenv(testAgentEnv) == "sidecar" {
+		os.Exit(ServeAgentWith(context.Background(), testSidecar, os.Stdin, os.Stdout, os.Stderr))
+	}
 	if os.Getenv(testHeadEnv) == "1" {
 		os.Exit(serveTestHead())
 	}

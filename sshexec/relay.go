@@ -20,6 +20,10 @@ const RelaySocketVar = "GORUN_AGENT_SOCK"
 const (
 	FrameStdout byte = 'O' // a chunk of the job's main process's stdout
 	FrameStderr byte = 'E' // a chunk of its stderr
+	// FrameTelemetry carries what the agent's sidecar (ServeAgentWith)
+	// sends while the job runs: in gorun, one GPU sample or notice as JSON
+	// (telemetry.Frame). sshexec does not read it.
+	FrameTelemetry byte = 'T'
 )
 
 // MaxFrame bounds a frame's payload, so that a confused client cannot make
@@ -178,7 +182,7 @@ func (r *relay) read(c *net.UnixConn) {
 			return
 		}
 		buf = payload[:0]
-		if kind == FrameStdout || kind == FrameStderr {
+		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry {
 			continue // the agent's own kinds cannot be forged
 		}
 		frame = AppendFrame(frame[:0], kind, payload)

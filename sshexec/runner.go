@@ -2,6 +2,7 @@ package sshexec
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"time"
 )
@@ -29,6 +30,10 @@ type Job struct {
 	// by RelaySocketVar in their environment, each passed on whole, in the
 	// order it arrived. Process.Tell reaches those descendants.
 	Relay bool `json:"relay,omitempty"`
+	// Sidecar, when set on a relayed job, is handed to the agent's sidecar
+	// (ServeAgentWith) as it is; sshexec does not read it. gorun puts its
+	// GPU telemetry settings here.
+	Sidecar json.RawMessage `json:"sidecar,omitempty"`
 }
 
 // Defaults for Job.
