@@ -30,16 +30,19 @@
 #              it), the init (pid 1 there; bash, or sshd with NODE_SSHD=1), nsenter and slurmd.
 #   Config: SlurmUser=root, select/cons_tres + CR_Core, CPUs=$CPUS per node (default 4,
 #   oversubscribing the host: SlurmdParameters=config_overrides), proctrack/linuxproc,
-#   task/none, no accounting (MinJobAge=0: finished jobs stay in `scontrol show job` until
-#   `down`; it also makes `sbatch --wait` poll every 2 s, where a MinJobAge over 16 s has it
-#   sleep 2, 8 then 32 s between polls, so a 20 s job would take 42 s to be seen ending),
-#   one partition "debug" (default) with every node.
+#   task/none, no accounting: a finished job is only in `scontrol show job` for
+#   MinJobAge=$MIN_JOB_AGE s after its end (then purged: there is no sacct). The default 4
+#   keeps `sbatch --wait` polling every 2 s: it sleeps 2 s, then x4 while the sleep is under
+#   MinJobAge/2 (up to 32 s), so with Slurm's default 300 a 20 s job is seen ending at 42 s.
+#   22.05 refuses a MinJobAge under 2 (0, "never purge", becomes 2). One partition "debug"
+#   (default) with every node.
 #
 # Variables: PREFIX (default gorun-slurm), SUBNET (10.78.0), STATE (/tmp/gorun-slurm-cluster),
 # CPUS (4), SLURMCTLD_PORT (6817; the slurmd port 6818 is per node namespace, no clash),
-# UP_TIMEOUT (60 s to wait for every node to be idle), NODE_SSHD (0). The defaults differ from
-# netns-cluster.sh's, so both clusters can exist at once; do not give this script the PREFIX
-# or STATE of a netns-cluster.sh cluster: `up` starts by bringing that one down.
+# UP_TIMEOUT (60 s to wait for every node to be idle), NODE_SSHD (0), MIN_JOB_AGE (4). The
+# defaults differ from netns-cluster.sh's, so both clusters can exist at once; do not give
+# this script the PREFIX or STATE of a netns-cluster.sh cluster: `up` starts by bringing that
+# one down.
 # Interface names are ${PREFIX}-br0 and ${PREFIX}-v$i: at most 15 characters (N <= 100 for
 # the default PREFIX).
 #
@@ -71,6 +74,7 @@ CPUS=${CPUS:-4}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
 UP_TIMEOUT=${UP_TIMEOUT:-60}
 NODE_SSHD=${NODE_SSHD:-0}
+MIN_JOB_AGE=${MIN_JOB_AGE:-4}
 case $STATE in /*) ;; *) STATE=$PWD/$STATE ;; esac   # absolute: daemons and jobs use it from /
 STATE=${STATE%/}
 [ -n "$STATE" ] || { echo "slurm-cluster: STATE=/ refused" >&2; exit 2; }
@@ -197,7 +201,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_Core
 SlurmdParameters=config_overrides
 ReturnToService=2
-MinJobAge=0
+MinJobAge=$MIN_JOB_AGE
 KillWait=5
 InactiveLimit=0
 MailProg=/bin/true
@@ -213,6 +217,7 @@ up() {
   local n=${1:?usage: $0 up N} i init t0 t1 states
   [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { log "bad N: $n"; exit 2; }
   [[ $CPUS =~ ^[0-9]+$ ]] && [ "$CPUS" -ge 1 ] || { log "bad CPUS: $CPUS"; exit 2; }
+  [[ $MIN_JOB_AGE =~ ^[0-9]+$ ]] && [ "$MIN_JOB_AGE" -ge 2 ] || { log "bad MIN_JOB_AGE: $MIN_JOB_AGE (at least 2)"; exit 2; }
   local ifn
   for ifn in "${PREFIX}-br0" "${PREFIX}-v$((n - 1))"; do
     [ ${#ifn} -le 15 ] || { log "interface name $ifn is over 15 characters: shorten PREFIX or N"; exit 2; }
