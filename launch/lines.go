@@ -35,29 +35,48 @@ const contMarker = '+'
 // any number of streams never interleave, and gorun's own messages land in
 // order with the lines before them.
 type sink struct {
-	ch   chan sinkMsg
-	done chan struct{}
-	pool sync.Pool
+	ch     chan sinkMsg
+	done   chan struct{}
+	pool   sync.Pool
+	status *statusLine // nil: no status line
 }
 
 type sinkMsg struct {
-	w io.Writer
-	b *[]byte
+	w       io.Writer
+	b       *[]byte
+	refresh bool // redraw the status line; w and b are nil
 }
 
-func newSink() *sink {
-	s := &sink{ch: make(chan sinkMsg, 8), done: make(chan struct{})}
+func newSink(status *statusLine) *sink {
+	s := &sink{ch: make(chan sinkMsg, 8), done: make(chan struct{}), status: status}
 	s.pool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	go func() {
 		defer close(s.done)
 		for m := range s.ch {
+			if m.refresh {
+				s.status.draw(true)
+				continue
+			}
+			s.status.erase()
 			// A failing terminal or pipe must not stop supervision; the
 			// lines are dropped.
 			_, _ = m.w.Write(*m.b)
+			s.status.wrote(*m.b)
+			if len(s.ch) == 0 {
+				s.status.draw(false)
+			}
 			s.put(m.b)
 		}
+		s.status.erase()
 	}()
 	return s
+}
+
+// refresh asks the writer goroutine to redraw the status line.
+func (s *sink) refresh() {
+	if s.status != nil {
+		s.ch <- sinkMsg{refresh: true}
+	}
 }
 
 func (s *sink) get() *[]byte { return s.pool.Get().(*[]byte) }

@@ -11,7 +11,7 @@ import (
 // prefixed writes chunks to one stream of node1 and returns what reached Out.
 func prefixed(t testing.TB, color bool, chunks ...string) string {
 	t.Helper()
-	s := newSink()
+	s := newSink(nil)
 	var out bytes.Buffer
 	w := newLineWriter(newNodeLog("node1", 0, color, false), s, &out)
 	for _, c := range chunks {
@@ -136,7 +136,7 @@ func TestLineWriterLongUTF8(t *testing.T) {
 // line must come out whole, once, and in order within its stream.
 func TestLineWriterConcurrent(t *testing.T) {
 	const streams, lines = 16, 500
-	s := newSink()
+	s := newSink(nil)
 	var out bytes.Buffer
 	var wg sync.WaitGroup
 	for i := range streams {
@@ -177,7 +177,7 @@ func TestLineWriterConcurrent(t *testing.T) {
 }
 
 func TestLineWriterAfterClose(t *testing.T) {
-	s := newSink()
+	s := newSink(nil)
 	var out bytes.Buffer
 	w := newLineWriter(newNodeLog("node1", 0, false, false), s, &out)
 	w.Write([]byte("a\n"))
@@ -192,7 +192,7 @@ func TestLineWriterAfterClose(t *testing.T) {
 }
 
 func TestNodeLogTail(t *testing.T) {
-	s := newSink()
+	s := newSink(nil)
 	l := newNodeLog("node1", 0, true, false)
 	w := newLineWriter(l, s, &bytes.Buffer{})
 	for i := range tailLines + 5 {
@@ -257,7 +257,7 @@ func BenchmarkPrefixer(b *testing.B) {
 			for i := range perWrite {
 				chunk = fmt.Appendf(chunk, "[default%d]:step %d loss 2.3456 lr 3.0e-04 tokens/s 123456.7 grad_norm 0.98\n", i%8, i)
 			}
-			s := newSink()
+			s := newSink(nil)
 			out := &checkWriter{}
 			ws := make([]*lineWriter, streams)
 			for i := range ws {
@@ -331,7 +331,7 @@ func utf8Valid(s string) bool { return strings.ToValidUTF8(s, "\uFFFD") == s }
 
 func TestPlainLinesPassThrough(t *testing.T) {
 	var out bytes.Buffer
-	s := newSink()
+	s := newSink(nil)
 	l := newNodeLog("localhost", 0, true, true)
 	w := newLineWriter(l, s, &out)
 	w.Write([]byte("[default0]:hello\ntorchrun says"))
@@ -355,7 +355,7 @@ func TestPlainLongLinesWhole(t *testing.T) {
 	in := strings.Join(lines, "\n") + "\n"
 	for _, chunk := range []int{len(in), 1 << 20, 4096} {
 		var out bytes.Buffer
-		s := newSink()
+		s := newSink(nil)
 		l := newNodeLog("localhost", 0, false, true)
 		w := newRankWriter(l, newLineWriter(l, s, &out), 0)
 		for b := []byte(in); len(b) > 0; {

@@ -72,7 +72,7 @@ func TestRootCauseThroughWriter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s := newSink()
+	s := newSink(nil)
 	var out strings.Builder
 	l := newNodeLog("node1", 0, false, false)
 	w := newLineWriter(l, s, &out)

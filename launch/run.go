@@ -38,8 +38,26 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Diag == nil {
 		opts.Diag = io.Discard
 	}
-	s := newSink()
+	s := newSink(newStatusLine(opts.StatusOut, opts.Status, opts.Color))
 	defer s.close()
+	if s.status != nil {
+		stopTicks := make(chan struct{})
+		ticked := make(chan struct{})
+		go func() {
+			defer close(ticked)
+			t := time.NewTicker(time.Second)
+			defer t.Stop()
+			for {
+				select {
+				case <-t.C:
+					s.refresh()
+				case <-stopTicks:
+					return
+				}
+			}
+		}()
+		defer func() { close(stopTicks); <-ticked }() // before s.close: nothing sent after it
+	}
 
 	var res Result
 	for k := 0; ; k++ {
@@ -57,8 +75,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("attempt %d: no nodes to run on", k+1)
 		}
 		res.Attempts = k + 1
-		o := runAttempt(ctx, opts, s, nodes)
+		o := runAttempt(ctx, opts, s, nodes, k)
 		res.Failure = o.failure
+		if o.failure != nil && opts.Failed != nil {
+			opts.Failed(k, *o.failure)
+		}
 		if o.interrupted {
 			return res, fmt.Errorf("%w: stopped %d of %d nodes", ErrInterrupted, o.stopped, len(nodes))
 		}
@@ -97,6 +118,9 @@ type member struct {
 	running        bool // started and not yet waited for
 
 	shown []int // Options.LocalRanks
+
+	attempt   int                                            // from 0
+	telemetry func(node string, attempt int, payload []byte) // Options.Telemetry
 
 	// Written by the node's stdout copy (frames) and read by runAttempt.
 	mu      sync.Mutex
@@ -151,6 +175,10 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.stdout.Write(p)
 	case sshexec.FrameStderr:
 		m.stderr.Write(p)
+	case sshexec.FrameTelemetry:
+		if m.telemetry != nil {
+			m.telemetry(m.node.Name, m.attempt, p)
+		}
 	case frameOut, frameErr, frameProgress, frameInit, frameDumped, frameRASDone:
 		lr, rest, err := splitRank(p)
 		if err != nil {
@@ -219,12 +247,13 @@ func (m *member) relayed(lr int) bool {
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
-func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node) outcome {
+func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int) outcome {
 	events := make(chan event, 256)
 	ms := make([]*member, len(nodes))
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks}
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
+			attempt: k, telemetry: opts.Telemetry}
 		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
 		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
 		m.agentErr = newLineWriter(l, s, opts.Err)

@@ -51,6 +51,22 @@ type Options struct {
 	// printed (torchrun's --local-ranks-filter); the others' lines are kept
 	// for the failure summary.
 	LocalRanks []int
+	// Telemetry, when set, gets the payload of every sidecar frame
+	// (sshexec.FrameTelemetry) a node's agent sends, with the node's name
+	// and the attempt (from 0). It is called from that node's stream, so
+	// calls for different nodes may be concurrent; the payload is valid
+	// only during the call, and the call must not block.
+	Telemetry func(node string, attempt int, payload []byte)
+	// Status, when set with StatusOut, is the live status line kept under
+	// the output on StatusOut (a terminal: main sets these only there),
+	// given how many lines have been written so far. It is called from the
+	// writer goroutine about once a second and after output, and the line
+	// is erased before any output and at the end. "" shows nothing.
+	Status    func(lines int64) string
+	StatusOut io.Writer
+	// Failed, when set, is told of each failed attempt (k from 0) as soon
+	// as it has been stopped, before any restart.
+	Failed func(k int, f Failure)
 }
 
 // ExitHang is the exit code of a job whose last attempt hung: distinct
