@@ -28,6 +28,11 @@ each finding with its evidence and a remedy. Nothing is started. Exits 0
 when no check failed, 2 otherwise.
 
   --json            print the report as JSON
+  --bandwidth node|all
+                    also move real bytes and verify them: every GPU pair
+                    (P2P), each GPU's host link, NCCL all_reduce on each
+                    node (node), and all_reduce between nodes (all); each
+                    figure judged against what the topology should give
   --topo-file FILE  explain a saved ` + "`nvidia-smi topo -m`" + ` output instead
                     (no nodes are contacted; only --json goes with it)
 
@@ -36,7 +41,7 @@ gorun --help lists the gorun and torchrun options.
 
 // runPreflight runs only the checks (or explains a pasted topology).
 func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	asJSON, topoFile, rest, err := preflightArgs(args)
+	asJSON, topoFile, bandwidth, rest, err := preflightArgs(args)
 	if errors.Is(err, envplan.ErrHelp) {
 		_, err = io.WriteString(stdout, preflightUsage)
 		return err
@@ -70,6 +75,9 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if cl.Torchrun.TrainingScript == "-" {
 		cl.Torchrun.TrainingScript = ""
 	}
+	if bandwidth != "" {
+		cl.Gorun.PreflightBandwidth = bandwidth
+	}
 	hosts, err := resolveHosts(cl.Gorun)
 	if err != nil {
 		return err
@@ -100,34 +108,47 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 
 // preflightArgs takes preflight's own options off the front of args.
 // topoFile is nil when --topo-file was not given.
-func preflightArgs(args []string) (asJSON bool, topoFile *string, rest []string, err error) {
+func preflightArgs(args []string) (asJSON bool, topoFile *string, bandwidth string, rest []string, err error) {
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		name, value, hasValue := strings.Cut(a, "=")
 		switch {
 		case a == "--help" || a == "-h":
-			return false, nil, nil, envplan.ErrHelp
+			return false, nil, "", nil, envplan.ErrHelp
 		case a == "--json":
 			asJSON = true
+		case name == "--bandwidth":
+			if !hasValue {
+				if i+1 >= len(args) {
+					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected node or all", Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
+				}
+				i++
+				value = args[i]
+			}
+			if value != preflight.BandwidthNode && value != preflight.BandwidthAll {
+				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: fmt.Sprintf("%q is not node or all", value),
+					Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
+			}
+			bandwidth = value
 		case name == "--topo-file" || name == "--topo_file":
 			if !hasValue {
 				if i+1 >= len(args) {
-					return false, nil, nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
+					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
 				}
 				i++
 				value = args[i]
 			}
 			if value == "" {
-				return false, nil, nil, &envplan.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
+				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
 			}
 			topoFile = &value
 		case a == "--":
-			return asJSON, topoFile, append(rest, args[i:]...), nil
+			return asJSON, topoFile, bandwidth, append(rest, args[i:]...), nil
 		default:
 			rest = append(rest, a)
 		}
 	}
-	return asJSON, topoFile, rest, nil
+	return asJSON, topoFile, bandwidth, rest, nil
 }
 
 func writeJSON(w io.Writer, v any) error {
@@ -151,6 +172,9 @@ func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Hos
 		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
 		Environ: environ(),
 		Across:  slurmNodeFindings(ctx, cl.Gorun, hosts),
+	}
+	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
+		opts.Bandwidth = bw
 	}
 	if len(hosts) > 0 {
 		master := ""
@@ -210,7 +234,26 @@ func collectLocal(ctx context.Context, req preflight.Request) preflight.Facts {
 	}
 	facts := preflight.Collect(ctx, src, req.Options())
 	facts.Gorun, _ = os.Executable()
+	if req.Bandwidth != "" && ctx.Err() == nil {
+		python := facts.Torch.Python
+		if python == "" {
+			python = torchrunPython(req.Torchrun)
+		}
+		bw := preflight.MeasureNode(ctx, preflight.BandwidthOptions{Python: python, Environ: os.Environ()})
+		facts.Bandwidth = &bw
+	}
 	return facts
+}
+
+// bandwidthPair answers `gorun _bandwidth PAIRREQUEST` on a node: its side
+// of an all_reduce with another node, as JSON on stdout.
+func bandwidthPair(ctx context.Context, arg string, stdout io.Writer) error {
+	var req preflight.PairRequest
+	if err := json.Unmarshal([]byte(arg), &req); err != nil {
+		return fmt.Errorf("%s: bad request: %w", preflight.BandwidthCommand, err)
+	}
+	bw := preflight.MeasurePair(ctx, preflight.BandwidthOptions{Python: torchrunPython(req.Torchrun), Environ: os.Environ()}, req)
+	return json.NewEncoder(stdout).Encode(bw)
 }
 
 // torchrunPython is the interpreter torchrun runs under (its #! line).
@@ -263,6 +306,7 @@ func planFacts(r preflight.Report) envplan.Facts {
 		if f.Route != nil && f.Route.Err == "" {
 			nf.Interface, nf.Address = f.Route.Interface, f.Route.Source
 		}
+		nf.P2PFaults = preflight.P2PFaults(f)
 		for _, p := range f.RDMA {
 			if p.State == "ACTIVE" {
 				nf.IBPorts = append(nf.IBPorts, p.Name())

@@ -162,6 +162,14 @@ func newApp(ctx context.Context) *cli.App {
 				},
 			},
 			{
+				// A node's side of the all_reduce between two nodes
+				// (preflight --bandwidth all).
+				Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
+				Action: func(c *cli.Context) error {
+					return bandwidthPair(ctx, c.Args().First(), c.App.Writer)
+				},
+			},
+			{
 				// The node-side collector: prints this node's Facts as JSON.
 				Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {

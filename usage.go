@@ -27,7 +27,7 @@ func noArguments(where, arg string) error {
 func usage() string {
 	var b strings.Builder
 	b.WriteString(`usage: gorun [gorun options] [torchrun options] training_script [script args...]
-       gorun preflight [--json] [--topo-file FILE] [gorun options] [torchrun options] [script]
+       gorun preflight [--json] [--bandwidth node|all] [--topo-file FILE] [gorun options] [torchrun options] [script]
        gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]
        gorun version
 
@@ -45,6 +45,10 @@ gorun options:
   --dry-run                print the plan and run nothing
   --format table|json|shell  how --dry-run prints the plan (default table)
   --preflight on|warn|off  on: any failed check stops the launch (default)
+  --preflight-bandwidth off|node|all
+                           preflight also moves real bytes: GPU pairs, host
+                           links, all_reduce per node (node) and between
+                           nodes (all); see gorun preflight --help
   --launcher auto|ssh|srun how to reach the nodes; auto: srun inside a Slurm
                            allocation (its own nodes), ssh otherwise
   --max-restarts N         (torchrun's) whole-group restarts, each a fresh torchrun

@@ -59,6 +59,7 @@ type builder struct {
 	pendingIface []string
 	slotsOver    []string
 	override     map[string]*overridden // variable → where a user value replaced gorun's
+	p2pOff       map[string]bool        // NCCL knobs p2pFaultRule set on some node
 	// cpulists parsed so far: a big job repeats the same few strings on
 	// every node. The slices are shared and never written.
 	cpulists map[string]parsedCPUs

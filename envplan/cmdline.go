@@ -217,6 +217,7 @@ func optionTable() []*optionSpec {
 		choice(gv("format", "--format"), "table", "json", "shell"),
 		choice(gv("preflight", "--preflight"), "on", "warn", "off"),
 		choice(gv("launcher", "--launcher"), "auto", "ssh", "srun"),
+		choice(gv("preflight_bandwidth", "--preflight-bandwidth"), "off", "node", "all"),
 		gv("ssh_config", "--ssh-config"),
 		gv("ssh_user", "--ssh-user"),
 		gv("ssh_port", "--ssh-port"),
@@ -768,6 +769,8 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		o.Preflight = value
 	case "launcher":
 		o.Launcher = value
+	case "preflight_bandwidth":
+		o.PreflightBandwidth = value
 	case "ssh_config":
 		o.SSHConfig = value
 	case "ssh_user":

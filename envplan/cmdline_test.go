@@ -573,7 +573,7 @@ var torchrunOptions = [][]string{
 
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
-	"--preflight", "--launcher", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
+	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report",
 }
 

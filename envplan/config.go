@@ -77,6 +77,10 @@ type Options struct {
 	// nodes; auto is srun inside a Slurm allocation when no --hosts or
 	// --hostfile is given and srun is on the PATH, ssh otherwise.
 	Launcher string
+	// PreflightBandwidth (--preflight-bandwidth off|node|all) makes the
+	// preflight before a launch move real bytes: every GPU pair, host
+	// link and all_reduce on each node (node), and between nodes (all).
+	PreflightBandwidth string
 	// HangTimeout (--hang-timeout) is how long the whole group may go
 	// without progress before the attempt counts as hung; 0 is off.
 	HangTimeout time.Duration

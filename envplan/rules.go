@@ -211,6 +211,7 @@ func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool, fewestCPU
 	}
 
 	b.ompRule(e, nproc, nprocKnown, fewestCPUs)
+	b.p2pFaultRule(e, f)
 }
 
 // interfaceRule pins NCCL's and Gloo's bootstrap sockets to the interface
@@ -263,6 +264,8 @@ func (b *builder) leftToNCCLNotes() {
 	for _, name := range leftToNCCL {
 		u, set := b.userEnv[name]
 		switch {
+		case !set && b.p2pOff[name]:
+			// set by p2pFaultRule on the nodes whose P2P path failed
 		case !set:
 			left = append(left, name)
 		case IsNCCLDebugKnob(name):

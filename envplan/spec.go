@@ -33,6 +33,10 @@ type NodeFacts struct {
 	// CPUs inside its start (see bindWorkers). "" when unknown.
 	Gorun  string
 	Python string
+	// P2PFaults are the GPU pairs whose P2P copies returned wrong data or
+	// stalled in preflight's bandwidth check ("GPU0→GPU1 wrong data");
+	// the plan then turns NCCL's P2P transport off on this node.
+	P2PFaults []string
 }
 
 // GPU is one GPU as the plan sees it.

@@ -98,6 +98,7 @@ func Check(f Facts, want Want) []Finding {
 	add(checkRDMA(f, haveGPUs)...)
 	add(checkLimits(f)...)
 	add(checkRoute(f)...)
+	add(checkBandwidth(f)...)
 	return out
 }
 

@@ -53,6 +53,9 @@ type Facts struct {
 	// Stalled lists the collector steps that did not finish within their
 	// time limit ("nvml", "torch", ...): the checks make each a fail.
 	Stalled []Stall `json:"stalled,omitempty"`
+	// Bandwidth holds the figures `--bandwidth` measured on the node
+	// (moving real bytes); nil when not asked for.
+	Bandwidth *BandwidthFacts `json:"bandwidth,omitempty"`
 }
 
 // Stall is one collector step that did not finish in time.

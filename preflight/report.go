@@ -23,6 +23,9 @@ type Report struct {
 	OK       bool         `json:"ok"`
 	Nodes    []NodeReport `json:"nodes"`
 	Findings []Finding    `json:"findings"` // across nodes
+	// Cross holds the all_reduce figures between node pairs
+	// (`--bandwidth all`).
+	Cross []CrossResult `json:"cross_bandwidth,omitempty"`
 }
 
 // NewReport assembles a Report: findings sorted worst first (stable, so
@@ -212,10 +215,12 @@ func (r Report) WriteText(w io.Writer) error {
 		}
 		ew.printf("\n%s: %s\n", title, countLine(n.Findings))
 		writeFindings(ew, n.Findings)
+		writeBandwidth(ew, n.Facts.Bandwidth)
 	}
 	if len(r.Findings) > 0 {
 		ew.printf("\nacross nodes: %s\n", countLine(r.Findings))
 		writeFindings(ew, r.Findings)
+		writeCross(ew, r.Cross)
 	}
 	return ew.err
 }

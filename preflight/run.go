@@ -31,6 +31,9 @@ type Request struct {
 	// BudgetSeconds bounds the whole collection on the node, so that it
 	// answers, naming its stalled steps, before the head stops waiting.
 	BudgetSeconds float64 `json:"budget_s,omitempty"`
+	// Bandwidth, when set (BandwidthNode or BandwidthAll), makes the node
+	// also run the bandwidth measurement after collecting its facts.
+	Bandwidth string `json:"bandwidth,omitempty"`
 }
 
 // Budget is how long the collector may take; zero means no bound beyond
@@ -78,6 +81,9 @@ type RunOptions struct {
 	// Across are findings the head made itself (Slurm's word on the
 	// nodes), reported with the others.
 	Across []Finding
+	// Bandwidth (BandwidthNode, BandwidthAll or "") moves real bytes on
+	// every node and, for BandwidthAll, between nodes.
+	Bandwidth string
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -101,6 +107,12 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 		timeout = DefaultNodeTimeout
 	}
 	req := opts.Request
+	if opts.Bandwidth != "" {
+		req.Bandwidth = opts.Bandwidth
+		if opts.NodeTimeout <= 0 {
+			timeout += BandwidthNodeTime
+		}
+	}
 	req.BudgetSeconds = max(timeout-collectorMargin, timeout/2).Seconds()
 	arg, _ := json.Marshal(req) // plain strings and numbers: cannot fail
 
@@ -128,14 +140,26 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 			reports[i] = unreached(t.Host, "node.reach", "preflight did not run on "+t.Host, ctx.Err(), "")
 		}
 	}
+	var cross []CrossResult
+	if opts.Bandwidth == BandwidthAll && ctx.Err() == nil {
+		cross = measureCross(ctx, targets, reports, opts.Request.Torchrun)
+	}
 	across := CheckAcross(reports)
+	across = append(across, CheckCross(cross)...)
 	across = append(across, opts.Across...)
 	across = append(across, LintNCCLEnv(opts.Environ)...)
 	if opts.Script != nil {
 		across = append(across, LintScript(opts.ScriptName, opts.Script)...)
 	}
-	return NewReport(reports, across)
+	rep := NewReport(reports, across)
+	rep.Cross = cross
+	return rep
 }
+
+// BandwidthNodeTime is how much longer the head waits for a node when
+// --bandwidth is asked for: each measurement step has its own limit, and
+// a stalled one ends the measurement, so this bounds the whole.
+const BandwidthNodeTime = 90 * time.Second
 
 // checkTarget collects one node's facts and checks them.
 func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {

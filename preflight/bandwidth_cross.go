@@ -1,0 +1,268 @@
+package preflight
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Cross-node measurement limits: each pair's side gets crossLimit per step
+// (init included: importing torch and the rendezvous) and crossBudget for
+// its sizes, which grow while they fit.
+const (
+	crossLimit  = 20 * time.Second
+	crossBudget = 3 * time.Second
+)
+
+// crossPair is two nodes (indexes into the reports) measured together.
+type crossPair struct{ a, b int }
+
+// ringRounds pairs each node with the next around a ring and schedules the
+// pairs in rounds in which no node is in two pairs, so a pair's figure is
+// its link's alone. Every node is in two pairs (one, with two nodes): a
+// slow node slows both of its pairs, a normal neighbour only one.
+func ringRounds(n int) [][]crossPair {
+	var pairs []crossPair
+	switch {
+	case n < 2:
+		return nil
+	case n == 2:
+		pairs = []crossPair{{0, 1}}
+	default:
+		for k := 0; k < n; k++ {
+			pairs = append(pairs, crossPair{k, (k + 1) % n})
+		}
+	}
+	var rounds [][]crossPair
+	var busy []map[int]bool
+	for _, p := range pairs {
+		placed := false
+		for r := range rounds {
+			if !busy[r][p.a] && !busy[r][p.b] {
+				rounds[r] = append(rounds[r], p)
+				busy[r][p.a], busy[r][p.b] = true, true
+				placed = true
+				break
+			}
+		}
+		if !placed {
+			rounds = append(rounds, []crossPair{p})
+			busy = append(busy, map[int]bool{p.a: true, p.b: true})
+		}
+	}
+	return rounds
+}
+
+// CrossResult is one node pair's all_reduce figures, or why it has none.
+type CrossResult struct {
+	Hosts   []string         `json:"hosts"`
+	Figures []CrossBandwidth `json:"figures,omitempty"`
+	Stalled []string         `json:"stalled,omitempty"`
+	Errors  []string         `json:"errors,omitempty"`
+}
+
+// pairAddress is where the other node reaches node r's rank 0: the source
+// address of its route to the master (found by the collector), else its
+// name; the loopback when it is this machine.
+func pairAddress(r NodeReport) (addr, ifname string) {
+	if rt := r.Facts.Route; rt != nil && rt.Err == "" && rt.Source != "" {
+		return rt.Source, rt.Interface
+	}
+	if sshexec.IsLocalHost(r.Host) {
+		return "127.0.0.1", "lo"
+	}
+	return r.Host, ""
+}
+
+// measureCross runs the ring of pairs on the reachable nodes.
+func measureCross(ctx context.Context, targets []Target, reports []NodeReport, torchrun string) []CrossResult {
+	var idx []int
+	for i, r := range reports {
+		if r.Facts.Hostname != "" || r.Facts.Time != (time.Time{}) {
+			idx = append(idx, i)
+		}
+	}
+	var out []CrossResult
+	for _, round := range ringRounds(len(idx)) {
+		results := make([]CrossResult, len(round))
+		var wg sync.WaitGroup
+		for k, p := range round {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				results[k] = measurePairOf(ctx, targets[idx[p.a]], targets[idx[p.b]], reports[idx[p.a]], torchrun)
+			}()
+		}
+		wg.Wait()
+		out = append(out, results...)
+		if ctx.Err() != nil {
+			break
+		}
+	}
+	return out
+}
+
+func measurePairOf(ctx context.Context, a, b Target, ra NodeReport, torchrun string) CrossResult {
+	res := CrossResult{Hosts: []string{a.Host, b.Host}}
+	addr, ifname := pairAddress(ra)
+	port := 40000 + rand.IntN(10000)
+	req := PairRequest{Torchrun: torchrun, Master: net.JoinHostPort(addr, strconv.Itoa(port)), Ifname: ifname,
+		BudgetSeconds: crossBudget.Seconds(), LimitSeconds: crossLimit.Seconds()}
+	pctx, cancel := context.WithTimeout(ctx, 2*crossLimit+crossBudget+10*time.Second)
+	defer cancel()
+	sides := make([]BandwidthFacts, 2)
+	var wg sync.WaitGroup
+	for rank, t := range []Target{a, b} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			r := req
+			r.Rank = rank
+			if rank == 1 {
+				r.Ifname = "" // the other node's own route decides there
+			}
+			arg, _ := json.Marshal(r)
+			raw, err := t.Agent.AgentOutput(pctx, BandwidthCommand, string(arg))
+			if err != nil {
+				sides[rank].Errors = append(sides[rank].Errors, err.Error())
+				return
+			}
+			if err := json.Unmarshal(raw, &sides[rank]); err != nil {
+				sides[rank].Errors = append(sides[rank].Errors, "unreadable answer: "+err.Error())
+			}
+		}()
+	}
+	wg.Wait()
+	for rank, s := range sides {
+		host := res.Hosts[rank]
+		for _, st := range s.Stalled {
+			res.Stalled = append(res.Stalled, host+": "+st.Step)
+		}
+		for _, e := range s.Errors {
+			res.Errors = append(res.Errors, host+": "+e)
+		}
+	}
+	for _, c := range sides[0].Cross {
+		c.Hosts = res.Hosts
+		res.Figures = append(res.Figures, c)
+	}
+	return res
+}
+
+// CheckCross names the node (or link) that is slow: each pair is judged
+// against the median pair at the largest size every pair reached; a node
+// whose every pair is far below the median is named slow.
+func CheckCross(results []CrossResult) []Finding {
+	if len(results) == 0 {
+		return nil
+	}
+	var out []Finding
+	common := int64(-1)
+	for _, r := range results {
+		if len(r.Stalled) > 0 || len(r.Figures) == 0 {
+			what := "failed"
+			ev := strings.Join(r.Errors, "; ")
+			if len(r.Stalled) > 0 {
+				what = "stalled"
+				ev = "stalled: " + strings.Join(r.Stalled, ", ") + "; " + ev
+			}
+			out = append(out, Finding{ID: "bandwidth.cross", Severity: SeverityFail,
+				Message:  fmt.Sprintf("all_reduce between %s and %s %s", r.Hosts[0], r.Hosts[1], what),
+				Evidence: truncate(ev, 600),
+				Remedy:   "check that the nodes reach each other on the interface the plan uses (node.route findings), firewalls between them, and NCCL_DEBUG=INFO / the gloo error"})
+			continue
+		}
+		for _, f := range r.Figures {
+			if f.BadValues > 0 {
+				out = append(out, Finding{ID: "bandwidth.cross_corrupt", Severity: SeverityFail,
+					Message:  fmt.Sprintf("all_reduce between %s and %s gave wrong sums", r.Hosts[0], r.Hosts[1]),
+					Evidence: fmt.Sprintf("%d wrong values (%s)", f.BadValues, f.Backend),
+					Remedy:   "check the NICs' error counters and GPUDirect RDMA settings on both nodes"})
+				break
+			}
+		}
+		top := r.Figures[len(r.Figures)-1].Bytes
+		if common < 0 || top < common {
+			common = top
+		}
+	}
+	type fig struct {
+		r  CrossResult
+		bw float64
+	}
+	var figs []fig
+	for _, r := range results {
+		for _, f := range r.Figures {
+			if f.Bytes == common {
+				figs = append(figs, fig{r, f.AlgBW})
+			}
+		}
+	}
+	if len(figs) == 0 {
+		return out
+	}
+	bws := make([]float64, len(figs))
+	var lines []string
+	for i, f := range figs {
+		bws[i] = f.bw
+		lines = append(lines, fmt.Sprintf("%s↔%s %.2f GB/s", f.r.Hosts[0], f.r.Hosts[1], f.bw))
+	}
+	sort.Float64s(bws)
+	median := bws[len(bws)/2]
+	if len(bws)%2 == 0 {
+		median = (bws[len(bws)/2-1] + bws[len(bws)/2]) / 2
+	}
+	evidence := fmt.Sprintf("all_reduce algbw at %s (%s): %s; median %.2f GB/s", sizeString(common), figs[0].r.Figures[0].Backend, strings.Join(lines, ", "), median)
+	if len(figs) < 3 {
+		out = append(out, ok("bandwidth.cross", fmt.Sprintf("all_reduce between nodes ran on %d pair(s); with fewer than 3 pairs no node can be singled out", len(figs)), evidence))
+		return out
+	}
+	slowPairs := map[string]int{}
+	pairs := map[string]int{}
+	var slowLinks []fig
+	for _, f := range figs {
+		for _, h := range f.r.Hosts {
+			pairs[h]++
+		}
+		if f.bw < FarBelow*median {
+			slowLinks = append(slowLinks, f)
+			for _, h := range f.r.Hosts {
+				slowPairs[h]++
+			}
+		}
+	}
+	var slowNodes []string
+	for h, n := range slowPairs {
+		if n == pairs[h] {
+			slowNodes = append(slowNodes, h)
+		}
+	}
+	sort.Strings(slowNodes)
+	for _, h := range slowNodes {
+		out = append(out, Finding{ID: "bandwidth.slow_node", Severity: SeverityWarn,
+			Message:  fmt.Sprintf("%s is slow: every all_reduce it took part in ran below %.0f%% of the median pair", h, 100*FarBelow),
+			Evidence: evidence,
+			Remedy:   "check " + h + "'s NIC: link speed (ethtool, ibstat), errors, the interface NCCL uses, and traffic shaping (tc qdisc show)"})
+	}
+	if len(slowNodes) == 0 {
+		for _, f := range slowLinks {
+			out = append(out, Finding{ID: "bandwidth.slow_link", Severity: SeverityWarn,
+				Message:  fmt.Sprintf("the link between %s and %s is slow (%.2f GB/s against a median of %.2f)", f.r.Hosts[0], f.r.Hosts[1], f.bw, median),
+				Evidence: evidence,
+				Remedy:   "check the switch ports and cabling between the two nodes"})
+		}
+	}
+	if len(slowLinks) == 0 {
+		out = append(out, ok("bandwidth.cross", fmt.Sprintf("all_reduce between nodes: %d pairs within %.0f%% of the median", len(figs), 100*FarBelow), evidence))
+	}
+	return out
+}
