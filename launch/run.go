@@ -253,7 +253,14 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
-			attempt: k, telemetry: opts.Telemetry}
+			attempt: k}
+		if opts.Telemetry != nil {
+			m.telemetry = func(node string, k int, p []byte) {
+				if msg := opts.Telemetry(node, k, p); msg != "" {
+					s.message(opts.Diag, msg)
+				}
+			}
+		}
 		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
 		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
 		m.agentErr = newLineWriter(l, s, opts.Err)

@@ -67,11 +67,17 @@ func TestRunTelemetryAndFailed(t *testing.T) {
 	c := &cluster{plan: [][]script{{done, failing}, {done, done}}}
 	var mu sync.Mutex
 	var got, fails []string
+	var diag syncBuffer
 	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 1, Backoff: ms,
-		Telemetry: func(node string, k int, p []byte) {
+		Diag: &diag,
+		Telemetry: func(node string, k int, p []byte) string {
 			mu.Lock()
 			defer mu.Unlock()
 			got = append(got, fmt.Sprintf("%s/%d/%s", node, k, p))
+			if string(p) == "a" {
+				return "gorun: node2 gpu0: said\n"
+			}
+			return ""
 		},
 		Failed: func(k int, f Failure) { fails = append(fails, fmt.Sprintf("%d %s", k, f.Node)) },
 	})
@@ -81,6 +87,9 @@ func TestRunTelemetryAndFailed(t *testing.T) {
 	slices.Sort(got)
 	if want := []string{"node1/0/b", "node1/1/b", "node2/0/a", "node2/1/b"}; !slices.Equal(got, want) {
 		t.Errorf("telemetry = %q, want %q", got, want)
+	}
+	if !strings.Contains(diag.String(), "gorun: node2 gpu0: said\n") {
+		t.Errorf("diag = %q, want the telemetry message", diag.String())
 	}
 	if want := []string{"0 node2"}; !slices.Equal(fails, want) {
 		t.Errorf("failed = %q, want %q", fails, want)

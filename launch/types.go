@@ -55,8 +55,9 @@ type Options struct {
 	// (sshexec.FrameTelemetry) a node's agent sends, with the node's name
 	// and the attempt (from 0). It is called from that node's stream, so
 	// calls for different nodes may be concurrent; the payload is valid
-	// only during the call, and the call must not block.
-	Telemetry func(node string, attempt int, payload []byte)
+	// only during the call, and the call must not block. What it returns
+	// (whole lines, or "") is written to Diag in order with the output.
+	Telemetry func(node string, attempt int, payload []byte) string
 	// Status, when set with StatusOut, is the live status line kept under
 	// the output on StatusOut (a terminal: main sets these only there),
 	// given how many lines have been written so far. It is called from the
