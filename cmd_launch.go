@@ -123,6 +123,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	}
 
 	var facts envplan.Facts
+	var preflightText strings.Builder // for --report
 	var runners map[string]sshexec.Runner
 	if !cl.Gorun.DryRun || cl.Gorun.Preflight != "off" {
 		runners, err = connect(ctx, cl, hosts, self, stderr)
@@ -137,6 +138,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return interrupted(ctx, "during preflight; nothing was started", nil)
 		}
 		failed := !report.OK
+		report.WriteText(&preflightText)
 		switch {
 		case failed || hasWarnings(report):
 			report.WriteText(stderr)
@@ -161,7 +163,11 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	if len(hosts) > 0 {
 		envplan.RenderBrief(stderr, plan)
 	}
-	return supervise(ctx, cl, spec, plan, runners, stdout, stderr)
+	watch, err := newGPUWatch(cl, args, preflightText.String())
+	if err != nil {
+		return err
+	}
+	return supervise(ctx, cl, spec, plan, runners, watch, stdout, stderr)
 }
 
 // checkScript refuses a training script torchrun would only fail on after
@@ -226,7 +232,7 @@ const restartBackoff = time.Second
 
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
-func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, plan envplan.Plan, runners map[string]sshexec.Runner, stdout, stderr io.Writer) error {
+func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, plan envplan.Plan, runners map[string]sshexec.Runner, watch *gpuWatch, stdout, stderr io.Writer) error {
 	head := len(spec.Hosts) > 0
 	kill, finished := make(chan struct{}), make(chan struct{})
 	defer close(finished)
@@ -245,7 +251,7 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 		case <-finished:
 		}
 	}()
-	res, err := launch.Run(ctx, launch.Options{
+	opts := launch.Options{
 		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
 			if k > 0 && cl.Gorun.FlightRecorder != "" {
 				gatherFlightRecorder(ctx, cl.Gorun.FlightRecorder, spec.RunID, k-1, plan, runners, stderr)
@@ -259,7 +265,8 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 			if k > 0 {
 				plan = freshMasterPort(ctx, plan, stderr)
 			}
-			return attempt(plan, runners, k)
+			nodes, err := attempt(plan, runners, k)
+			return watch.attach(plan, k, nodes), err
 		},
 		MaxRestarts: cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
 		Backoff:     restartBackoff,
@@ -271,7 +278,10 @@ func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, p
 		Plain:       !head, // one local node: print exactly what torchrun prints
 		Color:       useColor(stdout),
 		Kill:        kill,
-	})
+	}
+	watch.options(&opts, stderr)
+	res, err := launch.Run(ctx, opts)
+	watch.finish(res, err, stderr)
 	if cl.Gorun.FlightRecorder != "" && res.Attempts > 0 {
 		// The last attempt's dumps (none after a success), and the nodes'
 		// folders cleared, whatever the end; not after a second Ctrl-C.

@@ -150,7 +150,7 @@ func newApp(ctx context.Context) *cli.App {
 				// run one job and tear its whole tree down.
 				Name: "_agent", Hidden: true, SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
-					return cli.Exit("", sshexec.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
+					return cli.Exit("", sshexec.ServeAgentWith(ctx, gpuSidecar, os.Stdin, os.Stdout, os.Stderr))
 				},
 			},
 			{

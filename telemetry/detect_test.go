@@ -114,8 +114,24 @@ func TestStatusLine(t *testing.T) {
 		t.Errorf("status = %q, want %q", got, want)
 	}
 	none := NewStatus()
-	none.NoGPUs()
-	if got := none.Line(t0, 0); !strings.Contains(got, "no GPUs to sample") {
-		t.Errorf("no-GPU status = %q", got)
+	if got := none.Line(t0, 0); got != "gorun: 0 lines/s" {
+		t.Errorf("no-GPU status = %q, want the line rate alone", got)
+	}
+}
+
+func TestStatusRateWindow(t *testing.T) {
+	s := NewStatus()
+	t0 := time.Unix(0, 0)
+	// 10 lines a second, asked every 200 ms: the rate stays steady.
+	for i := range 50 {
+		got := s.Line(t0.Add(time.Duration(i)*200*time.Millisecond), int64(i*2))
+		if i >= 3 && got != "gorun: 10 lines/s" {
+			t.Fatalf("call %d: %q", i, got)
+		}
+	}
+	// Output stops: the rate falls to 0 within the window.
+	got := s.Line(t0.Add(10*time.Second+rateWindow), 98)
+	if got != "gorun: 0 lines/s" {
+		t.Errorf("after a quiet window: %q", got)
 	}
 }

@@ -6,14 +6,21 @@ import (
 )
 
 // Status keeps what the live status line shows: the latest sample of
-// every GPU and the rate of output lines.
+// every GPU and the rate of output lines over the last rateWindow.
 type Status struct {
-	latest    map[gpuKey]Sample
-	notices   int // nodes that said they have no GPU
-	lastLines int64
-	lastTime  time.Time
-	rate      float64
+	latest map[gpuKey]Sample
+	counts []lineCount // oldest first, spanning about rateWindow
+	rate   float64
 }
+
+type lineCount struct {
+	t     time.Time
+	lines int64
+}
+
+// rateWindow is how far back the line rate looks: long enough not to
+// flicker between bursts, short enough to follow a change.
+const rateWindow = 5 * time.Second
 
 // NewStatus returns an empty Status.
 func NewStatus() *Status { return &Status{latest: map[gpuKey]Sample{}} }
@@ -21,21 +28,21 @@ func NewStatus() *Status { return &Status{latest: map[gpuKey]Sample{}} }
 // Observe takes one sample.
 func (s *Status) Observe(sm Sample) { s.latest[gpuKey{sm.Node, sm.GPU}] = sm }
 
-// NoGPUs counts a node that said it has no GPU to sample.
-func (s *Status) NoGPUs() { s.notices++ }
-
 // Line is the status line at now, given how many output lines the job has
 // printed so far: "gorun: 120 lines/s | 8 GPUs: SM mean 87%, min 12%
-// (node3 gpu5)". The slowest GPU is the one with the lowest SM
+// (node3 gpu5)", the line rate alone where no GPU is sampled. The slowest GPU is the one with the lowest SM
 // utilisation, the lower SM clock breaking ties. Samples older than
 // peerFresh are left out.
 func (s *Status) Line(now time.Time, lines int64) string {
-	if !s.lastTime.IsZero() {
-		if dt := now.Sub(s.lastTime).Seconds(); dt > 0 {
-			s.rate = float64(lines-s.lastLines) / dt
+	for len(s.counts) > 1 && now.Sub(s.counts[1].t) >= rateWindow {
+		s.counts = s.counts[1:]
+	}
+	if len(s.counts) > 0 {
+		if dt := now.Sub(s.counts[0].t).Seconds(); dt >= 0.5 {
+			s.rate = float64(lines-s.counts[0].lines) / dt
 		}
 	}
-	s.lastTime, s.lastLines = now, lines
+	s.counts = append(s.counts, lineCount{now, lines})
 	line := fmt.Sprintf("gorun: %.0f lines/s", s.rate)
 	var n int
 	var sum float64
@@ -51,11 +58,8 @@ func (s *Status) Line(now time.Time, lines int64) string {
 			slow = &c
 		}
 	}
-	switch {
-	case n > 0:
+	if n > 0 {
 		line += fmt.Sprintf(" | %d GPUs: SM mean %.0f%%, min %.0f%% (%s gpu%d)", n, sum/float64(n), *slow.SMPct, slow.Node, slow.GPU)
-	case s.notices > 0 && len(s.latest) == 0:
-		line += " | no GPUs to sample"
 	}
 	return line
 }
