@@ -357,8 +357,13 @@ def node_main(args):
         emit("note", msg="no GPUs on this node: P2P, host link and NCCL all_reduce steps skipped",
              torch=torch.__version__)
         return 0
+    try:
+        v = torch.cuda.nccl.version()
+        nccl = ".".join(map(str, v)) if isinstance(v, tuple) else str(v)
+    except Exception:
+        nccl = ""
     emit("note", msg="%d GPU(s): %s" % (n, torch.cuda.get_device_name(0)), gpus=n, torch=torch.__version__,
-         cuda=torch.version.cuda or "", nccl=".".join(map(str, torch.cuda.nccl.version())) if hasattr(torch.cuda, "nccl") else "")
+         cuda=torch.version.cuda or "", nccl=nccl)
     workers = []
     port = free_port()
     if n > 1 and not args.get("no_allreduce"):

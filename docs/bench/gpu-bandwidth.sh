@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# gorun preflight --bandwidth on a GPU node, with an independent plain-torch
+# measurement in the same run, and the injected faults. Results under DIR.
+#   usage: GORUN=path docs/bench/gpu-bandwidth.sh PART [DIR]
+#   PART: 1gpu  host<->device and a 1-GPU all_reduce, compared with
+#               bw_independent.py; stalled-step and corrupted-copy hooks
+#         2gpu  the same plus every GPU pair (P2P compared too), busbw at
+#               2 GiB, NCCL_P2P_DISABLE=1 exported (all_reduce falls, the
+#               report says why) and a corrupted P2P copy
+# NCCL_NVLS_ENABLE and the other multicast-off variables the machine sets
+# are left as they are.
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+part=$1 dir=${2:-${OUT:-.}}
+gorun=${GORUN:?set GORUN to the gorun binary}
+mkdir -p "$dir"
+run() { # name, then env assignments and the command; keeps output, time and exit code
+  local name=$1; shift
+  local t0=$(date +%s%N)
+  { echo "\$ $*"; env "$@"; echo "exit $?"; } >"$dir/$name.txt" 2>&1
+  echo "$name: $(( ($(date +%s%N) - t0) / 1000000 )) ms, $(tail -1 "$dir/$name.txt")" | tee -a "$dir/times.txt"
+}
+{ echo "date: $(date -u +%FT%TZ)"; nvidia-smi -L; nvidia-smi topo -m; "$gorun" version
+  python3 -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda, "nccl", torch.cuda.nccl.version())'
+  env | grep -E '^(NCCL_|TORCH_SYMM|NVSHMEM_)' | sort; } >"$dir/machine.txt" 2>&1
+
+run node-text "$gorun" preflight --bandwidth node
+"$gorun" preflight --bandwidth node --json >"$dir/node.json" 2>"$dir/node-json.stderr"
+{ python3 docs/bench/bw_independent.py host
+  python3 docs/bench/bw_independent.py allreduce
+  [ "$part" = 2gpu ] && python3 docs/bench/bw_independent.py p2p; } >"$dir/independent.jsonl" 2>"$dir/independent.stderr"
+python3 docs/bench/bw_compare.py "$dir/node.json" "$dir/independent.jsonl" | tee "$dir/compare.txt"
+run stall-host GORUN_BW_TEST_STALL="host 0" "$gorun" preflight --bandwidth node
+run stall-allreduce GORUN_BW_TEST_STALL="allreduce 1073741824" "$gorun" preflight --bandwidth node
+run corrupt-host GORUN_BW_TEST_CORRUPT=host "$gorun" preflight --bandwidth node
+run corrupt-allreduce GORUN_BW_TEST_CORRUPT=allreduce "$gorun" preflight --bandwidth node
+if [ "$part" = 2gpu ]; then
+  run p2p-disabled NCCL_P2P_DISABLE=1 "$gorun" preflight --bandwidth node
+  run corrupt-p2p GORUN_BW_TEST_CORRUPT=p2p "$gorun" preflight --bandwidth node
+  run plan-after-corrupt GORUN_BW_TEST_CORRUPT=p2p "$gorun" --preflight warn --preflight-bandwidth node --dry-run --nproc-per-node gpu docs/bench/bw_independent.py
+fi
