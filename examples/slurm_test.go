@@ -15,11 +15,13 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -200,14 +202,15 @@ func (c slurmCluster) noneLeft(t *testing.T, timeout time.Duration) time.Duratio
 type nsWatch struct {
 	mu       sync.Mutex
 	workers  map[string]bool // node → a worker seen in the node's namespaces
-	strays   []string        // workers in a node's netns but another PID/UTS namespace
-	sshd     []string
+	strays   map[string]bool // workers in a node's netns but another PID/UTS namespace
+	sshd     map[string]bool
 	stop     chan struct{}
 	finished chan struct{}
 }
 
 func (c slurmCluster) watch() *nsWatch {
-	w := &nsWatch{workers: map[string]bool{}, stop: make(chan struct{}), finished: make(chan struct{})}
+	w := &nsWatch{workers: map[string]bool{}, strays: map[string]bool{}, sshd: map[string]bool{},
+		stop: make(chan struct{}), finished: make(chan struct{})}
 	go func() {
 		defer close(w.finished)
 		tick := time.NewTicker(100 * time.Millisecond)
@@ -221,12 +224,12 @@ func (c slurmCluster) watch() *nsWatch {
 				w.mu.Lock()
 				switch {
 				case p.comm == "sshd":
-					w.sshd = append(w.sshd, fmt.Sprintf("%s: %d %s", n.name, p.pid, p.cmdline))
+					w.sshd[fmt.Sprintf("%s: %d %s", n.name, p.pid, p.cmdline)] = true
 				case strings.Contains(p.cmdline, "train_ddp.py") && !strings.Contains(p.cmdline, "torchrun"):
 					if p.pnsID == n.pid && p.uts == n.uts {
 						w.workers[n.name] = true
 					} else {
-						w.strays = append(w.strays, fmt.Sprintf("%s: %d %s (pid %s uts %s)", n.name, p.pid, p.cmdline, p.pnsID, p.uts))
+						w.strays[fmt.Sprintf("%s: %d %s (pid %s uts %s)", n.name, p.pid, p.cmdline, p.pnsID, p.uts)] = true
 					}
 				}
 				w.mu.Unlock()
@@ -418,10 +421,10 @@ func TestSlurmHeadDDP(t *testing.T) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if len(w.sshd) > 0 {
-		t.Errorf("sshd ran in the Slurm nodes during the job:\n%s", strings.Join(w.sshd, "\n"))
+		t.Errorf("sshd ran in the Slurm nodes during the job:\n%s", strings.Join(slices.Sorted(maps.Keys(w.sshd)), "\n"))
 	}
 	if len(w.strays) > 0 {
-		t.Errorf("workers outside their node's PID/UTS namespaces:\n%s", strings.Join(w.strays, "\n"))
+		t.Errorf("workers outside their node's PID/UTS namespaces:\n%s", strings.Join(slices.Sorted(maps.Keys(w.strays)), "\n"))
 	}
 	for _, n := range c.nodes {
 		if !w.workers[n.name] {
