@@ -45,9 +45,10 @@ type Sample struct {
 	SMClockMHz *float64 `json:"sm_clock_mhz"`
 	TempC      *float64 `json:"temp_c"`
 	// PCIe and NVLink throughput in MB/s (10^6 bytes), received and
-	// transmitted by the GPU, averaged over the period since the previous
-	// sample (NVML's byte counters) or over NVML's own 20 ms window
-	// (nvmlDeviceGetPcieThroughput, where the counters are missing).
+	// transmitted by the GPU: NVLink averaged over the period since the
+	// previous sample (NVML's data counters, summed over the links), PCIe
+	// over NVML's 20 ms window (nvmlDeviceGetPcieThroughput, what
+	// nvidia-smi dmon -s t shows).
 	PCIeRxMBps   *float64 `json:"pcie_rx_mbps"`
 	PCIeTxMBps   *float64 `json:"pcie_tx_mbps"`
 	NVLinkRxMBps *float64 `json:"nvlink_rx_mbps"`

@@ -34,9 +34,11 @@ var clockReasons = []struct {
 	{nvml.ClocksEventReasonReliability, "reliability"},
 }
 
-// Field values read in one call per sample: cumulative byte counters whose
-// differences give throughput. scopeAllLinks sums the NVLink counters over
-// every link.
+// Field values read in one call per sample: NVLink's cumulative data
+// counters (KiB, summed over every link with scopeAllLinks), whose
+// differences give throughput. PCIe is not read this way: NVML's PCIe byte
+// counters (FI_DEV_PCIE_COUNT_*_BYTES) wrap, and on an H200 moving 4.7 GB/s
+// they wrapped within each 1 s period (docs/device/h200-1gpu/telemetry/).
 const scopeAllLinks = ^uint32(0)
 
 var counterFields = []struct {
@@ -44,17 +46,13 @@ var counterFields = []struct {
 	scope uint32
 	unit  float64 // bytes per count
 }{
-	{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scopeAllLinks, 1024}, // KiB
+	{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_RX, scopeAllLinks, 1024},
 	{nvml.FI_DEV_NVLINK_THROUGHPUT_DATA_TX, scopeAllLinks, 1024},
-	{nvml.FI_DEV_PCIE_COUNT_RX_BYTES, 0, 1},
-	{nvml.FI_DEV_PCIE_COUNT_TX_BYTES, 0, 1},
 }
 
 const (
 	fieldNVLinkRx = iota
 	fieldNVLinkTx
-	fieldPCIeRx
-	fieldPCIeTx
 )
 
 // eventTypes are the NVML events watched during the run, each registered
@@ -78,8 +76,8 @@ type gpuState struct {
 	uuid string
 
 	prevTime   time.Time
-	prevCount  [4]uint64
-	prevHave   [4]bool
+	prevCount  [2]uint64
+	prevHave   [2]bool
 	prevUncorr uint64
 	haveUncorr bool
 }
@@ -206,9 +204,14 @@ func (s *Sampler) Sample(now time.Time) []Sample {
 	pending := s.pending
 	s.pending = map[int][]string{}
 	s.mu.Unlock()
-	for _, g := range s.gpus {
-		out = append(out, g.read(now, pending[g.Index]))
+	// Each GPU is read in its own goroutine: the PCIe reading alone takes
+	// 2 x 20 ms, which on 8 GPUs in a row would be a third of a 1 s period.
+	out = out[:len(s.gpus)]
+	var wg sync.WaitGroup
+	for i, g := range s.gpus {
+		wg.Go(func() { out[i] = g.read(now, pending[g.Index]) })
 	}
+	wg.Wait()
 	return out
 }
 
@@ -252,9 +255,10 @@ func (g *gpuState) read(now time.Time, events []string) Sample {
 	return sm
 }
 
-// readCounters turns NVML's cumulative NVLink and PCIe byte counters into
-// rates over the time since the previous sample; where the PCIe counters
-// are missing it asks nvmlDeviceGetPcieThroughput (a 20 ms window).
+// readCounters turns NVML's cumulative NVLink counters into rates over the
+// time since the previous sample, and reads PCIe throughput the way
+// nvidia-smi dmon -s t does (nvmlDeviceGetPcieThroughput: bytes over a
+// 20 ms window, so a sample, not an average over the period).
 func (g *gpuState) readCounters(now time.Time, sm *Sample) {
 	vals := make([]nvml.FieldValue, len(counterFields))
 	for i, f := range counterFields {
@@ -262,7 +266,7 @@ func (g *gpuState) readCounters(now time.Time, sm *Sample) {
 	}
 	ok := g.dev.GetFieldValues(vals) == nvml.SUCCESS
 	dt := now.Sub(g.prevTime).Seconds()
-	rates := [4]*float64{}
+	var rates [2]*float64
 	for i, f := range counterFields {
 		if !ok || nvml.Return(vals[i].NvmlReturn) != nvml.SUCCESS {
 			g.prevHave[i] = false
@@ -276,14 +280,11 @@ func (g *gpuState) readCounters(now time.Time, sm *Sample) {
 	}
 	g.prevTime = now
 	sm.NVLinkRxMBps, sm.NVLinkTxMBps = rates[fieldNVLinkRx], rates[fieldNVLinkTx]
-	sm.PCIeRxMBps, sm.PCIeTxMBps = rates[fieldPCIeRx], rates[fieldPCIeTx]
-	if !g.prevHave[fieldPCIeRx] {
-		if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); ret == nvml.SUCCESS {
-			sm.PCIeRxMBps = f64(float64(v) * 1e3 / 1e6) // KB/s
-		}
-		if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); ret == nvml.SUCCESS {
-			sm.PCIeTxMBps = f64(float64(v) * 1e3 / 1e6)
-		}
+	if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_RX_BYTES); ret == nvml.SUCCESS {
+		sm.PCIeRxMBps = f64(float64(v) * 1e3 / 1e6) // KB/s
+	}
+	if v, ret := g.dev.GetPcieThroughput(nvml.PCIE_UTIL_TX_BYTES); ret == nvml.SUCCESS {
+		sm.PCIeTxMBps = f64(float64(v) * 1e3 / 1e6)
 	}
 }
 

@@ -19,7 +19,7 @@ import (
 type fakeGPU struct {
 	util, clock, powerMW, capMW, temp uint32
 	reasons                           uint64
-	nvlinkKiB, pcieBytes              uint64 // per read
+	nvlinkKiB                         uint64 // per read
 	noFields                          bool   // GetFieldValues not supported
 	pcieKBs                           uint32 // GetPcieThroughput's answer
 
@@ -66,8 +66,6 @@ func (g *fakeGPU) device(i int) *mock.Device {
 						continue
 					}
 					v = n * g.nvlinkKiB
-				case nvml.FI_DEV_PCIE_COUNT_RX_BYTES, nvml.FI_DEV_PCIE_COUNT_TX_BYTES:
-					v = n * g.pcieBytes
 				}
 				binary.NativeEndian.PutUint64(vals[i].Value[:], v)
 				vals[i].NvmlReturn = uint32(nvml.SUCCESS)
@@ -116,7 +114,7 @@ func fakeNode(gpus []*fakeGPU, events []nvml.EventData) (*mock.Interface, []*moc
 
 func busyH200() *fakeGPU {
 	return &fakeGPU{util: 97, clock: 1980, powerMW: 650_000, capMW: 700_000, temp: 61,
-		reasons: nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwThermalSlowdown, nvlinkKiB: 1 << 20, pcieBytes: 5e6}
+		reasons: nvml.ClocksEventReasonSwPowerCap | nvml.ClocksThrottleReasonHwThermalSlowdown, nvlinkKiB: 1 << 20, pcieKBs: 2500}
 }
 
 func TestSampleReadings(t *testing.T) {
@@ -148,15 +146,15 @@ func TestSampleReadings(t *testing.T) {
 		{"clock", a.SMClockMHz, 1980}, {"temp", a.TempC, 61},
 		// 1 GiB of NVLink data per read, 2 s apart: 536.9 MB/s each way.
 		{"nvlink rx", b.NVLinkRxMBps, 536.870912}, {"nvlink tx", b.NVLinkTxMBps, 536.870912},
-		{"pcie rx", b.PCIeRxMBps, 2.5}, {"pcie tx", b.PCIeTxMBps, 2.5},
+		{"pcie rx", b.PCIeRxMBps, 2.5}, {"pcie tx", b.PCIeTxMBps, 2.5}, {"pcie first", a.PCIeRxMBps, 2.5},
 	}
 	for _, c := range checks {
 		if c.got == nil || *c.got < c.want-1e-6 || *c.got > c.want+1e-6 {
 			t.Errorf("%s = %v, want %v", c.name, deref(c.got), c.want)
 		}
 	}
-	if a.NVLinkRxMBps != nil || a.PCIeTxMBps != nil {
-		t.Errorf("first sample has rates: %v %v (a rate needs two readings)", deref(a.NVLinkRxMBps), deref(a.PCIeTxMBps))
+	if a.NVLinkRxMBps != nil || a.NVLinkTxMBps != nil {
+		t.Errorf("first sample has NVLink rates: %v %v (a rate needs two readings)", deref(a.NVLinkRxMBps), deref(a.NVLinkTxMBps))
 	}
 	if !slices.Equal(a.ClockReasons, []string{"sw_power_cap", "hw_thermal"}) {
 		t.Errorf("clock reasons = %q", a.ClockReasons)
@@ -170,7 +168,7 @@ func deref(p *float64) any {
 	return *p
 }
 
-func TestSamplePCIeFallbackAndMissing(t *testing.T) {
+func TestSampleMissingReadings(t *testing.T) {
 	g := &fakeGPU{util: 5, noFields: true, pcieKBs: 2000}
 	lib, devs := fakeNode([]*fakeGPU{g}, nil)
 	devs[0].GetTemperatureFunc = func(nvml.TemperatureSensors) (uint32, nvml.Return) { return 0, nvml.ERROR_NOT_SUPPORTED }
@@ -181,7 +179,7 @@ func TestSamplePCIeFallbackAndMissing(t *testing.T) {
 	defer s.Close()
 	sm := s.Sample(time.Now())[0]
 	if sm.PCIeRxMBps == nil || *sm.PCIeRxMBps != 2 || sm.PCIeTxMBps == nil || *sm.PCIeTxMBps != 2 {
-		t.Errorf("pcie = %v %v, want 2 MB/s from GetPcieThroughput", deref(sm.PCIeRxMBps), deref(sm.PCIeTxMBps))
+		t.Errorf("pcie = %v %v, want 2 MB/s (2000 KB/s from GetPcieThroughput)", deref(sm.PCIeRxMBps), deref(sm.PCIeTxMBps))
 	}
 	if sm.NVLinkRxMBps != nil || sm.TempC != nil {
 		t.Errorf("unsupported readings not nil: nvlink %v temp %v", deref(sm.NVLinkRxMBps), deref(sm.TempC))
