@@ -61,6 +61,11 @@ gorun options:
                            stacks printed, attempt failed (default 30m; 0: off)
   --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
                            every rank's dump gathered under DIR on a failure
+  --telemetry-interval D   sample every node's GPUs this often while the job
+                           runs: status line, stragglers named (default 1s; 0: off)
+  --telemetry FILE         every GPU sample as JSON Lines (pandas.read_json(lines=True))
+  --report FILE.html       one self-contained HTML report at the end: per-GPU
+                           timelines, attempts and failures, preflight, plan
 
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)

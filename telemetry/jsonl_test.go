@@ -101,9 +101,17 @@ func TestJSONLSchema(t *testing.T) {
 // TestJSONLPandas loads the file with pandas where it is installed, as the
 // README tells users to.
 func TestJSONLPandas(t *testing.T) {
-	py, err := exec.LookPath("python3")
-	if err != nil || exec.Command(py, "-c", "import pandas").Run() != nil {
-		t.Skip("python3 with pandas is not installed (Debian: python3-pandas); the schema test covers the format")
+	py := ""
+	// The python3 on the PATH first, then Debian's, where python3-pandas
+	// puts it (a pyenv shim can come first on a developer's PATH).
+	for _, c := range []string{"python3", "/usr/bin/python3"} {
+		if p, err := exec.LookPath(c); err == nil && exec.Command(p, "-c", "import pandas").Run() == nil {
+			py = p
+			break
+		}
+	}
+	if py == "" {
+		t.Skip("python3 with pandas is not installed (Debian: python3-pandas; .ci/run installs it); the schema test covers the format")
 	}
 	path := filepath.Join(t.TempDir(), "t.jsonl")
 	if err := os.WriteFile(path, writeSamples(t), 0o644); err != nil {
