@@ -147,15 +147,15 @@ func (d *Detector) Observe(s Sample) []Finding {
 		med := median(utils)
 		low := med >= LowUtilPeerMin && *s.SMPct <= med-LowUtilGap
 		if ev, ok := sustained(low, s.Time, &st.lowUtilSince, &st.lowUtilSaid); ok {
-			say("low_util", fmt.Sprintf("SM utilisation %.0f%% for %s while its %d peers' median is %.0f%% (straggler)", *s.SMPct, ev, len(utils), med))
+			say("low_util", fmt.Sprintf("SM utilisation %.0f%% for %s while its peers' median is %.0f%% (%s; straggler)", *s.SMPct, ev, med, gpus(len(utils))))
 		}
 	}
 	if s.SMPct != nil && s.SMClockMHz != nil && len(clocks) > 0 {
 		med := median(clocks)
 		low := *s.SMPct >= BusyPct && *s.SMClockMHz <= LowClockRatio*med
 		if ev, ok := sustained(low, s.Time, &st.lowClockSince, &st.lowClockSaid); ok {
-			say("low_clock", fmt.Sprintf("SM clock %.0f MHz for %s while its busy peers' median is %.0f MHz (%.0f%%; clock reasons: %s)",
-				*s.SMClockMHz, ev, med, 100**s.SMClockMHz/med, reasonText(s.ClockReasons)))
+			say("low_clock", fmt.Sprintf("SM clock %.0f MHz for %s while its busy peers' median is %.0f MHz (%s; %.0f%% of it; clock reasons: %s)",
+				*s.SMClockMHz, ev, med, gpus(len(clocks)), 100**s.SMClockMHz/med, reasonText(s.ClockReasons)))
 		}
 	}
 	return out
@@ -177,6 +177,13 @@ func sustained(cond bool, now time.Time, since *time.Time, said *bool) (string, 
 	}
 	*said = true
 	return held.Round(time.Second).String(), true
+}
+
+func gpus(n int) string {
+	if n == 1 {
+		return "1 GPU"
+	}
+	return fmt.Sprintf("%d GPUs", n)
 }
 
 func reasonText(r []string) string {

@@ -35,10 +35,10 @@ func TestDetector(t *testing.T) {
 	}{
 		{"healthy", steady(30, step{util: 93, clock: 1980}), nil},
 		{"low utilisation, sustained", steady(15, step{util: 40, clock: 1980}),
-			[]string{"node2 gpu3 (rank 3): SM utilisation 40% for 10s while its 3 peers' median is 95% (straggler)"}},
+			[]string{"node2 gpu3 (rank 3): SM utilisation 40% for 10s while its peers' median is 95% (3 GPUs; straggler)"}},
 		{"low utilisation, too short", append(steady(8, step{util: 40, clock: 1980}), steady(10, step{util: 95, clock: 1980})...), nil},
 		{"low clock", steady(12, step{util: 99, clock: 1400}),
-			[]string{"node2 gpu3 (rank 3): SM clock 1400 MHz for 10s while its busy peers' median is 1980 MHz (71%; clock reasons: none)"}},
+			[]string{"node2 gpu3 (rank 3): SM clock 1400 MHz for 10s while its busy peers' median is 1980 MHz (3 GPUs; 71% of it; clock reasons: none)"}},
 		{"idle GPU at low clock is not slow", steady(12, step{util: 0, clock: 345}),
 			[]string{"SM utilisation 0% for 10s"}},
 		{"thermal throttle", steady(3, step{util: 95, clock: 1600, reasons: []string{"sw_power_cap", "hw_thermal"}}),
