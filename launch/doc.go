@@ -64,6 +64,15 @@
 // (GORUN_RESTART_COUNT, which RunWorker copies to
 // TORCHELASTIC_RESTART_COUNT), picks a fresh port, or drops a node there.
 //
+// # Telemetry and the status line
+//
+// Frames of kind sshexec.FrameTelemetry go to Options.Telemetry with their
+// node and attempt, and what it returns is printed on Diag; launch does
+// not read them. With Options.Status and StatusOut, the writer goroutine
+// keeps one status line under the output, erased before every write and
+// redrawn after, and removed at the end; Options.Failed hears of each
+// failed attempt as it is stopped.
+//
 // # Runners
 //
 // Run passes Runner.Start a context that ends when the user cancels only

@@ -31,7 +31,11 @@
 // named in the job's environment and passes the frames its descendants send
 // there to the head on its stdout, whole and in arrival order, framing the
 // job's own output alongside; the head can send bytes back to them
-// (Process.Tell). What the frames mean is the caller's business.
+// (Process.Tell). What the frames mean is the caller's business. A
+// relayed job with Job.Sidecar settings also gets the agent's sidecar
+// (ServeAgentWith): a function that runs inside the agent while the job's
+// main process lives and sends FrameTelemetry frames on the same stream;
+// sshexec never reads the settings or the frames.
 //
 // Every blocking call takes a context.Context first; cancelling it stops the
 // call, a dial included: the SSH handshake, which has no context of its
