@@ -445,17 +445,16 @@ def cross_main(args):
         t = torch.zeros(size // 4, dtype=torch.float32, device=dev)
 
         def measure():
+            # A fixed count: both ranks must run the same collectives.
             dist.all_reduce(t)
             if backend == "nccl":
                 torch.cuda.synchronize()
-            reps, el, t0 = 0, 0.0, time.perf_counter()
-            while reps < 3 or (el < 0.2 and reps < 20):
+            reps, t0 = 3, time.perf_counter()
+            for _ in range(reps):
                 dist.all_reduce(t)
-                if backend == "nccl":
-                    torch.cuda.synchronize()
-                reps += 1
-                el = time.perf_counter() - t0
-            return el / reps
+            if backend == "nccl":
+                torch.cuda.synchronize()
+            return (time.perf_counter() - t0) / reps
 
         el = steps.run("cross %d" % size, float(args.get("limit", 20)), measure)
         if not el:
@@ -465,7 +464,7 @@ def cross_main(args):
              algbw_gbs=alg, busbw_gbs=alg * 2 * (world - 1) / world, bad_values=bad)
         # Both ranks must run the same collectives: rank 0 decides whether
         # the next size (about 4x longer) still fits the budget.
-        go = torch.tensor([1.0 if time.monotonic() - start + 6 * el * 4 < budget else 0.0], device=dev)
+        go = torch.tensor([1.0 if time.monotonic() - start + 5 * el * 4 < budget else 0.0], device=dev)
         dist.broadcast(go, 0)
         if go.item() == 0:
             break

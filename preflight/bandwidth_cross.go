@@ -99,7 +99,7 @@ func measureCross(ctx context.Context, targets []Target, reports []NodeReport, t
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				results[k] = measurePairOf(ctx, targets[idx[p.a]], targets[idx[p.b]], reports[idx[p.a]], torchrun)
+				results[k] = measurePairOf(ctx, targets[idx[p.a]], targets[idx[p.b]], reports[idx[p.a]], reports[idx[p.b]], torchrun)
 			}()
 		}
 		wg.Wait()
@@ -111,9 +111,10 @@ func measureCross(ctx context.Context, targets []Target, reports []NodeReport, t
 	return out
 }
 
-func measurePairOf(ctx context.Context, a, b Target, ra NodeReport, torchrun string) CrossResult {
+func measurePairOf(ctx context.Context, a, b Target, ra, rb NodeReport, torchrun string) CrossResult {
 	res := CrossResult{Hosts: []string{a.Host, b.Host}}
 	addr, ifname := pairAddress(ra)
+	_, ifnameB := pairAddress(rb)
 	port := 40000 + rand.IntN(10000)
 	req := PairRequest{Torchrun: torchrun, Master: net.JoinHostPort(addr, strconv.Itoa(port)), Ifname: ifname,
 		BudgetSeconds: crossBudget.Seconds(), LimitSeconds: crossLimit.Seconds()}
@@ -128,7 +129,7 @@ func measurePairOf(ctx context.Context, a, b Target, ra NodeReport, torchrun str
 			r := req
 			r.Rank = rank
 			if rank == 1 {
-				r.Ifname = "" // the other node's own route decides there
+				r.Ifname = ifnameB // each node's own interface names may differ
 			}
 			arg, _ := json.Marshal(r)
 			raw, err := t.Agent.AgentOutput(pctx, BandwidthCommand, string(arg))
@@ -158,9 +159,12 @@ func measurePairOf(ctx context.Context, a, b Target, ra NodeReport, torchrun str
 	return res
 }
 
-// CheckCross names the node (or link) that is slow: each pair is judged
-// against the median pair at the largest size every pair reached; a node
-// whose every pair is far below the median is named slow.
+// CheckCross names the node (or link) that is slow. Pairs are compared at
+// the largest size every pair reached. A node's figure is its best pair (a
+// healthy node has at least one healthy neighbour on the ring; a slow
+// node's NIC slows all of its pairs); a node whose best is below FarBelow
+// of the median node is named slow. Without a slow node, a pair below
+// FarBelow of the best pair is named as a slow link.
 func CheckCross(results []CrossResult) []Finding {
 	if len(results) == 0 {
 		return nil
@@ -200,69 +204,71 @@ func CheckCross(results []CrossResult) []Finding {
 		bw float64
 	}
 	var figs []fig
+	best := map[string]float64{}
+	var order []string
+	top := 0.0
 	for _, r := range results {
 		for _, f := range r.Figures {
-			if f.Bytes == common {
-				figs = append(figs, fig{r, f.AlgBW})
+			if f.Bytes != common {
+				continue
+			}
+			figs = append(figs, fig{r, f.AlgBW})
+			top = max(top, f.AlgBW)
+			for _, h := range r.Hosts {
+				if _, seen := best[h]; !seen {
+					order = append(order, h)
+				}
+				best[h] = max(best[h], f.AlgBW)
 			}
 		}
 	}
 	if len(figs) == 0 {
 		return out
 	}
-	bws := make([]float64, len(figs))
 	var lines []string
-	for i, f := range figs {
-		bws[i] = f.bw
-		lines = append(lines, fmt.Sprintf("%s↔%s %.2f GB/s", f.r.Hosts[0], f.r.Hosts[1], f.bw))
+	for _, f := range figs {
+		lines = append(lines, fmt.Sprintf("%s↔%s %.3g GB/s", f.r.Hosts[0], f.r.Hosts[1], f.bw))
 	}
-	sort.Float64s(bws)
-	median := bws[len(bws)/2]
-	if len(bws)%2 == 0 {
-		median = (bws[len(bws)/2-1] + bws[len(bws)/2]) / 2
+	bests := make([]float64, 0, len(best))
+	for _, b := range best {
+		bests = append(bests, b)
 	}
-	evidence := fmt.Sprintf("all_reduce algbw at %s (%s): %s; median %.2f GB/s", sizeString(common), figs[0].r.Figures[0].Backend, strings.Join(lines, ", "), median)
+	sort.Float64s(bests)
+	median := bests[len(bests)/2]
+	if len(bests)%2 == 0 {
+		median = (bests[len(bests)/2-1] + bests[len(bests)/2]) / 2
+	}
+	evidence := fmt.Sprintf("all_reduce algbw at %s (%s): %s; median node (its best pair) %.3g GB/s", sizeString(common), figs[0].r.Figures[0].Backend, strings.Join(lines, ", "), median)
 	if len(figs) < 3 {
 		out = append(out, ok("bandwidth.cross", fmt.Sprintf("all_reduce between nodes ran on %d pair(s); with fewer than 3 pairs no node can be singled out", len(figs)), evidence))
 		return out
 	}
-	slowPairs := map[string]int{}
-	pairs := map[string]int{}
-	var slowLinks []fig
-	for _, f := range figs {
-		for _, h := range f.r.Hosts {
-			pairs[h]++
-		}
-		if f.bw < FarBelow*median {
-			slowLinks = append(slowLinks, f)
-			for _, h := range f.r.Hosts {
-				slowPairs[h]++
-			}
-		}
-	}
 	var slowNodes []string
-	for h, n := range slowPairs {
-		if n == pairs[h] {
+	for _, h := range order {
+		if best[h] < FarBelow*median {
 			slowNodes = append(slowNodes, h)
 		}
 	}
-	sort.Strings(slowNodes)
 	for _, h := range slowNodes {
 		out = append(out, Finding{ID: "bandwidth.slow_node", Severity: SeverityWarn,
-			Message:  fmt.Sprintf("%s is slow: every all_reduce it took part in ran below %.0f%% of the median pair", h, 100*FarBelow),
+			Message:  fmt.Sprintf("%s is slow: its best all_reduce with a neighbour moved %.3g GB/s, under %.0f%% of the median node's %.3g", h, best[h], 100*FarBelow, median),
 			Evidence: evidence,
 			Remedy:   "check " + h + "'s NIC: link speed (ethtool, ibstat), errors, the interface NCCL uses, and traffic shaping (tc qdisc show)"})
 	}
+	slowLinks := 0
 	if len(slowNodes) == 0 {
-		for _, f := range slowLinks {
-			out = append(out, Finding{ID: "bandwidth.slow_link", Severity: SeverityWarn,
-				Message:  fmt.Sprintf("the link between %s and %s is slow (%.2f GB/s against a median of %.2f)", f.r.Hosts[0], f.r.Hosts[1], f.bw, median),
-				Evidence: evidence,
-				Remedy:   "check the switch ports and cabling between the two nodes"})
+		for _, f := range figs {
+			if f.bw < FarBelow*top {
+				slowLinks++
+				out = append(out, Finding{ID: "bandwidth.slow_link", Severity: SeverityWarn,
+					Message:  fmt.Sprintf("the link between %s and %s is slow (%.3g GB/s against the best pair's %.3g)", f.r.Hosts[0], f.r.Hosts[1], f.bw, top),
+					Evidence: evidence,
+					Remedy:   "check the switch ports and cabling between the two nodes"})
+			}
 		}
 	}
-	if len(slowLinks) == 0 {
-		out = append(out, ok("bandwidth.cross", fmt.Sprintf("all_reduce between nodes: %d pairs within %.0f%% of the median", len(figs), 100*FarBelow), evidence))
+	if len(slowNodes) == 0 && slowLinks == 0 {
+		out = append(out, ok("bandwidth.cross", fmt.Sprintf("all_reduce between nodes: %d pairs, every node within %.0f%% of the median", len(figs), 100*FarBelow), evidence))
 	}
 	return out
 }

@@ -257,6 +257,18 @@ func TestCheckCross(t *testing.T) {
 		t.Errorf("want the figures compared at the common size, 1 MiB:\n%s", dumpBW(got))
 	}
 
+	// Three nodes, the slow one in two of the three pairs: the median
+	// pair is slow, the median node is not.
+	three := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "a", 0.011)})
+	if d := dumpBW(three); strings.Count(d, "bandwidth.slow_node") != 1 || !strings.Contains(d, "c is slow") {
+		t.Errorf("three nodes, c slow:\n%s", d)
+	}
+	// One bad cable: both of its nodes have a healthy pair too.
+	link := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "d", 1.1), crossOf("d", "a", 0.9)})
+	if d := dumpBW(link); strings.Contains(d, "slow_node") || !strings.Contains(d, "the link between b and c is slow") {
+		t.Errorf("one slow link:\n%s", d)
+	}
+
 	two := CheckCross([]CrossResult{crossOf("a", "b", 1)})
 	if len(two) != 1 || two[0].Severity != SeverityOK || !strings.Contains(two[0].Message, "fewer than 3 pairs") {
 		t.Errorf("two nodes:\n%s", dumpBW(two))
