@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"os/exec"
 	"strconv"
@@ -57,9 +58,14 @@ type BandwidthFacts struct {
 	Stalled []Stall  `json:"stalled,omitempty"`
 	Errors  []string `json:"errors,omitempty"`
 	Seconds float64  `json:"seconds"` // wall time of the whole measurement
+	// Steps is how long each finished step took, in order (the bound on
+	// the whole is the sum plus starting Python).
+	Steps []StepTime `json:"steps,omitempty"`
 	// Hooks are the test hooks that were set (GORUN_BW_TEST_*), so a report
 	// made with an injected fault says so.
 	Hooks []string `json:"hooks,omitempty"`
+
+	begun float64 // the running step's start, script time
 }
 
 // P2PBandwidth is one GPU pair: Src→Dst copies (unidirectional), both
@@ -119,6 +125,12 @@ type CrossBandwidth struct {
 	Rank      int      `json:"rank"`
 }
 
+// StepTime is one finished measurement step and its duration.
+type StepTime struct {
+	Step    string  `json:"step"`
+	Seconds float64 `json:"seconds"`
+}
+
 // BusBW is nccl-tests' all_reduce bus bandwidth for n ranks.
 func BusBW(algbw float64, n int) float64 {
 	if n < 1 {
@@ -129,14 +141,14 @@ func BusBW(algbw float64, n int) float64 {
 
 // bandwidthEvent is one line of the script's output.
 type bandwidthEvent struct {
-	Event  string  `json:"event"`
-	Step   string  `json:"step"`
-	Limit  float64 `json:"limit_s"`
-	Msg    string  `json:"msg"`
-	GPUs   int     `json:"gpus"`
-	Torch  string  `json:"torch"`
-	NCCL   string  `json:"nccl"`
-	Second float64 `json:"seconds"`
+	Event string  `json:"event"`
+	Step  string  `json:"step"`
+	Limit float64 `json:"limit_s"`
+	Msg   string  `json:"msg"`
+	GPUs  int     `json:"gpus"`
+	Torch string  `json:"torch"`
+	NCCL  string  `json:"nccl"`
+	T     float64 `json:"t"`
 }
 
 // apply adds one output line to f; it returns the event for the runner's
@@ -174,6 +186,10 @@ func (f *BandwidthFacts) apply(line []byte) (bandwidthEvent, error) {
 		if strings.HasPrefix(ev.Msg, "no GPUs") {
 			f.NoGPUs = true
 		}
+	case "begin":
+		f.begun = ev.T
+	case "end":
+		f.Steps = append(f.Steps, StepTime{Step: ev.Step, Seconds: math.Round((ev.T-f.begun)*1000) / 1000})
 	case "error":
 		f.Errors = append(f.Errors, fmt.Sprintf("step %q: %s", ev.Step, ev.Msg))
 	case "stalled":

@@ -4,10 +4,10 @@ gorun embeds this file and runs it on every node with the interpreter
 torchrun uses (`gorun preflight --bandwidth node|all`). It prints one JSON
 object per line on stdout; gorun reads them as they come:
 
-  {"event": "begin", "step": NAME, "limit_s": S}   a step starts; gorun kills
+  {"event": "begin", "step": NAME, "limit_s": S, "t": T}  a step starts; gorun kills
                                                      the process group when it
                                                      has not ended after S
-  {"event": "end", "step": NAME}
+  {"event": "end", "step": NAME, "t": T}          (T: seconds since the start)
   {"event": "p2p", ...}, {"event": "host", ...}, {"event": "allreduce", ...},
   {"event": "cross", ...}                            one figure each
   {"event": "note", "msg": ...}                      e.g. no GPUs on this node
@@ -47,10 +47,12 @@ import time
 MiB = 1 << 20
 GiB = 1 << 30
 _out_lock = threading.Lock()
+_t0 = time.monotonic()
 
 
 def emit(event, **kw):
     kw["event"] = event
+    kw["t"] = round(time.monotonic() - _t0, 4)  # seconds since the script started
     line = json.dumps(kw, separators=(",", ":"))
     with _out_lock:
         sys.stdout.write(line + "\n")

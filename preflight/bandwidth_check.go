@@ -241,9 +241,13 @@ func checkP2PBandwidth(f Facts, hooks string) []Finding {
 		}
 		lines = append(lines, line)
 	}
+	verifiedWord := " verified and"
+	if len(out) > 0 { // corrupt pairs, reported above
+		verifiedWord = ""
+	}
 	out = append(out, slow...)
 	if len(f.Bandwidth.P2P) > 0 && len(slow) == 0 {
-		out = append(out, ok("bandwidth.p2p", fmt.Sprintf("P2P copies between %d GPU pair(s) verified and near their links' rate", len(f.Bandwidth.P2P)),
+		out = append(out, ok("bandwidth.p2p", fmt.Sprintf("P2P copies between %d GPU pair(s)%s near their links' rate", len(f.Bandwidth.P2P), verifiedWord),
 			strings.Join(lines, "; ")))
 	}
 	if f.Bandwidth.GPUs == 1 {
@@ -294,16 +298,20 @@ func checkHostBandwidth(f Facts, hooks string) []Finding {
 		if !h.Local {
 			if l := local[h.GPU]; l > 0 && h.H2DGBs < FarBelow*l {
 				slow = append(slow, Finding{ID: "bandwidth.host_numa", Severity: SeverityWarn,
-					Message: fmt.Sprintf("GPU%d on %s is much slower fed from NUMA node %d than from its own", h.GPU, f.Host, h.NUMANode),
+					Message:  fmt.Sprintf("GPU%d on %s is much slower fed from NUMA node %d than from its own", h.GPU, f.Host, h.NUMANode),
 					Evidence: fmt.Sprintf("H2D %.1f GB/s from CPUs %s, %.1f from the GPU's own node", h.H2DGBs, h.CPUs, l),
 					Remedy:   "keep each rank on its GPU's NUMA node (gorun binds ranks to GPU-local CPUs unless --numa-binding or --run-path is used)"})
 			}
 		}
 		lines = append(lines, line)
 	}
+	verifiedWord := " verified and"
+	if len(out) > 0 {
+		verifiedWord = ""
+	}
 	out = append(out, slow...)
 	if len(lines) > 0 && len(slow) == 0 {
-		out = append(out, ok("bandwidth.host", "host↔device copies from pinned memory verified and near their PCIe links' rate", strings.Join(lines, "; ")))
+		out = append(out, ok("bandwidth.host", "host↔device copies from pinned memory"+verifiedWord+" near their PCIe links' rate", strings.Join(lines, "; ")))
 	}
 	return out
 }
@@ -351,7 +359,7 @@ func checkAllReduceBandwidth(f Facts, hooks string) []Finding {
 			remedy = "NCCL_P2P_DISABLE=" + p2p + " sends NCCL through host memory: unset it unless a P2P fault needs it"
 		}
 		out = append(out, Finding{ID: "bandwidth.allreduce", Severity: SeverityWarn,
-			Message: fmt.Sprintf("NCCL all_reduce over %d GPUs on %s reaches %.0f%% of the links' rate (%.1f GB/s busbw at %s)", last.Ranks, f.Host, 100*last.BusBW/e.GBs, last.BusBW, sizeString(last.Bytes)),
+			Message:  fmt.Sprintf("NCCL all_reduce over %d GPUs on %s reaches %.0f%% of the links' rate (%.1f GB/s busbw at %s)", last.Ranks, f.Host, 100*last.BusBW/e.GBs, last.BusBW, sizeString(last.Bytes)),
 			Evidence: ev, Remedy: remedy})
 		return out
 	}

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"fmt"
+	"sort"
 	"strings"
 )
 
@@ -39,11 +40,20 @@ func writeBandwidth(ew *errWriter, b *BandwidthFacts) {
 			ew.printf("    %-12s %10.1f %10.1f %10.1f %d\n", sizeString(a.Bytes), a.TimeUs, a.AlgBW, a.BusBW, a.Ranks)
 		}
 	}
+	if len(b.Steps) > 0 {
+		steps := append([]StepTime{}, b.Steps...)
+		sort.SliceStable(steps, func(i, j int) bool { return steps[i].Seconds > steps[j].Seconds })
+		var parts []string
+		for _, s := range steps[:min(5, len(steps))] {
+			parts = append(parts, fmt.Sprintf("%s %.2fs", s.Step, s.Seconds))
+		}
+		ew.printf("    slowest steps: %s\n", strings.Join(parts, ", "))
+	}
 }
 
 func verified(bad int64) string {
 	if bad > 0 {
-		return fmt.Sprintf("WRONG (%d bytes)", bad)
+		return fmt.Sprintf("WRONG (%d B)", bad)
 	}
 	return "yes"
 }
@@ -62,7 +72,7 @@ func writeCross(ew *errWriter, cross []CrossResult) {
 		}
 		var parts []string
 		for _, f := range r.Figures {
-			parts = append(parts, fmt.Sprintf("%s %.2f", sizeString(f.Bytes), f.AlgBW))
+			parts = append(parts, fmt.Sprintf("%s %.3g", sizeString(f.Bytes), f.AlgBW))
 		}
 		ew.printf("    %-24s %s algbw GB/s: %s\n", pair, r.Figures[0].Backend, strings.Join(parts, ", "))
 	}

@@ -420,3 +420,32 @@ func TestMeasurePairCorruptHook(t *testing.T) {
 		t.Errorf("findings:\n%s", dumpBW(fs))
 	}
 }
+
+// TestBandwidthReportGolden renders a 2×H200 node with a corrupted P2P copy
+// and a three-node ring with one slow node, as text and JSON.
+func TestBandwidthReportGolden(t *testing.T) {
+	b, err := ParseBandwidthOutput(strings.NewReader(h200Output))
+	if err != nil {
+		t.Fatal(err)
+	}
+	b.Python, b.Seconds = "/opt/torch/.venv/bin/python", 4.2
+	b.P2P[0].ReverseBadBytes, b.P2P[0].ReverseFirstBad = 1, 12345
+	b.Hooks = []string{"GORUN_BW_TEST_CORRUPT=p2p"}
+	b.Steps = []StepTime{{"init", 2.1}, {"p2p 0<->1", 0.21}, {"host 0 local", 0.31}, {"allreduce init", 0.9}, {"allreduce 2147483648", 0.12}}
+	f := h200Pair()
+	f.Hostname, f.Bandwidth = "gpu1", &b
+	fs := checkBandwidth(f)
+	cross := []CrossResult{crossOf("n1", "n2", 1.1), crossOf("n2", "n3", 0.011), crossOf("n3", "n1", 0.012)}
+	rep := NewReport([]NodeReport{{Host: "n1", Facts: Facts{Hostname: "gpu1", Bandwidth: &b}, Findings: fs}}, CheckCross(cross))
+	rep.Cross = cross
+	var txt strings.Builder
+	if err := rep.WriteText(&txt); err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "bandwidth-report.txt", []byte(txt.String()))
+	js, err := json.MarshalIndent(rep.Nodes[0].Facts.Bandwidth, "", "  ")
+	if err != nil {
+		t.Fatal(err)
+	}
+	golden(t, "bandwidth-facts.json", append(js, '\n'))
+}
