@@ -3,7 +3,9 @@
 # measurement in the same run, and the injected faults. Results under DIR.
 #   usage: GORUN=path docs/bench/gpu-bandwidth.sh PART [DIR]
 #   PART: 1gpu  host<->device and a 1-GPU all_reduce, compared with
-#               bw_independent.py; stalled-step and corrupted-copy hooks
+#               bw_independent.py; stalled-step and corrupted-copy hooks;
+#               --preflight-bandwidth node before a launch (dry run, and a
+#               launch a corrupted copy stops)
 #         2gpu  the same plus every GPU pair (P2P compared too), busbw at
 #               2 GiB, NCCL_P2P_DISABLE=1 exported (all_reduce falls, the
 #               report says why) and a corrupted P2P copy
@@ -34,6 +36,9 @@ run stall-host GORUN_BW_TEST_STALL="host 0" "$gorun" preflight --bandwidth node
 run stall-allreduce GORUN_BW_TEST_STALL="allreduce 1073741824" "$gorun" preflight --bandwidth node
 run corrupt-host GORUN_BW_TEST_CORRUPT=host "$gorun" preflight --bandwidth node
 run corrupt-allreduce GORUN_BW_TEST_CORRUPT=allreduce "$gorun" preflight --bandwidth node
+# the same check before a launch: a dry run, then a launch stopped by a fault
+run launch-dry "$gorun" --preflight-bandwidth node --dry-run --nproc-per-node gpu docs/bench/bw_independent.py host
+run launch-corrupt GORUN_BW_TEST_CORRUPT=host "$gorun" --preflight-bandwidth node --nproc-per-node gpu docs/bench/bw_independent.py host
 if [ "$part" = 2gpu ]; then
   run p2p-disabled NCCL_P2P_DISABLE=1 "$gorun" preflight --bandwidth node
   run corrupt-p2p GORUN_BW_TEST_CORRUPT=p2p "$gorun" preflight --bandwidth node
