@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/shell"
@@ -245,6 +246,34 @@ func (g *gpuWatch) options(o *launch.Options, diag io.Writer) {
 	o.Telemetry = g.frame
 	o.Failed = g.failed
 	if isTerminal(diag) {
-		o.Status, o.StatusOut = g.statusLine, diag
+		width := terminalWidth(diag)
+		o.Status = func(lines int64) string { return fitWidth(g.statusLine(lines), width) }
+		o.StatusOut = diag
 	}
+}
+
+// terminalWidth is w's width in columns, 0 when unknown.
+func terminalWidth(w io.Writer) int {
+	f, ok := w.(*os.File)
+	if !ok {
+		return 0
+	}
+	ws, err := unix.IoctlGetWinsize(int(f.Fd()), unix.TIOCGWINSZ)
+	if err != nil {
+		return 0
+	}
+	return int(ws.Col)
+}
+
+// fitWidth cuts the status line to one row short of the terminal's width:
+// a line that wrapped could not be erased with one carriage return.
+func fitWidth(line string, width int) string {
+	if width <= 1 {
+		return line
+	}
+	r := []rune(line)
+	if len(r) < width {
+		return line
+	}
+	return string(r[:width-2]) + "…"
 }

@@ -165,3 +165,21 @@ func TestGPUWatchNoStatusOffTerminal(t *testing.T) {
 		t.Errorf("off a terminal: telemetry %v, status %v", o.Telemetry != nil, o.Status != nil)
 	}
 }
+
+func TestFitWidth(t *testing.T) {
+	tests := []struct {
+		line  string
+		width int
+		want  string
+	}{
+		{"gorun: 5 lines/s", 0, "gorun: 5 lines/s"},
+		{"gorun: 5 lines/s", 80, "gorun: 5 lines/s"},
+		{"gorun: 5 lines/s", 16, "gorun: 5 lines…"}, // 15 columns: one short of the width
+		{"gorun: 5 lines/s", 17, "gorun: 5 lines/s"},
+	}
+	for _, tt := range tests {
+		if got := fitWidth(tt.line, tt.width); got != tt.want {
+			t.Errorf("fitWidth(%q, %d) = %q, want %q", tt.line, tt.width, got, tt.want)
+		}
+	}
+}
