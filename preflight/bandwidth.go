@@ -68,7 +68,8 @@ type BandwidthFacts struct {
 	begun float64 // the running step's start, script time
 }
 
-// P2PBandwidth is one GPU pair: Src→Dst copies (unidirectional), both
+// P2PBandwidth is one GPU pair: Src→Dst and Dst→Src copies
+// (unidirectional, each measured alone), both
 // directions at once (bidirectional, the sum), and a small copy's latency
 // (launch included). BadBytes counts bytes of the Src→Dst copy that did
 // not match; ReverseBadBytes those of Dst→Src.
@@ -77,7 +78,8 @@ type P2PBandwidth struct {
 	Dst             int     `json:"dst"`
 	Bytes           int64   `json:"bytes"`
 	PeerAccess      bool    `json:"peer_access"`
-	UniGBs          float64 `json:"uni_gbs"`
+	UniGBs          float64 `json:"uni_gbs"`         // Src→Dst
+	ReverseUniGBs   float64 `json:"reverse_uni_gbs"` // Dst→Src
 	BidirGBs        float64 `json:"bidir_gbs"`
 	LatencyUs       float64 `json:"latency_us"`
 	BadBytes        int64   `json:"bad_bytes"`

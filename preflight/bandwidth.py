@@ -205,6 +205,8 @@ def p2p_pair(torch, steps, name, i, j, nbytes, salt):
     reps = 5
     dst_j.copy_(src_i)  # warm-up (and peer mapping)
     uni = timed(torch, (i, j), lambda: dst_j.copy_(src_i, non_blocking=True), reps)
+    dst_i.copy_(src_j)
+    uni_rev = timed(torch, (i, j), lambda: dst_i.copy_(src_j, non_blocking=True), reps)
     # Both directions at once: each copy on streams of its own, so neither
     # waits for the other (torch synchronises a copy with both devices'
     # current streams).
@@ -222,7 +224,8 @@ def p2p_pair(torch, steps, name, i, j, nbytes, salt):
     small_dst.copy_(small_src)
     lat = timed(torch, (i, j), lambda: small_dst.copy_(small_src, non_blocking=True), 50)
     rec = {"src": i, "dst": j, "bytes": nbytes, "peer_access": access,
-           "uni_gbs": nbytes / uni / 1e9, "bidir_gbs": 2 * nbytes / bidir / 1e9,
+           "uni_gbs": nbytes / uni / 1e9, "reverse_uni_gbs": nbytes / uni_rev / 1e9,
+           "bidir_gbs": 2 * nbytes / bidir / 1e9,
            "latency_us": lat * 1e6}
     results = []
     for got, want_salt, dev, src, dst in ((dst_j, salt, j, i, j), (dst_i, salt + 1, i, j, i)):

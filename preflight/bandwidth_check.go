@@ -214,6 +214,10 @@ func stalledStepRemedy(step string) string {
 func checkP2PBandwidth(f Facts, hooks string) []Finding {
 	var out, slow []Finding
 	var lines []string
+	remedy := p2pRemedy
+	if v, set := f.Env["NCCL_P2P_DISABLE"]; set {
+		remedy += fmt.Sprintf("; NCCL_P2P_DISABLE=%s is already set on %s, and the plan keeps a value you set", v, f.Host)
+	}
 	for _, p := range f.Bandwidth.P2P {
 		for _, d := range []struct {
 			src, dst    int
@@ -224,18 +228,22 @@ func checkP2PBandwidth(f Facts, hooks string) []Finding {
 					Message: fmt.Sprintf("P2P copy GPU%d→GPU%d on %s returned wrong data", d.src, d.dst, f.Host),
 					Evidence: fmt.Sprintf("%d of %d bytes differ, first at byte %d; peer access %v%s",
 						d.bad, p.Bytes, d.offset, p.PeerAccess, hooks),
-					Remedy: p2pRemedy})
+					Remedy: remedy})
 			}
 		}
 		e := PairExpectation(f, p.Src, p.Dst)
-		line := fmt.Sprintf("GPU%d↔GPU%d %.1f GB/s uni, %.1f bidir, %.1f µs", p.Src, p.Dst, p.UniGBs, p.BidirGBs, p.LatencyUs)
+		line := fmt.Sprintf("GPU%d→GPU%d %.1f GB/s, GPU%d→GPU%d %.1f, bidirectional %.1f, %.1f µs", p.Src, p.Dst, p.UniGBs, p.Dst, p.Src, p.ReverseUniGBs, p.BidirGBs, p.LatencyUs)
+		worst := p.UniGBs
+		if p.ReverseUniGBs > 0 {
+			worst = min(worst, p.ReverseUniGBs)
+		}
 		if e.Known() {
 			line += fmt.Sprintf(" (expect ≤ %.0f, %s)", e.GBs, e.Source)
-			if p.UniGBs < FarBelow*e.GBs {
+			if worst < FarBelow*e.GBs {
 				slow = append(slow, Finding{ID: "bandwidth.p2p", Severity: SeverityWarn,
-					Message: fmt.Sprintf("P2P GPU%d↔GPU%d on %s moves %.0f%% of what its link should give", p.Src, p.Dst, f.Host, 100*p.UniGBs/e.GBs),
-					Evidence: fmt.Sprintf("%.1f GB/s unidirectional, %.1f bidirectional; expected about %.0f GB/s per direction from %s; peer access %v",
-						p.UniGBs, p.BidirGBs, e.GBs, e.Source, p.PeerAccess),
+					Message: fmt.Sprintf("P2P GPU%d↔GPU%d on %s moves %.0f%% of what its link should give", p.Src, p.Dst, f.Host, 100*worst/e.GBs),
+					Evidence: fmt.Sprintf("%.1f GB/s GPU%d→GPU%d, %.1f GPU%d→GPU%d, %.1f bidirectional; expected about %.0f GB/s per direction from %s; peer access %v",
+						p.UniGBs, p.Src, p.Dst, p.ReverseUniGBs, p.Dst, p.Src, p.BidirGBs, e.GBs, e.Source, p.PeerAccess),
 					Remedy: "check `nvidia-smi nvlink -s` for links down or slow, `nvidia-smi topo -m` for the path, and that peer access is enabled (ACS/IOMMU can force P2P through the root complex)"})
 			}
 		}

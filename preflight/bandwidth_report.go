@@ -17,9 +17,9 @@ func writeBandwidth(ew *errWriter, b *BandwidthFacts) {
 		ew.printf("    no GPUs\n")
 	}
 	if len(b.P2P) > 0 {
-		ew.printf("    %-12s %10s %10s %10s %s\n", "P2P pair", "uni GB/s", "bidir GB/s", "lat µs", "verified")
+		ew.printf("    %-12s %10s %10s %10s %10s %s\n", "P2P pair", "a→b GB/s", "b→a GB/s", "bidir GB/s", "lat µs", "verified")
 		for _, p := range b.P2P {
-			ew.printf("    %-12s %10.1f %10.1f %10.1f %s\n", fmt.Sprintf("GPU%d↔GPU%d", p.Src, p.Dst), p.UniGBs, p.BidirGBs, p.LatencyUs,
+			ew.printf("    %-12s %10.1f %10.1f %10.1f %10.1f %s\n", fmt.Sprintf("GPU%d↔GPU%d", p.Src, p.Dst), p.UniGBs, p.ReverseUniGBs, p.BidirGBs, p.LatencyUs,
 				verified(p.BadBytes+p.ReverseBadBytes))
 		}
 	}

@@ -74,7 +74,7 @@ const h200Output = `{"event":"begin","step":"init","limit_s":60}
 {"event":"end","step":"init"}
 {"event":"note","msg":"2 GPU(s): NVIDIA H200","gpus":2,"torch":"2.11.0+cu130","cuda":"13.0","nccl":"2.28.9"}
 {"event":"begin","step":"p2p 0<->1","limit_s":5}
-{"event":"p2p","src":0,"dst":1,"bytes":268435456,"peer_access":true,"uni_gbs":389.5,"bidir_gbs":741.2,"latency_us":14.2,"bad_bytes":0,"first_bad":-1,"reverse_bad_bytes":0,"reverse_first_bad":-1}
+{"event":"p2p","src":0,"dst":1,"bytes":268435456,"peer_access":true,"uni_gbs":389.5,"reverse_uni_gbs":390.1,"bidir_gbs":741.2,"latency_us":14.2,"bad_bytes":0,"first_bad":-1,"reverse_bad_bytes":0,"reverse_first_bad":-1}
 {"event":"end","step":"p2p 0<->1"}
 {"event":"host","gpu":0,"numa_node":0,"local":true,"cpus":"0-15","bytes":268435456,"h2d_gbs":53.1,"d2h_gbs":54.9,"bad_bytes":0,"first_bad":-1,"reverse_bad_bytes":0,"reverse_first_bad":-1}
 {"event":"host","gpu":1,"numa_node":0,"local":true,"cpus":"0-15","bytes":268435456,"h2d_gbs":52.8,"d2h_gbs":55.0,"bad_bytes":0,"first_bad":-1,"reverse_bad_bytes":0,"reverse_first_bad":-1}
@@ -138,6 +138,11 @@ func TestCheckBandwidth(t *testing.T) {
 		}, want: []want{{"bandwidth.p2p_corrupt", "fail", "NCCL_P2P_DISABLE=1"}, {"bandwidth.p2p_corrupt", "fail", "GPU1→GPU0"}, {"bandwidth.p2p_corrupt", "fail", "GORUN_BW_TEST_CORRUPT"}}},
 		{name: "degraded NVLink is a warning", edit: func(b *BandwidthFacts) { b.P2P[0].UniGBs = 120 },
 			want: []want{{"bandwidth.p2p", "warn", "27%"}}},
+		{name: "one slow direction is enough", edit: func(b *BandwidthFacts) { b.P2P[0].ReverseUniGBs = 90 },
+			want: []want{{"bandwidth.p2p", "warn", "90.0 GPU1→GPU0"}}},
+		{name: "the user's NCCL_P2P_DISABLE is named with a corrupt copy", edit: func(b *BandwidthFacts) { b.P2P[0].BadBytes = 4 },
+			env:  map[string]string{"NCCL_P2P_DISABLE": "0"},
+			want: []want{{"bandwidth.p2p_corrupt", "fail", "NCCL_P2P_DISABLE=0 is already set on n1, and the plan keeps a value you set"}}},
 		{name: "x4 host link is a warning", edit: func(b *BandwidthFacts) { b.Host[0].H2DGBs = 12 },
 			want: []want{{"bandwidth.host", "warn", "GPU0"}}},
 		{name: "remote NUMA far slower", edit: func(b *BandwidthFacts) {

@@ -16,6 +16,8 @@ for r in ind:
         for p in bw.get("p2p", []):
             if (p["src"], p["dst"]) == (r["src"], r["dst"]):
                 rows.append(("P2P %d->%d uni" % (r["src"], r["dst"]), p["uni_gbs"], r["uni_gbs"]))
+            elif (p["dst"], p["src"]) == (r["src"], r["dst"]) and p.get("reverse_uni_gbs"):
+                rows.append(("P2P %d->%d uni" % (r["src"], r["dst"]), p["reverse_uni_gbs"], r["uni_gbs"]))
     elif r["kind"] == "allreduce":
         for a in bw.get("allreduce", []):
             if a["bytes"] == r["bytes"]:
