@@ -394,7 +394,7 @@ def node_main(args):
         steps.run(name, 5, host_link, torch, steps, name, d, local, node, True, hbytes, salt)
         salt += 2
         for other in sorted(nodes):
-            if node >= 0 and other != node and nodes[other]:
+            if node >= 0 and other != node and set(nodes[other]) & os.sched_getaffinity(0):
                 name = "host %d remote" % d
                 steps.run(name, 5, host_link, torch, steps, name, d, nodes[other], other, False, hbytes, salt)
                 salt += 2
