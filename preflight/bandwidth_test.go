@@ -454,3 +454,13 @@ func TestBandwidthReportGolden(t *testing.T) {
 	}
 	golden(t, "bandwidth-facts.json", append(js, '\n'))
 }
+
+// TestBandwidthScriptUnit runs the Python unit tests of the embedded
+// script's helpers (testdata/bandwidth_script_test.py) on CPU.
+func TestBandwidthScriptUnit(t *testing.T) {
+	py := torchPython(t)
+	out, err := exec.Command(py, "testdata/bandwidth_script_test.py").CombinedOutput()
+	if err != nil {
+		t.Fatalf("%v\n%s", err, out)
+	}
+}
