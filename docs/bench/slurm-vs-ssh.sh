@@ -68,9 +68,9 @@ fi
 
 rounds=${1:-7}
 export PREFIX=gorun-sb SUBNET=10.81.0 STATE=/tmp/gorun-bench-slurm SLURMCTLD_PORT=6837 NODE_SSHD=1
-cluster=examples/testcluster/slurm-cluster.sh
+cluster=$repo/examples/testcluster/slurm-cluster.sh # absolute: the trap runs after the cd below
 work=$(mktemp -d /tmp/gorun-bench-XXXXXX) # under /tmp: the nodes share the filesystem
-trap '"$cluster" down >/dev/null 2>&1; rm -rf "$work"' EXIT
+trap '"$cluster" down >/dev/null 2>&1 || true; rm -rf "$work"' EXIT
 go build -o "$work/gorun" .
 echo "== $(date -u +%FT%TZ) $(git rev-parse --short HEAD) $(nproc) cores, load: $(cut -d' ' -f1-3 /proc/loadavg)"
 "$cluster" up 3 2>&1 | sed -n 's/^slurm-cluster: //p'
