@@ -13,4 +13,12 @@
 // collectors read files and call NVML, and only the nvidia-smi fallback
 // runs a process, under ctx. Check, CheckAcross and Report are pure
 // functions of their inputs and safe for concurrent use.
+//
+// The bandwidth check (MeasureNode, MeasurePair; `gorun preflight
+// --bandwidth`) is the exception that moves real bytes: it runs the embedded
+// bandwidth.py with the Python torchrun uses, in a process group of its
+// own, reads its events as they come and kills the whole group when a step
+// outlives its limit or ctx ends, so it returns within the step's limit
+// however the driver behaves. checkBandwidth and CheckCross judge the
+// figures; they are pure.
 package preflight
