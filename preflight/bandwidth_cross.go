@@ -62,6 +62,25 @@ func ringRounds(n int) [][]crossPair {
 	return rounds
 }
 
+// NICRate is the fastest ACTIVE RDMA port of a node in GB/s (the rate
+// file's Gb/s / 8); 0 when it has none.
+func NICRate(ports []RDMAPort) float64 {
+	best := 0.0
+	for _, p := range ports {
+		if p.State != "ACTIVE" {
+			continue
+		}
+		f := strings.Fields(p.Rate)
+		if len(f) == 0 {
+			continue
+		}
+		if gbit, err := strconv.ParseFloat(f[0], 64); err == nil {
+			best = max(best, gbit/8)
+		}
+	}
+	return best
+}
+
 // CrossResult is one node pair's all_reduce figures, or why it has none.
 type CrossResult struct {
 	Hosts   []string         `json:"hosts"`
@@ -165,11 +184,36 @@ func measurePairOf(ctx context.Context, a, b Target, ra, rb NodeReport, torchrun
 // node's NIC slows all of its pairs); a node whose best is below FarBelow
 // of the median node is named slow. Without a slow node, a pair below
 // FarBelow of the best pair is named as a slow link.
-func CheckCross(results []CrossResult) []Finding {
+//
+// nicGBs, when it has both nodes of a pair, is each node's fastest ACTIVE
+// RDMA port in GB/s (NICRate): an NCCL pair whose bus bandwidth at its
+// largest size is below FarBelow of the slower node's NIC is a warning.
+// gloo pairs are not judged against the NIC: gloo over TCP is bound by the
+// CPUs long before a fast NIC.
+func CheckCross(results []CrossResult, nicGBs map[string]float64) []Finding {
 	if len(results) == 0 {
 		return nil
 	}
 	var out []Finding
+	for _, r := range results {
+		if len(r.Figures) == 0 || r.Figures[0].Backend != "nccl" {
+			continue
+		}
+		a, okA := nicGBs[r.Hosts[0]]
+		b, okB := nicGBs[r.Hosts[1]]
+		if !okA || !okB || a <= 0 || b <= 0 {
+			continue
+		}
+		e := min(a, b)
+		last := r.Figures[len(r.Figures)-1]
+		if last.BusBW < FarBelow*e {
+			out = append(out, Finding{ID: "bandwidth.cross_nic", Severity: SeverityWarn,
+				Message: fmt.Sprintf("NCCL all_reduce between %s and %s moves %.0f%% of the slower NIC's rate", r.Hosts[0], r.Hosts[1], 100*last.BusBW/e),
+				Evidence: fmt.Sprintf("busbw %.1f GB/s at %s; fastest ACTIVE RDMA port: %s %.1f GB/s, %s %.1f GB/s (line rate; nccl-tests reach 46–49 GB/s on 400G NDR)",
+					last.BusBW, sizeString(last.Bytes), r.Hosts[0], a, r.Hosts[1], b),
+				Remedy: "run with NCCL_DEBUG=INFO and check that NCCL uses the IB/RoCE transport (NET/IB), not sockets; check GPUDirect RDMA (gdr findings) and the NIC's PCIe link"})
+		}
+	}
 	common := int64(-1)
 	for _, r := range results {
 		if len(r.Stalled) > 0 || len(r.Figures) == 0 {

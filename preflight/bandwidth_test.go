@@ -248,7 +248,7 @@ func crossOf(a, b string, gbs float64) CrossResult {
 func TestCheckCross(t *testing.T) {
 	slowC := []CrossResult{crossOf("a", "b", 1.1), crossOf("b", "c", 0.011), crossOf("c", "d", 0.012), crossOf("d", "a", 1.0)}
 	slowC[3].Figures = slowC[3].Figures[:1] // one pair reached only 1 MiB: judged there
-	got := CheckCross(slowC)
+	got := CheckCross(slowC, nil)
 	var named []string
 	for _, f := range got {
 		if f.ID == "bandwidth.slow_node" {
@@ -264,25 +264,25 @@ func TestCheckCross(t *testing.T) {
 
 	// Three nodes, the slow one in two of the three pairs: the median
 	// pair is slow, the median node is not.
-	three := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "a", 0.011)})
+	three := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "a", 0.011)}, nil)
 	if d := dumpBW(three); strings.Count(d, "bandwidth.slow_node") != 1 || !strings.Contains(d, "c is slow") {
 		t.Errorf("three nodes, c slow:\n%s", d)
 	}
 	// One bad cable: both of its nodes have a healthy pair too.
-	link := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "d", 1.1), crossOf("d", "a", 0.9)})
+	link := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 0.01), crossOf("c", "d", 1.1), crossOf("d", "a", 0.9)}, nil)
 	if d := dumpBW(link); strings.Contains(d, "slow_node") || !strings.Contains(d, "the link between b and c is slow") {
 		t.Errorf("one slow link:\n%s", d)
 	}
 
-	two := CheckCross([]CrossResult{crossOf("a", "b", 1)})
+	two := CheckCross([]CrossResult{crossOf("a", "b", 1)}, nil)
 	if len(two) != 1 || two[0].Severity != SeverityOK || !strings.Contains(two[0].Message, "fewer than 3 pairs") {
 		t.Errorf("two nodes:\n%s", dumpBW(two))
 	}
-	even := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 1.1), crossOf("c", "a", 0.9)})
+	even := CheckCross([]CrossResult{crossOf("a", "b", 1), crossOf("b", "c", 1.1), crossOf("c", "a", 0.9)}, nil)
 	if len(even) != 1 || even[0].Severity != SeverityOK {
 		t.Errorf("even ring:\n%s", dumpBW(even))
 	}
-	failed := CheckCross([]CrossResult{{Hosts: []string{"a", "b"}, Stalled: []string{"b: cross init"}}})
+	failed := CheckCross([]CrossResult{{Hosts: []string{"a", "b"}, Stalled: []string{"b: cross init"}}}, nil)
 	if len(failed) != 1 || failed[0].Severity != SeverityFail || !strings.Contains(failed[0].Evidence, "cross init") {
 		t.Errorf("stalled pair:\n%s", dumpBW(failed))
 	}
@@ -420,7 +420,7 @@ func TestMeasurePairCorruptHook(t *testing.T) {
 	if len(res[0].Cross) == 0 || res[0].Cross[0].BadValues == 0 {
 		t.Fatalf("rank 0: %+v", res[0])
 	}
-	fs := CheckCross([]CrossResult{{Hosts: []string{"a", "b"}, Figures: res[0].Cross}})
+	fs := CheckCross([]CrossResult{{Hosts: []string{"a", "b"}, Figures: res[0].Cross}}, nil)
 	if fs[0].ID != "bandwidth.cross_corrupt" || fs[0].Severity != SeverityFail {
 		t.Errorf("findings:\n%s", dumpBW(fs))
 	}
@@ -441,7 +441,7 @@ func TestBandwidthReportGolden(t *testing.T) {
 	f.Hostname, f.Bandwidth = "gpu1", &b
 	fs := checkBandwidth(f)
 	cross := []CrossResult{crossOf("n1", "n2", 1.1), crossOf("n2", "n3", 0.011), crossOf("n3", "n1", 0.012)}
-	rep := NewReport([]NodeReport{{Host: "n1", Facts: Facts{Hostname: "gpu1", Bandwidth: &b}, Findings: fs}}, CheckCross(cross))
+	rep := NewReport([]NodeReport{{Host: "n1", Facts: Facts{Hostname: "gpu1", Bandwidth: &b}, Findings: fs}}, CheckCross(cross, nil))
 	rep.Cross = cross
 	var txt strings.Builder
 	if err := rep.WriteText(&txt); err != nil {
@@ -462,5 +462,26 @@ func TestBandwidthScriptUnit(t *testing.T) {
 	out, err := exec.Command(py, "testdata/bandwidth_script_test.py").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)
+	}
+}
+
+func TestCrossAgainstNIC(t *testing.T) {
+	ports := []RDMAPort{{State: "DOWN", Rate: "800 Gb/sec (4X XDR)"}, {State: "ACTIVE", Rate: "400 Gb/sec (4X NDR)"}, {State: "ACTIVE", Rate: "200 Gb/sec (4X HDR)"}}
+	if got := NICRate(ports); got != 50 {
+		t.Fatalf("NICRate = %g, want 50 (the fastest ACTIVE port)", got)
+	}
+	nccl := func(busbw float64) CrossResult {
+		return CrossResult{Hosts: []string{"a", "b"}, Figures: []CrossBandwidth{{Backend: "nccl", Bytes: 1 << 30, BusBW: busbw, AlgBW: busbw}}}
+	}
+	nics := map[string]float64{"a": 50, "b": 25}
+	if d := dumpBW(CheckCross([]CrossResult{nccl(8)}, nics)); !strings.Contains(d, "bandwidth.cross_nic") || !strings.Contains(d, "32%") {
+		t.Errorf("8 GB/s over a 200G NIC:\n%s", d)
+	}
+	if d := dumpBW(CheckCross([]CrossResult{nccl(22)}, nics)); strings.Contains(d, "cross_nic") {
+		t.Errorf("22 GB/s over a 200G NIC is fine:\n%s", d)
+	}
+	gloo := crossOf("a", "b", 0.3)
+	if d := dumpBW(CheckCross([]CrossResult{gloo}, nics)); strings.Contains(d, "cross_nic") {
+		t.Errorf("gloo is not judged against the NIC:\n%s", d)
 	}
 }

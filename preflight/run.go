@@ -145,7 +145,11 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 		cross = measureCross(ctx, targets, reports, opts.Request.Torchrun)
 	}
 	across := CheckAcross(reports)
-	across = append(across, CheckCross(cross)...)
+	nics := make(map[string]float64, len(reports))
+	for _, r := range reports {
+		nics[r.Host] = NICRate(r.Facts.RDMA)
+	}
+	across = append(across, CheckCross(cross, nics)...)
 	across = append(across, opts.Across...)
 	across = append(across, LintNCCLEnv(opts.Environ)...)
 	if opts.Script != nil {
