@@ -400,12 +400,19 @@ def node_main(args):
                 salt += 2
                 break
     if not args.get("no_allreduce"):
-        for w in workers:
-            w.stdin.write("go\n")
-            w.stdin.flush()
-        allreduce_rank(torch, steps, 0, n, port, True)
-        for w in workers:
-            w.wait(timeout=30)
+        try:
+            for w in workers:
+                w.stdin.write("go\n")
+                w.stdin.flush()
+            allreduce_rank(torch, steps, 0, n, port, True)
+            for w in workers:
+                w.wait(timeout=30)
+        except Exception as e:  # a worker that died or hangs: say so, leave none behind
+            emit("error", step="allreduce", msg="%s: %s" % (type(e).__name__, e))
+        finally:
+            for w in workers:
+                if w.poll() is None:
+                    w.kill()
     emit("note", msg="measured in %.1fs" % (time.monotonic() - t0), seconds=time.monotonic() - t0)
     return 0
 
