@@ -41,6 +41,17 @@ run launch-dry "$gorun" --preflight-bandwidth node --dry-run --nproc-per-node gp
 run launch-corrupt GORUN_BW_TEST_CORRUPT=host "$gorun" --preflight-bandwidth node --nproc-per-node gpu docs/bench/bw_independent.py host
 if [ "$part" = 2gpu ]; then
   run p2p-disabled NCCL_P2P_DISABLE=1 "$gorun" preflight --bandwidth node
+  NCCL_P2P_DISABLE=1 "$gorun" preflight --bandwidth node --json >"$dir/p2p-disabled.json" 2>/dev/null
+  python3 - "$dir/node.json" "$dir/p2p-disabled.json" <<'PY' | tee "$dir/busbw-2gib.txt"
+import json, sys
+for name, path in (("default", sys.argv[1]), ("NCCL_P2P_DISABLE=1", sys.argv[2])):
+    n = json.load(open(path))["nodes"][0]
+    ar = [a for a in n["facts"]["bandwidth"].get("allreduce", []) if a["bytes"] == 2 << 30]
+    bus = ar[0]["busbw_gbs"] if ar else 0
+    f = [x for x in n["findings"] if x["id"] == "bandwidth.allreduce"]
+    print("%-20s busbw at 2 GiB %.1f GB/s%s | %s" % (name, bus, "  (goal >= 330: %s)" % ("met" if bus >= 330 else "NOT met") if name == "default" else "",
+          (f[0]["severity"] + " " + f[0]["message"] + " / " + f[0].get("remedy", "")) if f else "no finding"))
+PY
   run corrupt-p2p GORUN_BW_TEST_CORRUPT=p2p "$gorun" preflight --bandwidth node
   run plan-after-corrupt GORUN_BW_TEST_CORRUPT=p2p "$gorun" --preflight warn --preflight-bandwidth node --dry-run --nproc-per-node gpu docs/bench/bw_independent.py
 fi
