@@ -244,6 +244,9 @@ func runSteps(ctx context.Context, argv, env []string) BandwidthFacts {
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = env
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	// A worker that outlived the script (in a group of its own, say) keeps
+	// stderr open; Wait then gives up on the copy instead of waiting.
+	cmd.WaitDelay = 2 * time.Second
 	stderr := &tailBuffer{max: 4096}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
