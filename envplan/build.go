@@ -96,7 +96,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		cfg:      copyConfig(spec.Torchrun),
 		facts:    facts,
 		head:     len(spec.Hosts) > 0,
-		hosts:    spec.Hosts,
+		hosts:    slotsGiven(spec),
 		override: map[string]*overridden{},
 		cpulists: map[string]parsedCPUs{},
 	}
@@ -770,4 +770,20 @@ func fewestCPUs(ranks []RankPlan, sets [][]int) int {
 		}
 	}
 	return fewest
+}
+
+// slotsGiven returns the spec's hosts, without the slot counts an explicit
+// --nproc-per-node overrides: those Slurm sets by default
+// (Host.DefaultSlots).
+func slotsGiven(spec Spec) []Host {
+	if !spec.Set("nproc_per_node") {
+		return spec.Hosts
+	}
+	hosts := slices.Clone(spec.Hosts)
+	for i := range hosts {
+		if hosts[i].DefaultSlots {
+			hosts[i].Slots = 0
+		}
+	}
+	return hosts
 }

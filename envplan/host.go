@@ -12,6 +12,10 @@ type Host struct {
 	Name  string `json:"host"`
 	Slots int    `json:"slots"` // processes (GPUs) to start there; 0 means not stated
 	GPUs  []int  `json:"gpus"`  // GPU ids to use; nil means unknown (all of them)
+	// DefaultSlots marks Slots taken from SLURM_TASKS_PER_NODE, which
+	// Slurm sets even when nobody asked for tasks (1 per node under
+	// `sbatch -N 3`): an explicit --nproc-per-node wins over it.
+	DefaultSlots bool `json:"-"`
 }
 
 // Limits of RFC 1123 host names.

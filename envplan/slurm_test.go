@@ -138,8 +138,8 @@ func TestHostsFromSlurm(t *testing.T) {
 		{"gpus per node types summed", map[string]string{"SLURM_JOB_NODELIST": "gpu01", "SLURM_GPUS_PER_NODE": "a100:2,h100:4"}, hosts(6)},
 		{"gpus on node zero falls through", map[string]string{"SLURM_JOB_NODELIST": "gpu01", "SLURM_GPUS_ON_NODE": "0", "SLURM_NTASKS_PER_NODE": "2"}, hosts(2)},
 		{"ntasks per node", map[string]string{"SLURM_JOB_NODELIST": "gpu[01-03]", "SLURM_NTASKS_PER_NODE": "2", "SLURM_TASKS_PER_NODE": "1(x3)"}, hosts(2, 2, 2)},
-		{"tasks per node compressed", map[string]string{"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_TASKS_PER_NODE": "2(x3),1"}, hosts(2, 2, 2, 1)},
-		{"tasks per node plain", map[string]string{"SLURM_JOB_NODELIST": "gpu[01-03]", "SLURM_TASKS_PER_NODE": "4,2,1"}, hosts(4, 2, 1)},
+		{"tasks per node compressed", map[string]string{"SLURM_JOB_NODELIST": "gpu[01-04]", "SLURM_TASKS_PER_NODE": "2(x3),1"}, byDefault(hosts(2, 2, 2, 1))},
+		{"tasks per node plain", map[string]string{"SLURM_JOB_NODELIST": "gpu[01-03]", "SLURM_TASKS_PER_NODE": "4,2,1"}, byDefault(hosts(4, 2, 1))},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -299,4 +299,49 @@ func TestSlurmStep(t *testing.T) {
 	if err != nil || hosts != nil {
 		t.Errorf("ResolveHosts in a step = %v, %v; want local mode", hosts, err)
 	}
+}
+
+// Slurm sets SLURM_TASKS_PER_NODE=1(x3) under a plain `sbatch -N 3`: an
+// explicit --nproc-per-node wins over it, not over counts the user asked
+// Slurm for.
+func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int
+	}{
+		{"default task count", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)"}, 2},
+		{"asked tasks per node", map[string]string{"SLURM_TASKS_PER_NODE": "4(x3)", "SLURM_NTASKS_PER_NODE": "4"}, 4},
+		{"GPUs on the node", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_GPUS_ON_NODE": "8"}, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"SLURM_JOB_NODELIST": "node[0-2]"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			hosts, err := HostsFromSlurm(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
+			spec.Hosts = hosts
+			p, err := Build(spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range p.Nodes {
+				if got := len(ranksOf(n)); got != tc.want {
+					t.Errorf("%s: %d ranks, want %d", n.Host, got, tc.want)
+				}
+			}
+		})
+	}
+}
+
+// byDefault marks hosts whose slots came from SLURM_TASKS_PER_NODE alone.
+func byDefault(hosts []Host) []Host {
+	for i := range hosts {
+		hosts[i].DefaultSlots = true
+	}
+	return hosts
 }
