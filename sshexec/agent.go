@@ -406,7 +406,7 @@ func (s *startedJob) wait() { s.copies.Wait() }
 // passed as they are when they are files, so the agent copies nothing;
 // other writers get a pipe and a copying goroutine.
 func startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
-	env, err := mergeEnv(os.Environ(), job.Env)
+	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return nil, err
 	}
@@ -489,6 +489,44 @@ func mergeEnv(base []string, over map[string]string) ([]string, error) {
 		env = append(env, k+"="+over[k])
 	}
 	return env, nil
+}
+
+// AgentStepVar marks an agent that Srun started as a job step of its own.
+const AgentStepVar = "GORUN_AGENT_STEP"
+
+// withoutStepVars drops from an agent step's environment what Slurm says
+// about that one-task step (SLURM_PROCID=0, SLURM_NTASKS=1, SLURM_STEP_*,
+// ...): the job's workers are not its tasks, and a framework that reads
+// them (PyTorch Lightning's Slurm detection) would take every worker for
+// rank 0 of 1. The allocation's own variables (SLURM_JOB_*) stay. Other
+// agents' environments are kept as they are.
+func withoutStepVars(env []string) []string {
+	if envValue(env, AgentStepVar) == "" {
+		return env
+	}
+	out := env[:0:0]
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		if k == AgentStepVar || isStepVar(k) {
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+// isStepVar reports whether a variable describes the step or task srun
+// started, rather than the allocation.
+func isStepVar(k string) bool {
+	switch k {
+	case "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
+		"SLURM_NNODES", "SLURM_TASK_PID", "SLURM_TASKS_PER_NODE", "SLURM_GTIDS",
+		"SLURM_DISTRIBUTION", "SLURM_LAUNCH_NODE_IPADDR", "SLURM_PRIO_PROCESS",
+		"SLURM_SRUN_COMM_HOST", "SLURM_SRUN_COMM_PORT", "SLURM_CPU_BIND", "SLURM_CPU_BIND_LIST",
+		"SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_VERBOSE", "SLURM_UMASK", "SLURM_NODELIST":
+		return true
+	}
+	return strings.HasPrefix(k, "SLURM_STEP")
 }
 
 // envValue returns the last value of name in env, as the C library does

@@ -3,6 +3,7 @@ package sshexec
 import (
 	"context"
 	"fmt"
+	"os"
 	"os/exec"
 	"strconv"
 	"strings"
@@ -32,6 +33,9 @@ func NewSrun(node, gorun string) *Srun {
 	l := NewLocal(gorun)
 	l.node = node
 	l.launcher = SrunArgv(node)
+	// Marks the agent's step, so the agent keeps the step's own Slurm
+	// variables from the workers (see withoutStepVars).
+	l.agentEnv = append(os.Environ(), AgentStepVar+"=1")
 	// srun passes SIGTERM on to the task and ends the step when it exits;
 	// killing srun would leave the task running until the allocation ends.
 	l.stop = func(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }
