@@ -356,3 +356,30 @@ func TestInterrupted(t *testing.T) {
 
 // wedgedSleep is the hung probe's argument, unique enough for pgrep.
 const wedgedSleep = "613.25"
+
+// TestReportHidesSecrets runs a (fake) job with --report and --telemetry:
+// the files people share carry no secret from the command line.
+func TestReportHidesSecrets(t *testing.T) {
+	s := newSandbox(t)
+	r := s.run(t, nil, []string{"--preflight", "off", "--report", "r.html", "--telemetry", "t.jsonl",
+		"--env", "HF_TOKEN=" + secret, "--env", "DATA=https://u:" + secret + "@h/x", "train.py"}, nil, 0)
+	if r.code != 0 {
+		t.Fatalf("exit %d: %s", r.code, r.stderr)
+	}
+	report, err := os.ReadFile(filepath.Join(s.dir, "r.html"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(report), "HF_TOKEN") {
+		t.Errorf("the report does not show the command line")
+	}
+	for _, f := range []string{"r.html", "t.jsonl"} {
+		b, _ := os.ReadFile(filepath.Join(s.dir, f))
+		if strings.Contains(string(b), secret) {
+			t.Errorf("%s holds the secret", f)
+		}
+	}
+	if strings.Contains(r.stdout+r.stderr, secret) {
+		t.Errorf("the output holds the secret")
+	}
+}

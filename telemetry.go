@@ -71,7 +71,7 @@ func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string) (*
 		return nil, nil
 	}
 	g := &gpuWatch{interval: o.TelemetryInterval, reportPath: o.Report, preflight: preflightText,
-		command: "gorun " + shell.QuoteArgv(args),
+		command: "gorun " + shell.QuoteArgv(envplan.RedactArgs(args)), // the report is shared: no secret in it
 		det:     telemetry.NewDetector(), status: telemetry.NewStatus(), noticed: map[string]bool{}, start: time.Now()}
 	if o.Report != "" {
 		g.report = telemetry.NewReport()

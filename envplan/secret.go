@@ -210,3 +210,24 @@ func keyByte(c byte) bool {
 // ASIA). The lengths keep short words with those prefixes visible.
 var tokenShape = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|` +
 	`hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[A-Z0-9]{16})`)
+
+// RedactArgs returns a command line as it may be printed: each --env
+// KEY=VALUE with its value through Redact under its name, every other
+// argument through Redact without one (URL passwords, --api-key=...,
+// token shapes).
+func RedactArgs(args []string) []string {
+	out := make([]string, len(args))
+	for i, a := range args {
+		switch {
+		case i > 0 && args[i-1] == "--env":
+			k, v, _ := strings.Cut(a, "=")
+			out[i] = k + "=" + Redact(k, v)
+		case strings.HasPrefix(a, "--env="):
+			k, v, _ := strings.Cut(strings.TrimPrefix(a, "--env="), "=")
+			out[i] = "--env=" + k + "=" + Redact(k, v)
+		default:
+			out[i] = Redact("", a)
+		}
+	}
+	return out
+}

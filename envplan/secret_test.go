@@ -1,6 +1,7 @@
 package envplan
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -128,5 +129,13 @@ func TestNCCLDebugKnobs(t *testing.T) {
 	knobs[0] = "changed"
 	if NCCLDebugKnobs()[0] == "changed" {
 		t.Error("NCCLDebugKnobs returns the package's own slice")
+	}
+}
+
+func TestRedactArgs(t *testing.T) {
+	got := RedactArgs([]string{"--env", "HF_TOKEN=abc", "--env=DB_PASSWORD=x", "--env", "A=1", "train.py", "--api-key=k1", "https://u:pw@h/x"})
+	want := []string{"--env", "HF_TOKEN=<hidden>", "--env=DB_PASSWORD=<hidden>", "--env", "A=1", "train.py", "--api-key=<hidden>", "https://u:<hidden>@h/x"}
+	if !slices.Equal(got, want) {
+		t.Errorf("RedactArgs = %q\nwant %q", got, want)
 	}
 }
