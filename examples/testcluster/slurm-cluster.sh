@@ -37,7 +37,7 @@
 #   22.05 refuses a MinJobAge under 2 (0, "never purge", becomes 2). One partition "debug"
 #   (default) with every node.
 #
-# Variables: PREFIX (default gorun-slurm), SUBNET (10.78.0), STATE (/tmp/gorun-slurm-cluster),
+# Variables: PREFIX (default gorun-slurm), SUBNET (10.80.0; the demo uses 10.78.0), STATE (/tmp/gorun-slurm-cluster),
 # CPUS (4), SLURMCTLD_PORT (6817; the slurmd port 6818 is per node namespace, no clash),
 # UP_TIMEOUT (60 s to wait for every node to be idle), NODE_SSHD (0), MIN_JOB_AGE (4). The
 # defaults differ from netns-cluster.sh's, so both clusters can exist at once; do not give
@@ -68,7 +68,7 @@
 set -euo pipefail
 
 PREFIX=${PREFIX:-gorun-slurm}
-SUBNET=${SUBNET:-10.78.0}
+SUBNET=${SUBNET:-10.80.0}
 STATE=${STATE:-${TMPDIR:-/tmp}/gorun-slurm-cluster}
 CPUS=${CPUS:-4}
 SLURMCTLD_PORT=${SLURMCTLD_PORT:-6817}
