@@ -440,7 +440,7 @@ func TestSlurmHeadDDP(t *testing.T) {
 // succeeds on attempt 1.
 func TestSlurmHeadRestart(t *testing.T) {
 	c := needSlurm(t, 3)
-	env := c.jobEnv(t, "GORUN_OPTS=--max-restarts 1 --env CRASH_RANK=3 --env CRASH_ON_ATTEMPT=0 --env CRASH_CODE=9 --env PRINT_ENV=SLURM_STEP_ID")
+	env := c.jobEnv(t, "GORUN_OPTS=--max-restarts 1 --env CRASH_RANK=3 --env CRASH_ON_ATTEMPT=0 --env CRASH_CODE=9 --env PRINT_ENV=SLURM_PROCID,SLURM_STEP_ID")
 	_, outFile, code := c.submit(t, true, env, "--nodes=3", "slurm/gorun.sbatch")
 	out := readOutput(t, outFile)
 	if code != 0 {
@@ -455,7 +455,9 @@ func TestSlurmHeadRestart(t *testing.T) {
 		t.Fatalf("want the 6 ranks of attempt 1 to finish (restart=1), got %d:\n%s", len(n), out)
 	}
 	// "[node0 0] [node0 rank=0/6 ...] ready attempt=0 ... env SLURM_STEP_ID=4"
-	ready := regexp.MustCompile(`(?m)^\[(\S+) \d\] \[\S+ rank=\d+/6 .*\] ready attempt=(\d) .* env SLURM_STEP_ID=(\d+)$`)
+	// Each worker names its step, and does not see the agent's own task
+	// variables (SLURM_PROCID=0 of a one-task step is not its rank).
+	ready := regexp.MustCompile(`(?m)^\[(\S+) \d\] \[\S+ rank=\d+/6 .*\] ready attempt=(\d) .* env SLURM_PROCID=<unset> SLURM_STEP_ID=(\d+)$`)
 	steps := map[string]map[string]bool{} // "attempt node" → step ids
 	for _, m := range ready.FindAllStringSubmatch(out, -1) {
 		k := m[2] + " " + m[1]

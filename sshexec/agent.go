@@ -495,11 +495,12 @@ func mergeEnv(base []string, over map[string]string) ([]string, error) {
 const AgentStepVar = "GORUN_AGENT_STEP"
 
 // withoutStepVars drops from an agent step's environment what Slurm says
-// about that one-task step (SLURM_PROCID=0, SLURM_NTASKS=1, SLURM_STEP_*,
-// ...): the job's workers are not its tasks, and a framework that reads
-// them (PyTorch Lightning's Slurm detection) would take every worker for
-// rank 0 of 1. The allocation's own variables (SLURM_JOB_*) stay. Other
-// agents' environments are kept as they are.
+// about the agent as that one-task step's task (SLURM_PROCID=0,
+// SLURM_NTASKS=1, ...): the job's workers are not its tasks, and a
+// framework that reads them (PyTorch Lightning's Slurm detection) would
+// take every worker for rank 0 of 1. What is true of the workers too
+// stays: the allocation (SLURM_JOB_*) and the step they run in
+// (SLURM_STEP_ID). Other agents' environments are kept as they are.
 func withoutStepVars(env []string) []string {
 	if envValue(env, AgentStepVar) == "" {
 		return env
@@ -515,8 +516,8 @@ func withoutStepVars(env []string) []string {
 	return out
 }
 
-// isStepVar reports whether a variable describes the step or task srun
-// started, rather than the allocation.
+// isStepVar reports whether a variable describes the task srun started,
+// rather than the allocation or the step.
 func isStepVar(k string) bool {
 	switch k {
 	case "SLURM_PROCID", "SLURM_LOCALID", "SLURM_NODEID", "SLURM_NTASKS", "SLURM_NPROCS",
@@ -526,7 +527,7 @@ func isStepVar(k string) bool {
 		"SLURM_CPU_BIND_TYPE", "SLURM_CPU_BIND_VERBOSE", "SLURM_UMASK", "SLURM_NODELIST":
 		return true
 	}
-	return strings.HasPrefix(k, "SLURM_STEP")
+	return false
 }
 
 // envValue returns the last value of name in env, as the C library does
