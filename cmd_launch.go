@@ -26,8 +26,9 @@ var errUnreachable = errors.New("cannot reach every node; nothing was started")
 // missing known_hosts, a key ssh would refuse); nothing was started.
 var errSSHSettings = errors.New("the ssh settings would fail every connection; nothing was started")
 
-// connect returns one runner per host: Local for the head itself (or local
-// mode), SSH for the rest, dialled in parallel. On any failure every
+// connect returns one runner per host: Local in local mode; srun steps for
+// every node inside a Slurm allocation (useSrun); else Local for the head
+// itself and SSH for the rest, dialled in parallel. On any failure every
 // connection is closed and the error names each failing host.
 func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
 	var err error
