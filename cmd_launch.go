@@ -139,7 +139,9 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 			return interrupted(ctx, "during preflight; nothing was started", nil)
 		}
 		failed := !report.OK
-		report.WriteText(&preflightText)
+		if cl.Gorun.Report != "" {
+			report.WriteText(&preflightText)
+		}
 		switch {
 		case failed || hasWarnings(report):
 			report.WriteText(stderr)
