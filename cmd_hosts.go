@@ -9,12 +9,19 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
-	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/job"
 )
 
-// runHosts prints the resolved host list.
-func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
-	hosts, err := resolveHosts(opts)
+// runHosts is `gorun hosts`: the resolved host list, in launch order.
+func runHosts(args []string, out io.Writer) error {
+	opts, asJSON, err := hostsArgs(args)
+	if err != nil {
+		if err == envplan.ErrHelp {
+			_, err = io.WriteString(out, hostsUsage)
+		}
+		return err
+	}
+	hosts, err := job.ResolveHosts(opts, os.Getenv)
 	if err != nil {
 		return err
 	}
@@ -40,25 +47,38 @@ func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
 	return nil
 }
 
-func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
-	var data []byte
-	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
-		var err error
-		if data, err = inputfile.Read(opts.Hostfile, inputfile.DefaultMax); err != nil {
-			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
-				Fix: "give the path of a readable hostfile"}
+// hostsArgs reads `gorun hosts`'s options.
+func hostsArgs(args []string) (opts envplan.Options, asJSON bool, err error) {
+	for i := 0; i < len(args); i++ {
+		name, value, hasValue := strings.Cut(args[i], "=")
+		switch name {
+		case "-h", "--help":
+			return opts, false, envplan.ErrHelp
+		case "--json":
+			asJSON = true
+			continue
+		case "--hosts", "--hostfile", "--include", "--exclude":
+		default:
+			return opts, false, &envplan.InputError{Where: "gorun hosts " + args[i], Problem: "is not an option of gorun hosts",
+				Fix: "gorun hosts --help lists them"}
+		}
+		if !hasValue {
+			if i+1 >= len(args) {
+				return opts, false, &envplan.InputError{Where: "gorun hosts " + name, Problem: "expected one argument", Fix: "gorun hosts --help"}
+			}
+			i++
+			value = args[i]
+		}
+		switch name {
+		case "--hosts":
+			opts.Hosts = value
+		case "--hostfile":
+			opts.Hostfile = value
+		case "--include":
+			opts.Include = value
+		case "--exclude":
+			opts.Exclude = value
 		}
 	}
-	return envplan.ResolveHosts(opts.Hosts, opts.Hostfile, data, opts.Include, opts.Exclude, os.Getenv)
-}
-
-// environ returns the process environment as a map.
-func environ() map[string]string {
-	env := make(map[string]string)
-	for _, kv := range os.Environ() {
-		if k, v, ok := strings.Cut(kv, "="); ok {
-			env[k] = v
-		}
-	}
-	return env
+	return opts, asJSON, nil
 }

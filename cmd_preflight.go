@@ -14,8 +14,8 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/preflight"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // preflightUsage is `gorun preflight --help`.
@@ -78,22 +78,13 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	if bandwidth != "" {
 		cl.Gorun.PreflightBandwidth = bandwidth
 	}
-	hosts, err := resolveHosts(cl.Gorun)
+	cfg, err := jobConfig(rest, cl)
 	if err != nil {
 		return err
 	}
-	self, err := os.Executable()
+	report, err := job.Preflight(ctx, cfg, jobUI(stdout, stderr, nil))
 	if err != nil {
 		return err
-	}
-	runners, err := connect(ctx, cl, hosts, self, stderr)
-	if err != nil {
-		return interrupted(ctx, "while connecting to the nodes", err)
-	}
-	defer closeAll(runners)
-	report := checkNodes(ctx, cl, hosts, runners, stderr)
-	if ctx.Err() != nil {
-		return interrupted(ctx, "during preflight", nil)
 	}
 	if asJSON {
 		err = writeJSON(stdout, report)
@@ -101,7 +92,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		report.WriteText(stdout)
 	}
 	if err == nil && !report.OK {
-		return errPreflightFailed
+		return job.ErrPreflightFailed
 	}
 	return err
 }
@@ -156,51 +147,6 @@ func writeJSON(w io.Writer, v any) error {
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
 }
-
-// checkNodes runs preflight on every node (preflight.Run) and shows
-// progress on a terminal.
-func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
-	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
-	if len(hosts) > 0 {
-		targets = targets[:0]
-		for _, h := range hosts {
-			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
-		}
-	}
-	opts := preflight.RunOptions{
-		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
-		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
-		Environ: environ(),
-		Across:  slurmNodeFindings(ctx, cl.Gorun, hosts),
-	}
-	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
-		opts.Bandwidth = bw
-	}
-	if len(hosts) > 0 {
-		master := ""
-		if cl.Set("master_addr") {
-			master = cl.Torchrun.MasterAddr
-		}
-		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, hosts[0].Name, runners[hosts[0].Name].Addr())
-	}
-	if !cl.Torchrun.NoPython && cl.Torchrun.TrainingScript != "" {
-		if src, err := inputfile.Read(cl.Torchrun.TrainingScript, maxScriptBytes); err == nil {
-			opts.ScriptName, opts.Script = cl.Torchrun.TrainingScript, src
-		}
-	}
-	if isTerminal(progress) && len(targets) >= 4 {
-		opts.Progress = func(done, total int) {
-			fmt.Fprintf(progress, "\rpreflight: %d/%d nodes checked", done, total)
-			if done == total {
-				fmt.Fprint(progress, "\r\x1b[K")
-			}
-		}
-	}
-	return preflight.Run(ctx, targets, opts)
-}
-
-// maxScriptBytes bounds the training script the head reads for the lint.
-const maxScriptBytes = 16 << 20
 
 // collectRequest answers `gorun _collect REQUEST` on a node: this
 // machine's facts, as JSON on stdout.
@@ -281,38 +227,4 @@ func runCommand(ctx context.Context, name string, args ...string) ([]byte, error
 
 func runArgv(ctx context.Context, argv []string) ([]byte, error) {
 	return runCommand(ctx, argv[0], argv[1:]...)
-}
-
-func hasWarnings(r preflight.Report) bool {
-	for _, n := range append([]preflight.NodeReport{{Findings: r.Findings}}, r.Nodes...) {
-		for _, f := range n.Findings {
-			if f.Severity == preflight.SeverityWarn {
-				return true
-			}
-		}
-	}
-	return false
-}
-
-// planFacts reduces preflight facts to what the plan needs.
-func planFacts(r preflight.Report) envplan.Facts {
-	facts := make(envplan.Facts, len(r.Nodes))
-	for _, n := range r.Nodes {
-		f := n.Facts
-		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: f.Gorun, Python: f.Torch.Python}
-		for _, g := range f.GPUs {
-			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})
-		}
-		if f.Route != nil && f.Route.Err == "" {
-			nf.Interface, nf.Address = f.Route.Interface, f.Route.Source
-		}
-		nf.P2PFaults = preflight.P2PFaults(f)
-		for _, p := range f.RDMA {
-			if p.State == "ACTIVE" {
-				nf.IBPorts = append(nf.IBPorts, p.Name())
-			}
-		}
-		facts[n.Host] = nf
-	}
-	return facts
 }

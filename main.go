@@ -3,18 +3,19 @@
 // environment plan with a reason for every variable, and whole-group
 // supervision that leaves no process behind.
 //
-// main.go is the composition root: it parses the command line, creates every
-// side effect (signal context, NVML, SSH clients, stdout) and maps errors to
-// exit codes in one place (exitCode). The packages do the work; each
+// main.go is the composition root: it parses the command line, creates the
+// process-wide side effects (the signal context, the environment, the
+// executable's path, stdout and stderr) and maps errors to exit codes in
+// one place (exitCode). The run itself is internal/job's; each
 // subcommand's wiring is in a file of its own (cmd_launch.go,
-// cmd_preflight.go, cmd_hosts.go); the help texts are in usage.go.
+// cmd_preflight.go, cmd_hosts.go, cmd_node.go); the help texts are in
+// usage.go.
 package main
 
 import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -23,28 +24,43 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
-	"github.com/gorun/gorun/sshexec"
 )
 
-// Exit codes, as a user of torchrun expects them plus gorun's own.
+// Exit codes: the contract README's "Exit codes" table documents. A
+// worker's own code (or 128+N for a worker killed by signal N) passes
+// through as torchrun passes it; gorun's own outcomes are these.
 const (
 	exitOK          = 0
-	exitFailure     = 1
-	exitUsage       = 2 // bad input, or preflight found a failure; nothing started
-	exitInterrupted = 130
+	exitFailure     = 1   // gorun itself failed, or an output file could not be written
+	exitUsage       = 2   // bad input, unreachable nodes or a failed preflight: nothing was started
+	exitRecheck     = 3   // a node failed its checks before a restart; attempts had run
+	exitHang        = 124 // the last attempt hung (launch.ExitHang)
+	exitInterrupted = 130 // SIGINT or SIGTERM
 )
-
-// errPreflightFailed means preflight found a failure and nothing was started.
-var errPreflightFailed = errors.New("preflight failed; nothing was started")
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	err := newApp(ctx).Run(os.Args)
+	err := newApp(ctx, secondSignal(ctx)).Run(os.Args)
 	stop()
 	os.Exit(exitCode(err))
+}
+
+// secondSignal is closed by a second SIGINT or SIGTERM after ctx ended
+// (the first): the graceful stop becomes an immediate one.
+func secondSignal(ctx context.Context) <-chan struct{} {
+	kill := make(chan struct{})
+	go func() {
+		<-ctx.Done()
+		second := make(chan os.Signal, 1)
+		signal.Notify(second, os.Interrupt, syscall.SIGTERM)
+		<-second
+		close(kill)
+	}()
+	return kill
 }
 
 // exitCode is the one place errors become exit codes.
@@ -56,32 +72,39 @@ func exitCode(err error) int {
 	case err == nil, errors.Is(err, envplan.ErrHelp):
 		return exitOK
 	case errors.As(err, &failed):
-		return failed.ExitCode() // launch has printed the failure summary
+		return failed.ExitCode() // launch has printed the failure summary; a hang is launch.ExitHang
 	case errors.Is(err, launch.ErrInterrupted):
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+		printErr(err)
 		return exitInterrupted
 	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
 		// cli.Exit from the hidden subcommands; a command gorun ran that
 		// failed has an exit code too, but it is not gorun's.
 		return exit.ExitCode()
-	case errors.As(err, &input), errors.Is(err, errPreflightFailed),
-		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable),
-		errors.Is(err, errSSHSettings):
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+	case errors.Is(err, job.ErrRecheckFailed):
+		printErr(err)
+		return exitRecheck
+	case errors.As(err, &input), errors.Is(err, job.ErrPreflightFailed),
+		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, job.ErrUnreachable),
+		errors.Is(err, job.ErrSSHSettings):
+		printErr(err)
 		return exitUsage
 	default:
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+		printErr(err)
 		return exitFailure
 	}
 }
 
-func newApp(ctx context.Context) *cli.App {
+func printErr(err error) {
+	fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+}
+
+func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
 	return &cli.App{
-		Name:      "gorun",
-		Usage:     "torchrun, launched from one head node, checked first, supervised as one group",
-		UsageText: "gorun [gorun options] [torchrun options] training_script [script args...]\n   gorun preflight [options] [script]\n   gorun hosts [--hosts|--hostfile|Slurm] [--json]",
-		// The launch command line follows torchrun's argparse rules, which
-		// urfave/cli's flag parser does not; envplan parses it.
+		Name:  "gorun",
+		Usage: "torchrun, launched from one head node, checked first, supervised as one group",
+		// Every command line follows gorun's own grammar (torchrun's
+		// argparse rules, which urfave/cli's flag parser does not follow),
+		// so urfave/cli only dispatches.
 		SkipFlagParsing: true,
 		HideHelp:        true,
 		HideVersion:     true,
@@ -89,103 +112,27 @@ func newApp(ctx context.Context) *cli.App {
 		// would print an ExitCoder's message again and exit on its own.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Action: func(c *cli.Context) error {
-			return runLaunch(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
+			return runLaunch(ctx, kill, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			{
-				Name:            "preflight",
-				Usage:           "check every node (driver, GPUs, links, versions) and print a report",
-				UsageText:       "gorun preflight [--json] [--topo-file FILE] [gorun options] [torchrun options] [script]",
-				SkipFlagParsing: true,
+				Name: "preflight", SkipFlagParsing: true,
 				Action: func(c *cli.Context) error {
 					return runPreflight(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 				},
 			},
 			{
-				Name:  "help",
-				Usage: "print this help",
-				Action: func(c *cli.Context) error {
-					text := usage()
-					if c.Args().First() == "preflight" {
-						text = preflightUsage
-					}
-					_, err := io.WriteString(c.App.Writer, text)
-					return err
-				},
+				Name: "help", SkipFlagParsing: true,
+				Action: func(c *cli.Context) error { return runHelp(c.Args().Slice(), c.App.Writer) },
 			},
 			{
-				Name:         "hosts",
-				Usage:        "print the resolved host list in launch order",
-				OnUsageError: usageError("gorun hosts", "gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]"),
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "hosts", Usage: "h1:8,h2:8"},
-					&cli.StringFlag{Name: "hostfile", Usage: "DeepSpeed or MPI hostfile"},
-					&cli.StringFlag{Name: "include", Usage: "DeepSpeed include filter (host1:0,2@host2)"},
-					&cli.StringFlag{Name: "exclude", Usage: "DeepSpeed exclude filter"},
-					&cli.BoolFlag{Name: "json", Usage: "print JSON"},
-				},
-				Action: func(c *cli.Context) error {
-					if c.NArg() > 0 {
-						return noArguments("gorun hosts", c.Args().First())
-					}
-					opts := envplan.Options{Hosts: c.String("hosts"), Hostfile: c.String("hostfile"),
-						Include: c.String("include"), Exclude: c.String("exclude")}
-					return runHosts(opts, c.Bool("json"), c.App.Writer)
-				},
+				Name: "hosts", SkipFlagParsing: true,
+				Action: func(c *cli.Context) error { return runHosts(c.Args().Slice(), c.App.Writer) },
 			},
 			{
-				Name:         "version",
-				Usage:        "print gorun's version",
-				OnUsageError: usageError("gorun version", "gorun version takes no options"),
-				Action: func(c *cli.Context) error {
-					if c.NArg() > 0 {
-						return noArguments("gorun version", c.Args().First())
-					}
-					_, err := fmt.Fprintln(c.App.Writer, "gorun", version())
-					return err
-				},
+				Name: "version", SkipFlagParsing: true,
+				Action: func(c *cli.Context) error { return runVersion(c.Args().Slice(), c.App.Writer) },
 			},
-			{
-				// The node agent: started by the head (locally or over SSH) to
-				// run one job and tear its whole tree down.
-				Name: "_agent", Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return cli.Exit("", sshexec.ServeAgentWith(ctx, gpuSidecar, os.Stdin, os.Stdout, os.Stderr))
-				},
-			},
-			{
-				// The worker's supervisor: torchrun starts it in place of
-				// each worker (see envplan's wrapWorkers and launch.RunWorker).
-				Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return cli.Exit("", launch.RunWorker(c.Args().Slice(), os.Getenv, os.Stderr))
-				},
-			},
-			{
-				// A node's side of the all_reduce between two nodes
-				// (preflight --bandwidth all).
-				Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return bandwidthPair(ctx, c.Args().First(), c.App.Writer)
-				},
-			},
-			{
-				// The node-side collector: prints this node's Facts as JSON.
-				Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return collectRequest(ctx, c.Args().First(), c.App.Writer)
-				},
-			},
-		},
+		}, nodeCommands(ctx)...),
 	}
-}
-
-// interrupted turns err into an interruption when the user's signal is
-// what ended the step (an interruption exits 130, not 2), and returns err
-// as it is otherwise.
-func interrupted(ctx context.Context, when string, err error) error {
-	if ctx.Err() == nil {
-		return err
-	}
-	return fmt.Errorf("%w %s", launch.ErrInterrupted, when)
 }

@@ -2,25 +2,76 @@ package main
 
 import (
 	"fmt"
+	"io"
 	"runtime/debug"
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
-	"github.com/urfave/cli/v2"
 )
 
-// usageError turns urfave/cli's complaint about a subcommand's options
-// into an input error (exit 2) that says how the command is used.
-func usageError(where, fix string) cli.OnUsageErrorFunc {
-	return func(_ *cli.Context, err error, _ bool) error {
-		return &envplan.InputError{Where: where, Problem: err.Error(), Fix: fix}
+// hostsUsage is `gorun hosts --help`.
+const hostsUsage = `usage: gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]
+
+Prints the host list a launch would use, in launch order: from --hosts,
+from a DeepSpeed or MPI hostfile, or from the Slurm allocation gorun runs
+in, after --include or --exclude. Nothing is contacted.
+
+  --hosts h1:8,h2:8        nodes and their GPU slots
+  --hostfile FILE          DeepSpeed (host slots=N) or MPI (host[:N]) hostfile
+  --include/--exclude SPEC DeepSpeed filter: host1:0,2@host2 (not both)
+  --json                   print JSON
+`
+
+// versionUsage is `gorun version --help`.
+const versionUsage = `usage: gorun version
+
+Prints gorun's module version and the revision it was built from.
+`
+
+// helpTopic is the text `gorun help COMMAND` prints, "" for no such
+// command.
+func helpTopic(command string) string {
+	switch command {
+	case "preflight":
+		return preflightUsage
+	case "hosts":
+		return hostsUsage
+	case "version":
+		return versionUsage
+	case "help":
+		return usage()
 	}
+	return ""
 }
 
-// noArguments refuses an argument given to a subcommand that takes none.
-func noArguments(where, arg string) error {
-	return &envplan.InputError{Where: where, Problem: fmt.Sprintf("takes no arguments, and %q was given", arg),
-		Fix: "give options only; " + where + " --help lists them"}
+// runHelp is `gorun help [COMMAND]`.
+func runHelp(args []string, w io.Writer) error {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" {
+		_, err := io.WriteString(w, usage())
+		return err
+	}
+	text := helpTopic(args[0])
+	if text == "" || len(args) > 1 {
+		return &envplan.InputError{Where: "gorun help " + strings.Join(args, " "),
+			Problem: "takes one command name: preflight, hosts or version",
+			Fix:     "gorun help lists the options of a launch; gorun help preflight, hosts or version explains that command"}
+	}
+	_, err := io.WriteString(w, text)
+	return err
+}
+
+// runVersion is `gorun version`.
+func runVersion(args []string, w io.Writer) error {
+	if len(args) > 0 {
+		if args[0] == "-h" || args[0] == "--help" {
+			_, err := io.WriteString(w, versionUsage)
+			return err
+		}
+		return &envplan.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no arguments, and %q was given", args[0]),
+			Fix: "run gorun version alone"}
+	}
+	_, err := fmt.Fprintln(w, "gorun", version())
+	return err
 }
 
 // usage is `gorun --help`: torchrun's command line plus gorun's options.
@@ -30,6 +81,7 @@ func usage() string {
        gorun preflight [--json] [--bandwidth node|all] [--topo-file FILE] [gorun options] [torchrun options] [script]
        gorun hosts [--hosts LIST | --hostfile FILE] [--include|--exclude SPEC] [--json]
        gorun version
+       gorun help [preflight|hosts|version]
 
 A drop-in replacement for torchrun: the same options, plus launch on every
 node from this one, preflight checks, a plan with a reason for every
@@ -67,6 +119,11 @@ gorun options:
   --report FILE.html       one self-contained HTML report at the end: per-GPU
                            timelines, attempts and failures, preflight, plan
 
+Exit codes: 0 success; the failing worker's own code (128+N for signal N);
+2 bad input, an unreachable node or a failed preflight (nothing started);
+3 a node failed its checks before a restart; 124 a hang; 130 interrupted;
+1 anything else (an output file not written included).
+
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
 	line := " "
@@ -81,9 +138,39 @@ torchrun options (torchrun --help explains them; dash or underscore spelling):
 	return b.String()
 }
 
+// version is the module version a release build carries, else "devel",
+// with the revision and time of the commit it was built from ("+dirty"
+// when the work tree had changes).
 func version() string {
-	if bi, ok := debug.ReadBuildInfo(); ok && bi.Main.Version != "" && bi.Main.Version != "(devel)" {
-		return bi.Main.Version
+	bi, ok := debug.ReadBuildInfo()
+	if !ok {
+		return "devel"
 	}
-	return "devel"
+	v := bi.Main.Version
+	if v == "" || v == "(devel)" {
+		v = "devel"
+	}
+	var rev, at, dirty string
+	for _, s := range bi.Settings {
+		switch s.Key {
+		case "vcs.revision":
+			rev = s.Value
+		case "vcs.time":
+			at = s.Value
+		case "vcs.modified":
+			if s.Value == "true" {
+				dirty = "+dirty"
+			}
+		}
+	}
+	if rev == "" {
+		return v
+	}
+	if len(rev) > 12 {
+		rev = rev[:12]
+	}
+	if at != "" {
+		at = ", " + at
+	}
+	return fmt.Sprintf("%s (%s%s%s)", v, rev, dirty, at)
 }

@@ -1,0 +1,129 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"os/exec"
+	"time"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Preflight is `gorun preflight`: resolve the hosts, connect and check
+// every node; nothing is started.
+func Preflight(ctx context.Context, cfg Config, ui UI) (preflight.Report, error) {
+	cl := cfg.CommandLine
+	hosts, err := ResolveHosts(cl.Gorun, cfg.Getenv)
+	if err != nil {
+		return preflight.Report{}, err
+	}
+	runners, err := Connect(ctx, cl, hosts, cfg, ui.Err)
+	if err != nil {
+		return preflight.Report{}, interrupted(ctx, "while connecting to the nodes", err)
+	}
+	defer closeAll(runners)
+	report := Check(ctx, cl, hosts, runners, cfg, ui)
+	if ctx.Err() != nil {
+		return report, interrupted(ctx, "during preflight", nil)
+	}
+	return report, nil
+}
+
+// maxScriptBytes bounds the training script the head reads for the lint.
+const maxScriptBytes = 16 << 20
+
+// Check runs preflight on every node (preflight.Run), with a progress line
+// on a live terminal when there are enough nodes to wait for.
+func Check(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
+	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
+	if len(hosts) > 0 {
+		targets = targets[:0]
+		for _, h := range hosts {
+			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
+		}
+	}
+	opts := preflight.RunOptions{
+		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
+		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
+		Environ: cfg.Environ,
+		Across:  slurmNodeFindings(ctx, cl.Gorun, hosts, cfg.Getenv),
+	}
+	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
+		opts.Bandwidth = bw
+	}
+	if len(hosts) > 0 {
+		master := ""
+		if cl.Set("master_addr") {
+			master = cl.Torchrun.MasterAddr
+		}
+		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, hosts[0].Name, runners[hosts[0].Name].Addr())
+	}
+	if !cl.Torchrun.NoPython && cl.Torchrun.TrainingScript != "" {
+		if src, err := inputfile.Read(cl.Torchrun.TrainingScript, maxScriptBytes); err == nil {
+			opts.ScriptName, opts.Script = cl.Torchrun.TrainingScript, src
+		}
+	}
+	if ui.Live && len(targets) >= 4 {
+		opts.Progress = func(done, total int) {
+			fmt.Fprintf(ui.Err, "\rpreflight: %d/%d nodes checked", done, total)
+			if done == total {
+				fmt.Fprint(ui.Err, "\r\x1b[K")
+			}
+		}
+	}
+	return preflight.Run(ctx, targets, opts)
+}
+
+// slurmNodeFindings is Slurm's word on the allocation's nodes (drained,
+// down, not responding), when gorun runs inside one and the nodes are its;
+// none when sinfo cannot be asked.
+func slurmNodeFindings(ctx context.Context, o envplan.Options, hosts []envplan.Host, getenv func(string) string) []preflight.Finding {
+	if len(hosts) == 0 || o.Hosts != "" || o.Hostfile != "" || getenv("SLURM_JOB_ID") == "" {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	argv := preflight.SinfoArgv(hostNames(hosts))
+	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
+	if err != nil {
+		return nil
+	}
+	return preflight.CheckSlurmNodes(out)
+}
+
+func hasWarnings(r preflight.Report) bool {
+	for _, n := range append([]preflight.NodeReport{{Findings: r.Findings}}, r.Nodes...) {
+		for _, f := range n.Findings {
+			if f.Severity == preflight.SeverityWarn {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// planFacts reduces preflight facts to what the plan needs.
+func planFacts(r preflight.Report) envplan.Facts {
+	facts := make(envplan.Facts, len(r.Nodes))
+	for _, n := range r.Nodes {
+		f := n.Facts
+		nf := envplan.NodeFacts{Hostname: f.Hostname, CPUs: f.CPUsAllowed, Gorun: f.Gorun, Python: f.Torch.Python}
+		for _, g := range f.GPUs {
+			nf.GPUs = append(nf.GPUs, envplan.GPU{Index: g.Index, BusID: g.BusID, NUMANode: g.NUMANode, CPUs: g.LocalCPUs})
+		}
+		if f.Route != nil && f.Route.Err == "" {
+			nf.Interface, nf.Address = f.Route.Interface, f.Route.Source
+		}
+		nf.P2PFaults = preflight.P2PFaults(f)
+		for _, p := range f.RDMA {
+			if p.State == "ACTIVE" {
+				nf.IBPorts = append(nf.IBPorts, p.Name())
+			}
+		}
+		facts[n.Host] = nf
+	}
+	return facts
+}

@@ -1,0 +1,161 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"io"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Transport is how the head reaches the nodes.
+type Transport int
+
+const (
+	// TransportLocal: one node, this machine (no --hosts, no allocation).
+	TransportLocal Transport = iota
+	// TransportSSH: the head itself locally, every other node over SSH.
+	TransportSSH
+	// TransportSrun: every node as job steps of the Slurm allocation.
+	TransportSrun
+)
+
+func (t Transport) String() string {
+	switch t {
+	case TransportSSH:
+		return "ssh"
+	case TransportSrun:
+		return "srun"
+	default:
+		return "local"
+	}
+}
+
+// chooseTransport reads --launcher: auto picks srun inside a Slurm
+// allocation whose nodes are the job's (no --hosts or --hostfile) when srun
+// is on the PATH; --launcher srun outside an allocation, or without srun,
+// is refused before anything starts.
+func chooseTransport(o envplan.Options, hosts []envplan.Host, cfg Config) (Transport, error) {
+	if len(hosts) == 0 && o.Launcher != "srun" {
+		return TransportLocal, nil
+	}
+	_, lookErr := cfg.LookPath("srun")
+	inAllocation := cfg.Getenv("SLURM_JOB_ID") != ""
+	switch o.Launcher {
+	case "ssh":
+		return TransportSSH, nil
+	case "srun":
+		switch {
+		case !inAllocation:
+			return 0, &envplan.InputError{Where: "--launcher srun", Problem: "gorun is not inside a Slurm allocation (SLURM_JOB_ID is not set)",
+				Fix: "run gorun from an sbatch script or an salloc shell, or use --launcher ssh"}
+		case lookErr != nil:
+			return 0, &envplan.InputError{Where: "--launcher srun", Problem: "srun is not on the PATH",
+				Fix: "add Slurm's bin directory to PATH, or use --launcher ssh"}
+		case len(hosts) == 0:
+			return TransportLocal, nil
+		}
+		return TransportSrun, nil
+	}
+	if o.Hosts == "" && o.Hostfile == "" && inAllocation && lookErr == nil {
+		return TransportSrun, nil
+	}
+	return TransportSSH, nil
+}
+
+// Connect returns one runner per host: Local in local mode; srun steps for
+// every node inside a Slurm allocation; else Local for the head itself and
+// SSH for the rest, dialled in parallel. On any failure every connection
+// is closed and the error names each failing host.
+func Connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, cfg Config, diag io.Writer) (map[string]sshexec.Runner, error) {
+	t, err := chooseTransport(cl.Gorun, hosts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	switch t {
+	case TransportLocal:
+		return map[string]sshexec.Runner{"localhost": sshexec.NewLocal(cfg.Self)}, nil
+	case TransportSrun:
+		return connectSrun(ctx, cl.Gorun, hosts, cfg.Self)
+	}
+	return connectSSH(ctx, cl.Gorun, hosts, cfg.Self, diag)
+}
+
+func connectSSH(ctx context.Context, o envplan.Options, hosts []envplan.Host, self string, diag io.Writer) (map[string]sshexec.Runner, error) {
+	sc := sshexec.Config{
+		User: o.SSHUser, Port: o.SSHPort, Identity: o.SSHIdentity,
+		SSHConfigFile: o.SSHConfig, KnownHosts: o.KnownHosts,
+		AcceptNew: o.SSHAcceptNew, RemoteGorun: o.RemoteGorun,
+		Warn: func(m string) { fmt.Fprintln(diag, "gorun: warning:", m) },
+	}
+	runners := make(map[string]sshexec.Runner)
+	var remote []string
+	for _, h := range hosts {
+		if sshexec.IsLocalHost(h.Name) {
+			runners[h.Name] = sshexec.NewLocal(self)
+		} else {
+			remote = append(remote, h.Name)
+		}
+	}
+	if len(remote) == 0 {
+		return runners, nil
+	}
+	// The files and keys ssh would refuse, refused before any connection.
+	if err := sc.Check(ctx); err != nil {
+		return nil, fmt.Errorf("%w:\n%w", ErrSSHSettings, err)
+	}
+	if sc.RemoteGorun == "" {
+		// Hashed once: every node runs the same content-addressed copy,
+		// uploaded on first use where it is missing.
+		var err error
+		if sc.Agent, err = sshexec.HashBinary(self); err != nil {
+			return nil, fmt.Errorf("read the gorun binary: %w", err)
+		}
+	}
+	dialled, err := sshexec.DialAll(ctx, remote, sc, sshexec.DefaultFanout)
+	for name, r := range dialled {
+		runners[name] = r
+	}
+	if err != nil {
+		closeAll(runners)
+		return nil, fmt.Errorf("%w:\n%w", ErrUnreachable, err)
+	}
+	return runners, nil
+}
+
+// connectSrun returns a runner per node of the allocation, each starting
+// its commands as job steps on its node. gorun reaches the nodes through
+// the shared filesystem, else through sbcast (sshexec.PlaceSrunAgent),
+// unless --remote-gorun names it.
+func connectSrun(ctx context.Context, o envplan.Options, hosts []envplan.Host, self string) (map[string]sshexec.Runner, error) {
+	path := o.RemoteGorun
+	if path == "" {
+		bin, err := sshexec.HashBinary(self)
+		if err != nil {
+			return nil, fmt.Errorf("read the gorun binary: %w", err)
+		}
+		if path, err = sshexec.PlaceSrunAgent(ctx, hostNames(hosts), bin); err != nil {
+			return nil, fmt.Errorf("%w:\n%w", ErrUnreachable, err)
+		}
+	}
+	runners := make(map[string]sshexec.Runner, len(hosts))
+	for _, h := range hosts {
+		runners[h.Name] = sshexec.NewSrun(h.Name, path)
+	}
+	return runners, nil
+}
+
+func closeAll(runners map[string]sshexec.Runner) {
+	for _, r := range runners {
+		r.Close()
+	}
+}
+
+func hostNames(hosts []envplan.Host) []string {
+	names := make([]string, len(hosts))
+	for i, h := range hosts {
+		names[i] = h.Name
+	}
+	return names
+}

@@ -1,0 +1,128 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+)
+
+// Attempt is one attempt of the group in the making, as the hooks see it.
+type Attempt struct {
+	K    int          // from 0
+	Spec envplan.Spec // the hosts it runs on
+	Plan envplan.Plan
+	// Nodes are the attempt's jobs, built from Plan after every
+	// BeforeAttempt hook has run; nil until then.
+	Nodes []launch.Node
+}
+
+// A Hook takes part in a run's lifecycle. Name says which in errors; what
+// it does is in the optional interfaces below, which Run looks for in the
+// order the hooks are listed (run.hooks).
+type Hook interface{ Name() string }
+
+// BeforeAttempt hooks run in order before every attempt. For a restart
+// (a.K > 0) they may change a.Spec and a.Plan: drop a node, move the
+// master port. An error ends the run with no further attempt.
+type BeforeAttempt interface {
+	BeforeAttempt(ctx context.Context, a *Attempt) error
+}
+
+// Starting hooks see an attempt's jobs (a.Nodes) just before they start,
+// and may add to them.
+type Starting interface{ Starting(a *Attempt) }
+
+// AttemptFailed hooks hear of each failed attempt once it is stopped,
+// before any restart.
+type AttemptFailed interface {
+	AttemptFailed(k int, f launch.Failure)
+}
+
+// Configurer hooks fill in the supervisor's options they serve (telemetry
+// frames, the status line).
+type Configurer interface{ Configure(o *launch.Options) }
+
+// Finisher hooks run once after the last attempt, whatever its end, with
+// that attempt. An error is something the run was asked for and could not
+// do (an output file not written); it makes the exit non-zero.
+type Finisher interface {
+	Finish(ctx context.Context, a *Attempt, res launch.Result, runErr error) error
+}
+
+// hooks lists this run's hooks in the order they act: before a restart
+// the last attempt's flight-recorder dumps are fetched first (the recheck
+// may drop their node), then the nodes are checked again (and the plan
+// rebuilt without a failing node), then the master port is moved if it is
+// still held; telemetry attaches its settings to the jobs last.
+func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
+	var hs []Hook
+	if dir := r.cl.Gorun.FlightRecorder; dir != "" {
+		hs = append(hs, &flightRecorder{dir: dir, runID: r.cfg.RunID, runners: r.conns, diag: r.ui.Err})
+	}
+	if len(r.spec.Hosts) > 0 {
+		hs = append(hs, newShrink(r))
+	}
+	hs = append(hs, &masterPort{diag: r.ui.Err})
+	watch, err := newGPUWatch(r.cl, r.cfg.Args, preflightText, outs, r.ui)
+	if err != nil {
+		return nil, err
+	}
+	if watch != nil {
+		hs = append(hs, watch)
+	}
+	return hs, nil
+}
+
+// beforeAttempt runs every BeforeAttempt hook in order, stopping at the
+// first error.
+func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt) error {
+	for _, h := range hooks {
+		if b, ok := h.(BeforeAttempt); ok {
+			if err := b.BeforeAttempt(ctx, a); err != nil {
+				return fmt.Errorf("%s: %w", h.Name(), err)
+			}
+		}
+	}
+	return nil
+}
+
+func starting(hooks []Hook, a *Attempt) {
+	for _, h := range hooks {
+		if s, ok := h.(Starting); ok {
+			s.Starting(a)
+		}
+	}
+}
+
+func attemptFailed(hooks []Hook, k int, f launch.Failure) {
+	for _, h := range hooks {
+		if af, ok := h.(AttemptFailed); ok {
+			af.AttemptFailed(k, f)
+		}
+	}
+}
+
+func configure(hooks []Hook, o *launch.Options) {
+	for _, h := range hooks {
+		if c, ok := h.(Configurer); ok {
+			c.Configure(o)
+		}
+	}
+}
+
+// finish runs every Finisher, each whatever the others did, and joins
+// their errors.
+func finish(ctx context.Context, hooks []Hook, a *Attempt, res launch.Result, runErr error) error {
+	var errs []error
+	for _, h := range hooks {
+		if f, ok := h.(Finisher); ok {
+			if err := f.Finish(ctx, a, res, runErr); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", h.Name(), err))
+			}
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,180 @@
+package job
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"strings"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Outcomes main maps to exit codes of their own.
+var (
+	// ErrPreflightFailed: preflight found a failure; nothing was started.
+	ErrPreflightFailed = errors.New("preflight failed; nothing was started")
+	// ErrRecheckFailed: a node failed its checks before a restart, and the
+	// group could not go on without it. Attempts had run.
+	ErrRecheckFailed = errors.New("a node failed its checks before a restart")
+	// ErrUnreachable: a node could not be reached; nothing was started.
+	ErrUnreachable = errors.New("cannot reach every node; nothing was started")
+	// ErrSSHSettings: the ssh settings would fail every connection (a
+	// missing known_hosts, a key ssh would refuse); nothing was started.
+	ErrSSHSettings = errors.New("the ssh settings would fail every connection; nothing was started")
+	// ErrOutput: the job ran, but a file it was asked to write at the end
+	// (--report, --telemetry) could not be written.
+	ErrOutput = errors.New("an output file could not be written")
+)
+
+// Config is what main hands Run: the parsed command line and the side
+// effects only main may read.
+type Config struct {
+	// Args is the command line after "gorun", as typed: the report shows it
+	// (secrets redacted), and `srun gorun` parses it again with the node
+	// rank Slurm gives.
+	Args        []string
+	CommandLine envplan.CommandLine
+	Getenv      func(string) string
+	Environ     map[string]string // the head's environment
+	Self        string            // this gorun binary, uploaded to the nodes
+	Dir         string            // the working directory every node's job starts in
+	RunID       string            // names what this run keeps on the nodes
+	// LookPath finds a program on the head's PATH (exec.LookPath).
+	LookPath func(string) (string, error)
+}
+
+// UI is where a run writes, and what main knows of the terminal.
+type UI struct {
+	Out, Err io.Writer
+	// Color: Out is a terminal and NO_COLOR is unset.
+	Color bool
+	// Live: Err is a terminal that can redraw a line in place (not
+	// TERM=dumb): the preflight progress and the status line go there.
+	Live bool
+	// Width is Err's width in columns now, 0 when unknown; read on every
+	// redraw, so a resized terminal is followed.
+	Width func() int
+	// Kill, when closed, turns a graceful stop into an immediate one (a
+	// second Ctrl-C).
+	Kill <-chan struct{}
+}
+
+func (ui UI) width() int {
+	if ui.Width == nil {
+		return 0
+	}
+	return ui.Width()
+}
+
+// run is one job's state on the head.
+type run struct {
+	cfg   Config
+	cl    envplan.CommandLine
+	ui    UI
+	spec  envplan.Spec
+	conns map[string]sshexec.Runner
+}
+
+// Run is the main job: resolve the hosts, connect, check, plan, then print
+// the plan (--dry-run) or launch and supervise every attempt.
+func Run(ctx context.Context, cfg Config, ui UI) error {
+	cl, err := slurmStep(cfg)
+	if err != nil {
+		return err
+	}
+	hosts, err := ResolveHosts(cl.Gorun, cfg.Getenv)
+	if err != nil {
+		return err
+	}
+	if err := checkScript(cl, len(hosts) > 0); err != nil {
+		return err
+	}
+	if _, err := chooseTransport(cl.Gorun, hosts, cfg); err != nil {
+		return err
+	}
+	r := &run{cfg: cfg, cl: cl, ui: ui,
+		spec: envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: cfg.Environ, RunID: cfg.RunID}}
+	if _, err := envplan.Build(r.spec, nil); err != nil { // bad input refused before connecting anywhere
+		return err
+	}
+	outs, err := checkOutputs(cl, cfg.Self)
+	if err != nil {
+		return err
+	}
+	if cl.Gorun.DryRun && cl.Gorun.Preflight == "off" {
+		plan, err := envplan.Build(r.spec, nil)
+		if err != nil {
+			return err
+		}
+		return renderPlan(ui.Out, plan, cl.Gorun.Format)
+	}
+	if r.conns, err = Connect(ctx, cl, hosts, cfg, ui.Err); err != nil {
+		return interrupted(ctx, "while connecting to the nodes", err)
+	}
+	defer closeAll(r.conns)
+
+	var facts envplan.Facts
+	var preflightText string // for --report
+	if cl.Gorun.Preflight != "off" {
+		report := Check(ctx, cl, hosts, r.conns, cfg, ui)
+		if ctx.Err() != nil {
+			return interrupted(ctx, "during preflight; nothing was started", nil)
+		}
+		var text strings.Builder
+		report.WriteText(&text)
+		switch {
+		case !report.OK || hasWarnings(report):
+			io.WriteString(ui.Err, text.String())
+		case len(hosts) > 0: // all clear: one line, the first of the report
+			first, _, _ := strings.Cut(text.String(), "\n")
+			fmt.Fprintln(ui.Err, first)
+		}
+		if !report.OK && cl.Gorun.Preflight == "on" {
+			return ErrPreflightFailed
+		}
+		preflightText = text.String()
+		facts = planFacts(report)
+	}
+	plan, err := envplan.Build(r.spec, facts)
+	if err != nil {
+		return err
+	}
+	if cl.Gorun.DryRun {
+		return renderPlan(ui.Out, plan, cl.Gorun.Format)
+	}
+	if len(hosts) > 0 {
+		envplan.RenderBrief(ui.Err, plan)
+	}
+	if err := outs.create(); err != nil {
+		return err
+	}
+	hooks, err := r.hooks(outs, preflightText)
+	if err != nil {
+		return err
+	}
+	return r.supervise(ctx, plan, hooks)
+}
+
+// interrupted turns err into an interruption when the user's signal is
+// what ended the step (an interruption exits 130, not 2), and returns err
+// as it is otherwise.
+func interrupted(ctx context.Context, when string, err error) error {
+	if ctx.Err() == nil {
+		return err
+	}
+	return fmt.Errorf("%w %s", launch.ErrInterrupted, when)
+}
+
+func renderPlan(w io.Writer, plan envplan.Plan, format string) error {
+	switch format {
+	case "json":
+		return envplan.RenderJSON(w, plan)
+	case "shell":
+		return envplan.RenderShell(w, plan)
+	default:
+		return envplan.RenderTable(w, plan)
+	}
+}

@@ -1,0 +1,122 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/preflight"
+)
+
+// recheckTimeout bounds the checks before a restart; a node that has not
+// answered by then counts as failed.
+const recheckTimeout = 30 * time.Second
+
+// shrink is the hook that checks every node again before a restart in
+// head-node mode: reached, and with --preflight on, the per-node checks. A
+// node that fails is dropped while at least --nnodes' minimum remain, and
+// the plan is rebuilt for the nodes left; without a range, or with too few
+// left, the run ends with the findings (ErrRecheckFailed).
+type shrink struct {
+	cl   envplan.CommandLine
+	diag io.Writer
+	// check runs preflight on hosts (Check, through the run's runners).
+	check func(ctx context.Context, hosts []envplan.Host) preflight.Report
+}
+
+func newShrink(r *run) *shrink {
+	return &shrink{cl: r.cl, diag: r.ui.Err, check: func(ctx context.Context, hosts []envplan.Host) preflight.Report {
+		return Check(ctx, r.cl, hosts, r.conns, r.cfg, UI{Err: io.Discard})
+	}}
+}
+
+func (*shrink) Name() string { return "recheck" }
+
+func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
+	if a.K == 0 {
+		return nil
+	}
+	user := ctx
+	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
+	defer cancel()
+	checks := s.cl.Gorun.Preflight == "on"
+	hosts := a.Spec.Hosts
+	report := s.check(ctx, hosts)
+	failed := failedNodes(report, checks)
+	// Without node 0, the master moves: the others' routes are checked
+	// again against the new node 0.
+	if len(failed) > 0 && failed[hosts[0].Name] != "" && len(failed) < len(hosts) {
+		report = s.check(ctx, keepHosts(hosts, failed))
+		for name, why := range failedNodes(report, checks) {
+			failed[name] = why
+		}
+	}
+	if user.Err() != nil {
+		return fmt.Errorf("%w while checking the nodes before a restart", launch.ErrInterrupted)
+	}
+	if len(failed) == 0 {
+		return nil
+	}
+	keep := keepHosts(hosts, failed)
+	lo, hi := s.cl.Torchrun.NNodesMin, s.cl.Torchrun.NNodesMax
+	for _, h := range hosts {
+		if why := failed[h.Name]; why != "" {
+			fmt.Fprintf(s.diag, "gorun: %s fails its checks before the restart: %s\n", h.Name, why)
+		}
+	}
+	switch {
+	case lo >= hi:
+		report.WriteText(s.diag)
+		return fmt.Errorf("%w, and --nnodes gives no range to go on without it (for example --nnodes %d:%d)",
+			ErrRecheckFailed, max(1, len(hosts)-1), len(hosts))
+	case len(keep) < lo:
+		report.WriteText(s.diag)
+		return fmt.Errorf("%w: only %d nodes pass their checks, below --nnodes minimum %d", ErrRecheckFailed, len(keep), lo)
+	}
+	spec := a.Spec
+	spec.Hosts = keep
+	next, err := envplan.Build(spec, planFacts(report))
+	if err != nil {
+		return fmt.Errorf("plan for the %d nodes left: %w", len(keep), err)
+	}
+	fmt.Fprintf(s.diag, "gorun: dropping %s; the group restarts on %d nodes (--nnodes %d:%d)\n",
+		strings.Join(slices.Sorted(maps.Keys(failed)), ", "), len(keep), lo, hi)
+	a.Spec, a.Plan = spec, next
+	return nil
+}
+
+// failedNodes names the nodes that fail, with the first reason: not
+// reached, or, when checks count, a failed per-node check.
+func failedNodes(r preflight.Report, checks bool) map[string]string {
+	failed := map[string]string{}
+	for _, n := range r.Nodes {
+		for _, f := range n.Findings {
+			if f.Severity != preflight.SeverityFail || (!checks && f.ID != "node.reach") {
+				continue
+			}
+			why := f.Message
+			if f.Evidence != "" {
+				why += " (" + f.Evidence + ")"
+			}
+			failed[n.Host] = why
+			break
+		}
+	}
+	return failed
+}
+
+func keepHosts(hosts []envplan.Host, failed map[string]string) []envplan.Host {
+	var keep []envplan.Host
+	for _, h := range hosts {
+		if failed[h.Name] == "" {
+			keep = append(keep, h)
+		}
+	}
+	return keep
+}

@@ -1,0 +1,133 @@
+package job
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// reportOf is a preflight report in which the named nodes fail with the
+// finding id given.
+func reportOf(hosts []envplan.Host, fails map[string]string) preflight.Report {
+	var r preflight.Report
+	for _, h := range hosts {
+		n := preflight.NodeReport{Host: h.Name}
+		if id := fails[h.Name]; id != "" {
+			n.Findings = []preflight.Finding{{ID: id, Severity: preflight.SeverityFail, Message: id + " failed", Evidence: "seen"}}
+		}
+		r.Nodes = append(r.Nodes, n)
+	}
+	return r
+}
+
+func TestShrink(t *testing.T) {
+	three := []envplan.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
+	for _, tc := range []struct {
+		name      string
+		args      []string
+		fails     map[string]string // node → failing finding id, on every check
+		wantHosts string            // the hosts of the next attempt; "" when it must not go on
+		wantErr   error
+		wantSaid  string
+		wantCheck int // how many checks ran
+	}{
+		{"all well", []string{"--nnodes", "2:3"}, nil, "node0,node1,node2", nil, "", 1},
+		{"a node lost, within the range", []string{"--nnodes", "2:3"}, map[string]string{"node1": "node.reach"},
+			"node0,node2", nil, "gorun: dropping node1; the group restarts on 2 nodes (--nnodes 2:3)", 1},
+		{"node 0 lost: the others checked again against the new master", []string{"--nnodes", "2:3"}, map[string]string{"node0": "node.reach"},
+			"node1,node2", nil, "gorun: dropping node0", 2},
+		{"no range", []string{"--nnodes", "3"}, map[string]string{"node2": "node.reach"},
+			"", ErrRecheckFailed, "--nnodes gives no range", 1},
+		{"below the minimum", []string{"--nnodes", "3:3"}, map[string]string{"node1": "node.reach"},
+			"", ErrRecheckFailed, "", 1},
+		{"too few left", []string{"--nnodes", "2:3"}, map[string]string{"node1": "node.reach", "node2": "node.reach"},
+			"", ErrRecheckFailed, "only 1 nodes pass their checks, below --nnodes minimum 2", 1},
+		{"a failed check counts with --preflight on", []string{"--nnodes", "2:3"}, map[string]string{"node2": "gpu.count"},
+			"node0,node1", nil, "node2 fails its checks before the restart: gpu.count failed (seen)", 1},
+		{"only reach counts with --preflight warn", []string{"--nnodes", "2:3", "--preflight", "warn"}, map[string]string{"node2": "gpu.count"},
+			"node0,node1,node2", nil, "", 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := parse(t, append(append([]string{"--hosts", "node0:1,node1:1,node2:1"}, tc.args...), "x.py")...)
+			spec := envplan.Spec{CommandLine: cl, Hosts: three}
+			plan, err := envplan.Build(spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checks := 0
+			var diag bytes.Buffer
+			s := &shrink{cl: cl, diag: &diag, check: func(_ context.Context, hosts []envplan.Host) preflight.Report {
+				checks++
+				return reportOf(hosts, tc.fails)
+			}}
+			a := &Attempt{K: 1, Spec: spec, Plan: plan}
+			err = s.BeforeAttempt(context.Background(), a)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v", err, tc.wantErr)
+			}
+			if tc.wantHosts != "" {
+				var got []string
+				for _, n := range a.Plan.Nodes {
+					got = append(got, n.Host)
+				}
+				if strings.Join(got, ",") != tc.wantHosts || len(a.Spec.Hosts) != len(got) {
+					t.Errorf("next attempt on %v (spec %d hosts), want %s", got, len(a.Spec.Hosts), tc.wantHosts)
+				}
+			}
+			said := diag.String()
+			if err != nil {
+				said += err.Error()
+			}
+			if !strings.Contains(said, tc.wantSaid) {
+				t.Errorf("diag and error lack %q:\n%s", tc.wantSaid, said)
+			}
+			if checks != tc.wantCheck {
+				t.Errorf("%d checks ran, want %d", checks, tc.wantCheck)
+			}
+		})
+	}
+}
+
+func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
+	called := false
+	s := &shrink{cl: parse(t, "x.py"), diag: &bytes.Buffer{}, check: func(context.Context, []envplan.Host) preflight.Report {
+		called = true
+		return preflight.Report{}
+	}}
+	if err := s.BeforeAttempt(context.Background(), &Attempt{K: 0}); err != nil || called {
+		t.Errorf("attempt 0 rechecked: %v, %v", err, called)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	err := s.BeforeAttempt(ctx, &Attempt{K: 1, Spec: envplan.Spec{Hosts: []envplan.Host{{Name: "a"}}}})
+	if !errors.Is(err, launch.ErrInterrupted) {
+		t.Errorf("cancelled: %v, want ErrInterrupted", err)
+	}
+}
+
+// TestShrinkThroughRealChecks runs the recheck through Check and
+// preflight.Run against fake nodes: one answers, one cannot be reached.
+func TestShrinkThroughRealChecks(t *testing.T) {
+	cl := parse(t, "--hosts", "node0:1,node1:1", "--nnodes", "1:2", "--preflight", "warn", "x.py")
+	hosts := []envplan.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
+	spec := envplan.Spec{CommandLine: cl, Hosts: hosts}
+	plan, _ := envplan.Build(spec, nil)
+	ok := &fakeRunner{name: "node0", agent: func([]string) ([]byte, error) { return []byte(`{"hostname":"node0"}`), nil }}
+	lost := &fakeRunner{name: "node1", agent: func([]string) ([]byte, error) { return nil, errors.New("connection lost") }}
+	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, spec: spec,
+		conns: map[string]sshexec.Runner{"node0": ok, "node1": lost}}
+	a := &Attempt{K: 1, Spec: spec, Plan: plan}
+	if err := newShrink(r).BeforeAttempt(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Plan.Nodes) != 1 || a.Plan.Nodes[0].Host != "node0" {
+		t.Errorf("next attempt: %+v", a.Plan.Nodes)
+	}
+}

@@ -1,0 +1,121 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// restartBackoff is the pause between a failed attempt and the next: long
+// enough for the old attempt's sockets to close, short next to the
+// workers' start.
+const restartBackoff = time.Second
+
+// supervise runs the plan's attempts under launch.Run, with the hooks
+// between them, and then the hooks' Finish. A job that succeeded but
+// could not write an output it was asked for fails with an error
+// wrapping ErrOutput.
+func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) error {
+	a := &Attempt{Spec: r.spec, Plan: plan}
+	opts := launch.Options{
+		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
+			a.K, a.Nodes = k, nil
+			if err := beforeAttempt(ctx, hooks, a); err != nil {
+				return nil, err
+			}
+			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir)
+			starting(hooks, a)
+			return a.Nodes, nil
+		},
+		Failed:      func(k int, f launch.Failure) { attemptFailed(hooks, k, f) },
+		MaxRestarts: r.cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
+		Backoff:     restartBackoff,
+		HangTimeout: r.cl.Gorun.HangTimeout,
+		LocalRanks:  localRanks(r.cl.Torchrun.LocalRanksFilter),
+		Out:         r.ui.Out,
+		Err:         r.ui.Err,
+		Diag:        r.ui.Err,
+		Plain:       len(r.spec.Hosts) == 0, // one local node: print exactly what torchrun prints
+		Color:       r.ui.Color,
+		Kill:        r.ui.Kill,
+	}
+	configure(hooks, &opts)
+	res, err := launch.Run(ctx, opts)
+	// The hooks finish after a stop too (the last dumps, the report), but
+	// not after a second Ctrl-C.
+	fctx, cancel := killContext(context.WithoutCancel(ctx), r.ui.Kill)
+	defer cancel()
+	ferr := finish(fctx, hooks, a, res, err)
+	switch {
+	case ferr == nil:
+		return err
+	case err == nil:
+		return ferr // the job succeeded; the exit says what was not written
+	default:
+		fmt.Fprintln(r.ui.Err, "gorun:", envplan.Printable(ferr.Error()))
+		return err
+	}
+}
+
+// killContext ends when parent does or kill is closed.
+func killContext(parent context.Context, kill <-chan struct{}) (context.Context, context.CancelFunc) {
+	ctx, cancel := context.WithCancel(parent)
+	if kill != nil {
+		go func() {
+			select {
+			case <-kill:
+				cancel()
+			case <-ctx.Done():
+			}
+		}()
+	}
+	return ctx, cancel
+}
+
+// jobs turns the plan into one job per node for attempt k.
+func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir string) []launch.Node {
+	nodes := make([]launch.Node, 0, len(plan.Nodes))
+	for _, n := range plan.Nodes {
+		env := make(map[string]string, len(n.Env)+1)
+		for name, v := range n.Env {
+			if v.Source != envplan.SourceTorchrun {
+				env[name] = v.Value
+			}
+		}
+		env[launch.RestartCountVar] = strconv.Itoa(k)
+		argv := slices.Clone(n.Command)
+		for i, a := range argv {
+			if a == envplan.GorunSelf {
+				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
+			}
+		}
+		nodes = append(nodes, launch.Node{
+			Name:   n.Host,
+			Runner: runners[n.Host],
+			Job:    sshexec.Job{Argv: argv, Env: env, Dir: dir},
+		})
+	}
+	return nodes
+}
+
+// localRanks reads --local-ranks-filter ("0,2"), which the parser has
+// checked; nil shows every rank.
+func localRanks(filter string) []int {
+	if filter == "" {
+		return nil
+	}
+	var ranks []int
+	for _, f := range strings.Split(filter, ",") {
+		if r, err := strconv.Atoi(strings.TrimSpace(f)); err == nil {
+			ranks = append(ranks, r)
+		}
+	}
+	return ranks
+}
