@@ -60,7 +60,7 @@ func hostsArgs(args []string) (opts envplan.Options, asJSON bool, err error) {
 		case "--hosts", "--hostfile", "--include", "--exclude":
 		default:
 			return opts, false, &envplan.InputError{Where: "gorun hosts " + args[i], Problem: "is not an option of gorun hosts",
-				Fix: "gorun hosts --help lists them"}
+				Fix: "it takes --hosts, --hostfile, --include, --exclude and --json; gorun hosts --help explains them"}
 		}
 		if !hasValue {
 			if i+1 >= len(args) {

@@ -3,15 +3,8 @@ package main
 import (
 	"os"
 	"path/filepath"
-	"reflect"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/gorun/gorun/envplan"
-	"github.com/gorun/gorun/launch"
-	"github.com/gorun/gorun/sshexec"
-	"github.com/gorun/gorun/telemetry"
 )
 
 // TestTelemetryLocalRun runs the real binary in local mode with a fake

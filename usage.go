@@ -67,8 +67,8 @@ func runVersion(args []string, w io.Writer) error {
 			_, err := io.WriteString(w, versionUsage)
 			return err
 		}
-		return &envplan.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no arguments, and %q was given", args[0]),
-			Fix: "run gorun version alone"}
+		return &envplan.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no options and no arguments, and %q was given", args[0]),
+			Fix: "run gorun version alone; gorun version --help says what it prints"}
 	}
 	_, err := fmt.Fprintln(w, "gorun", version())
 	return err
