@@ -305,7 +305,7 @@ func TestClusterElasticShrink(t *testing.T) {
 		{"range 2:3: finishes on 2", []string{"--nnodes", "2:3"}, 0, []string{
 			"gorun: dropping node2; the group restarts on 2 nodes (--nnodes 2:3)",
 		}},
-		{"no range: exit 2", nil, 2, []string{
+		{"no range: exit 3", nil, 3, []string{
 			"gorun: node2 fails its checks before the restart",
 			"--nnodes gives no range",
 		}},
