@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -331,7 +332,7 @@ func attempt(plan envplan.Plan, runners map[string]sshexec.Runner, k int) ([]lau
 				env[name] = v.Value
 			}
 		}
-		env[launch.RestartCountVar] = strconv.Itoa(k)
+		env[wire.RestartCountVar] = strconv.Itoa(k)
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
 			if a == envplan.GorunSelf {

@@ -3,11 +3,13 @@
 // environment plan with a reason for every variable, and whole-group
 // supervision that leaves no process behind.
 //
-// main.go is the composition root: it parses the command line, creates every
-// side effect (signal context, NVML, SSH clients, stdout) and maps errors to
-// exit codes in one place (exitCode). The packages do the work; each
-// subcommand's wiring is in a file of its own (cmd_launch.go,
-// cmd_preflight.go, cmd_hosts.go); the help texts are in usage.go.
+// main.go is the composition root: it parses the command line, creates the
+// head's side effects (signal context, SSH clients, stdout) and maps errors
+// to exit codes in one place (exitCode); NVML is loaded only on a node, by
+// internal/node. The packages do the work; each subcommand's wiring is in a
+// file of its own (cmd_launch.go, cmd_preflight.go, cmd_hosts.go, and the
+// hidden node-side commands in cmd_node.go); the help texts are in
+// usage.go.
 package main
 
 import (
@@ -25,7 +27,6 @@ import (
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // Exit codes, as a user of torchrun expects them plus gorun's own.
@@ -91,7 +92,7 @@ func newApp(ctx context.Context) *cli.App {
 		Action: func(c *cli.Context) error {
 			return runLaunch(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
-		Commands: []*cli.Command{
+		Commands: append([]*cli.Command{
 			{
 				Name:            "preflight",
 				Usage:           "check every node (driver, GPUs, links, versions) and print a report",
@@ -145,38 +146,7 @@ func newApp(ctx context.Context) *cli.App {
 					return err
 				},
 			},
-			{
-				// The node agent: started by the head (locally or over SSH) to
-				// run one job and tear its whole tree down.
-				Name: "_agent", Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return cli.Exit("", sshexec.ServeAgentWith(ctx, gpuSidecar, os.Stdin, os.Stdout, os.Stderr))
-				},
-			},
-			{
-				// The worker's supervisor: torchrun starts it in place of
-				// each worker (see envplan's wrapWorkers and launch.RunWorker).
-				Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return cli.Exit("", launch.RunWorker(c.Args().Slice(), os.Getenv, os.Stderr))
-				},
-			},
-			{
-				// A node's side of the all_reduce between two nodes
-				// (preflight --bandwidth all).
-				Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return bandwidthPair(ctx, c.Args().First(), c.App.Writer)
-				},
-			},
-			{
-				// The node-side collector: prints this node's Facts as JSON.
-				Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
-				Action: func(c *cli.Context) error {
-					return collectRequest(ctx, c.Args().First(), c.App.Writer)
-				},
-			},
-		},
+		}, nodeCommands(ctx)...),
 	}
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -12,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
@@ -20,22 +18,6 @@ import (
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/telemetry"
 )
-
-// gpuSidecar is the node agent's sidecar (sshexec.ServeAgentWith): GPU
-// telemetry for the job, sampled in the agent, so NVML is loaded there and
-// never in a worker. Settings it cannot read turn telemetry off quietly:
-// the job matters more.
-func gpuSidecar(ctx context.Context, settings json.RawMessage, send func([]byte)) {
-	var cfg telemetry.Config
-	if json.Unmarshal(settings, &cfg) != nil {
-		return
-	}
-	telemetry.Run(ctx, nvml.New(), cfg, func(f telemetry.Frame) {
-		if b, err := json.Marshal(f); err == nil {
-			send(b)
-		}
-	})
-}
 
 // gpuWatch is the head's side of telemetry: it takes every node's frames,
 // prints findings and notices, keeps the status line, and writes the

@@ -6,6 +6,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // supervisor is an attempt's view of its failures.
@@ -35,7 +37,7 @@ type supervisor struct {
 
 type workerCause struct {
 	i     int
-	exit  workerExit
+	exit  wire.WorkerExit
 	phase string
 }
 
@@ -64,7 +66,7 @@ func (sv *supervisor) workerExited(ev event) bool {
 		w.done = true
 	}
 	m.mu.Unlock()
-	if !ex.failed() {
+	if !ex.Failed() {
 		sv.finished++
 		return false
 	}
@@ -128,7 +130,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	})
 	var names []string
 	var b strings.Builder
-	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", HeartbeatFileVar, sv.opts.HangTimeout)
+	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", wire.HeartbeatFileVar, sv.opts.HangTimeout)
 	for _, w := range all {
 		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
 		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
@@ -155,7 +157,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	if sv.rasPending {
 		// NCCL's report first, while every rank still runs: the stack
 		// dumps end the workers, and a dead rank no longer lags.
-		sv.tellAll(tellRAS) // a job without NCCL answers at once, with nothing
+		sv.tellAll(wire.TellRAS) // a job without NCCL answers at once, with nothing
 
 	} else {
 		sv.requestDumps()
@@ -167,7 +169,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 func (sv *supervisor) requestDumps() {
 	sv.rasPending = false
 	sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
-	sv.tellAll(tellDump)
+	sv.tellAll(wire.TellDump)
 }
 
 func (sv *supervisor) tellAll(b byte) {
@@ -195,7 +197,7 @@ func (sv *supervisor) rootCause() *Failure {
 		}
 		m := sv.ms[c.i]
 		return &Failure{Node: m.node.Name, Rank: c.exit.Rank, LocalRank: c.exit.LocalRank,
-			Code: c.exit.shellCode(), Signal: c.exit.Signal, Phase: c.phase,
+			Code: c.exit.ShellCode(), Signal: c.exit.Signal, Phase: c.phase,
 			Reason:    fmt.Sprintf("worker%s %s during %s", rankWords(c.exit.Rank, c.exit.LocalRank), exitWords(c.exit), c.phase),
 			LastLines: m.log.lastLinesOf(c.exit.LocalRank)}
 	}
@@ -211,7 +213,7 @@ func (sv *supervisor) rootCause() *Failure {
 }
 
 // exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
-func exitWords(ex workerExit) string {
+func exitWords(ex wire.WorkerExit) string {
 	if ex.Signal != 0 {
 		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
 	}

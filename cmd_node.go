@@ -1,0 +1,52 @@
+package main
+
+import (
+	"context"
+	"os"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/node"
+	"github.com/gorun/gorun/internal/rank"
+	"github.com/gorun/gorun/preflight"
+)
+
+// nodeCommands are the hidden subcommands the head runs on a node (gorun
+// itself, uploaded or preinstalled there): each is one call into the
+// node-side packages, internal/node and internal/rank.
+func nodeCommands(ctx context.Context) []*cli.Command {
+	return []*cli.Command{
+		{
+			// The node agent: started by the head (locally or over SSH) to
+			// run one job and tear its whole tree down.
+			Name: "_agent", Hidden: true, SkipFlagParsing: true,
+			Action: func(c *cli.Context) error {
+				return cli.Exit("", node.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
+			},
+		},
+		{
+			// The worker's supervisor: torchrun starts it in place of
+			// each worker (see envplan's wrapWorkers and rank.Run).
+			Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
+			Action: func(c *cli.Context) error {
+				return cli.Exit("", rank.Run(c.Args().Slice(), os.Getenv, os.Stderr))
+			},
+		},
+		{
+			// A node's side of the all_reduce between two nodes
+			// (preflight --bandwidth all).
+			Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
+			Action: func(c *cli.Context) error {
+				return node.RunBandwidth(ctx, c.Args().First(), c.App.Writer)
+			},
+		},
+		{
+			// The node-side collector: prints this node's Facts as JSON.
+			Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
+			Action: func(c *cli.Context) error {
+				return node.RunCollect(ctx, c.Args().First(), c.App.Writer)
+			},
+		},
+	}
+}
