@@ -208,7 +208,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	var bg sync.WaitGroup
 	if w.ras {
 		bg.Add(1)
-		go func() { defer bg.Done(); w.watchRAS(ctx) }()
+		go func() { defer bg.Done(); w.watchRAS(ctx, rasEvery) }()
 	}
 	bg.Add(3)
 	go func() { defer bg.Done(); w.forwardSignals(ctx, sigs, pid) }()

@@ -24,11 +24,12 @@ func rasReporter(getenv func(string) string) bool {
 	return getenv("LOCAL_RANK") == "0" && getenv("GROUP_RANK") == "0" && getenv("NCCL_RAS_ENABLE") != "0"
 }
 
-// watchRAS reports progress whenever the job's total of collectives has
-// grown since the last look. Without NCCL (nobody listens) or with an NCCL
-// too old for the JSON report (no exact counts) it says nothing.
-func (w *worker) watchRAS(ctx context.Context) {
-	t := time.NewTicker(rasEvery)
+// watchRAS looks every so often (rasEvery) and reports progress whenever
+// the job's total of collectives has grown since the last look. Without
+// NCCL (nobody listens) or with an NCCL too old for the JSON report (no
+// exact counts) it says nothing.
+func (w *worker) watchRAS(ctx context.Context, every time.Duration) {
+	t := time.NewTicker(every)
 	defer t.Stop()
 	var last uint64
 	seen := false
@@ -38,7 +39,7 @@ func (w *worker) watchRAS(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		qctx, cancel := context.WithTimeout(ctx, rasEvery/2)
+		qctx, cancel := context.WithTimeout(ctx, every/2)
 		text, err := ncclras.QueryJSON(qctx, w.rasAddr)
 		cancel()
 		if err != nil {
