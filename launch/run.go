@@ -345,22 +345,20 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			case wire.FrameStarted:
 				sv.started++
 			case wire.FrameExit:
-				if sv.workerExited(ev) && !sv.stopping {
+				if sv.workerExited(ev) {
 					sv.stopAll(false)
 				}
-				if sv.dumping {
+				if sv.hang != nil {
 					sv.dumpPending--
 				}
 			case wire.FrameDumped:
-				if sv.dumping {
+				if sv.hang != nil {
 					sv.dumpPending--
 				}
 			case wire.FrameRASDone:
-				if sv.rasPending {
-					sv.requestDumps()
-				}
+				sv.requestDumps()
 			}
-			if sv.dumping && sv.dumpPending <= 0 && !sv.stopping {
+			if sv.phase.diagnosing() && sv.dumpPending <= 0 {
 				sv.stopAll(false)
 			}
 		case e := <-exits:
@@ -376,7 +374,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			if e.err == nil && e.code == 0 {
 				continue
 			}
-			if sv.stopping || sv.dumping {
+			if sv.phase != phaseRunning {
 				continue // consequences of the stop, or of the stack dumps
 			}
 			f := exitFailure(m, e)
@@ -402,7 +400,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			settle = nil
 			sv.stopAll(false)
 		case <-hang:
-			if sv.stopping {
+			if sv.phase != phaseRunning {
 				continue
 			}
 			if wait := sv.hangCheck(attemptStart); wait > 0 {
@@ -411,7 +409,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			}
 			dumpTimer = time.NewTimer(dumpWait)
 			dumpDone = dumpTimer.C
-			if sv.rasPending {
+			if sv.phase == phaseAwaitingRAS {
 				dumpTimer.Reset(wire.RASWait + dumpWait)
 				rasTimer = time.NewTimer(wire.RASWait)
 				rasDone = rasTimer.C
@@ -419,18 +417,16 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 				sv.stopAll(false)
 			}
 		case <-rasDone:
-			if sv.rasPending {
-				sv.requestDumps()
-			}
+			sv.requestDumps()
 		case <-dumpDone:
-			if !sv.stopping {
+			if sv.phase != phaseStopping {
 				sv.stopAll(false)
 			}
 		case <-done:
 			done = nil
 			o.interrupted = true
 			o.stopped = waiting
-			if !sv.stopping {
+			if sv.phase != phaseStopping {
 				sv.stopAll(false)
 			}
 		case <-kill:
