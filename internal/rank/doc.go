@@ -37,12 +37,12 @@
 // One goroutine per stream copies the worker's output, and others forward
 // signals, watch progress, serve the head's requests and poll RAS; all of
 // them end with the worker, through a context cancelled when it is reaped,
-// and frames go out one at a time on the socket. Run waits a moment
-// (outputDrain) for output a leftover child still holds, then stops
-// reading. The calling goroutine stays locked to its OS thread while the
-// worker lives, because the worker's CPU mask and parent-death signal are
-// tied to that thread. The package keeps no mutable state of its own
-// beyond one Run's, but Run changes this process's signal handling and,
-// for a worker killed by a signal, ends the process: it is meant to be the
-// whole of `gorun _rank`.
+// and frames go out one at a time on the socket. Once the worker is gone,
+// Run waits a moment (outputDrain) for output a leftover child still
+// holds, then stops reading. The calling goroutine stays locked to its OS
+// thread while the worker lives, because the worker's CPU mask and
+// parent-death signal are tied to that thread. There is no package-level
+// state, but Run takes over this process's signal handling and, for a
+// worker killed by a signal, ends the process by that signal: it is meant
+// to be the whole of `gorun _rank`.
 package rank
