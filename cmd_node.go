@@ -7,12 +7,14 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/envplan"
-	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/internal/node"
+	"github.com/gorun/gorun/internal/rank"
 	"github.com/gorun/gorun/preflight"
-	"github.com/gorun/gorun/sshexec"
 )
 
-// nodeCommands are the hidden subcommands the head runs on the nodes.
+// nodeCommands are the hidden subcommands the head runs on a node (gorun
+// itself, uploaded or preinstalled there): each is one call into the
+// node-side packages, internal/node and internal/rank.
 func nodeCommands(ctx context.Context) []*cli.Command {
 	return []*cli.Command{
 		{
@@ -20,15 +22,15 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 			// run one job and tear its whole tree down.
 			Name: "_agent", Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return cli.Exit("", sshexec.ServeAgentWith(ctx, gpuSidecar, os.Stdin, os.Stdout, os.Stderr))
+				return cli.Exit("", node.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
 			},
 		},
 		{
 			// The worker's supervisor: torchrun starts it in place of
-			// each worker (see envplan's wrapWorkers and launch.RunWorker).
+			// each worker (see envplan's wrapWorkers and rank.Run).
 			Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return cli.Exit("", launch.RunWorker(c.Args().Slice(), os.Getenv, os.Stderr))
+				return cli.Exit("", rank.Run(c.Args().Slice(), os.Getenv, os.Stderr))
 			},
 		},
 		{
@@ -36,14 +38,14 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 			// (preflight --bandwidth all).
 			Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return bandwidthPair(ctx, c.Args().First(), c.App.Writer)
+				return node.RunBandwidth(ctx, c.Args().First(), c.App.Writer)
 			},
 		},
 		{
 			// The node-side collector: prints this node's Facts as JSON.
 			Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return collectRequest(ctx, c.Args().First(), c.App.Writer)
+				return node.RunCollect(ctx, c.Args().First(), c.App.Writer)
 			},
 		},
 	}

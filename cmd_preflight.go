@@ -7,11 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"strings"
-	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/job"
@@ -146,85 +143,4 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
-}
-
-// collectRequest answers `gorun _collect REQUEST` on a node: this
-// machine's facts, as JSON on stdout.
-func collectRequest(ctx context.Context, arg string, stdout io.Writer) error {
-	var req preflight.Request
-	if err := json.Unmarshal([]byte(arg), &req); err != nil {
-		return fmt.Errorf("%s: bad request: %w", preflight.CollectCommand, err)
-	}
-	if b := req.Budget(); b > 0 {
-		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, b)
-		defer cancel()
-	}
-	return json.NewEncoder(stdout).Encode(collectLocal(ctx, req))
-}
-
-// collectLocal gathers this machine's facts. NVML is loaded here, in main,
-// and only here.
-func collectLocal(ctx context.Context, req preflight.Request) preflight.Facts {
-	src := preflight.Sources{
-		NVML:       nvml.New(),
-		Root:       "/",
-		Run:        runCommand,
-		Environ:    os.Environ(),
-		Now:        time.Now,
-		Interfaces: preflight.HostInterfaces,
-		Route:      preflight.HostRoute,
-		Torch: func(ctx context.Context) preflight.TorchFacts {
-			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
-		},
-	}
-	facts := preflight.Collect(ctx, src, req.Options())
-	facts.Gorun, _ = os.Executable()
-	if req.Bandwidth != "" && ctx.Err() == nil {
-		python := facts.Torch.Python
-		if python == "" {
-			python = torchrunPython(req.Torchrun)
-		}
-		bw := preflight.MeasureNode(ctx, preflight.BandwidthOptions{Python: python, Environ: os.Environ()})
-		facts.Bandwidth = &bw
-	}
-	return facts
-}
-
-// bandwidthPair answers `gorun _bandwidth PAIRREQUEST` on a node: its side
-// of an all_reduce with another node, as JSON on stdout.
-func bandwidthPair(ctx context.Context, arg string, stdout io.Writer) error {
-	var req preflight.PairRequest
-	if err := json.Unmarshal([]byte(arg), &req); err != nil {
-		return fmt.Errorf("%s: bad request: %w", preflight.BandwidthCommand, err)
-	}
-	bw := preflight.MeasurePair(ctx, preflight.BandwidthOptions{Python: torchrunPython(req.Torchrun), Environ: os.Environ()}, req)
-	return json.NewEncoder(stdout).Encode(bw)
-}
-
-// torchrunPython is the interpreter torchrun runs under (its #! line).
-func torchrunPython(torchrun string) string {
-	prog := "torchrun"
-	if f := strings.Fields(torchrun); len(f) > 0 {
-		prog = f[0]
-	}
-	if p, err := exec.LookPath(prog); err == nil {
-		prog = p
-	}
-	py := preflight.TorchrunPython(prog, os.ReadFile)
-	if py == "" {
-		py = "python3"
-	}
-	if p, err := exec.LookPath(py); err == nil {
-		py = p
-	}
-	return py
-}
-
-func runCommand(ctx context.Context, name string, args ...string) ([]byte, error) {
-	return exec.CommandContext(ctx, name, args...).Output()
-}
-
-func runArgv(ctx context.Context, argv []string) ([]byte, error) {
-	return runCommand(ctx, argv[0], argv[1:]...)
 }

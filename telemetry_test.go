@@ -38,4 +38,3 @@ func TestTelemetryLocalRun(t *testing.T) {
 		t.Errorf("report: %v\n%.500s", err, html)
 	}
 }
-

@@ -1,44 +1,51 @@
-// Package launch runs a planned job on every node and supervises it as one
-// group, down to every worker: it starts each node's torchrun through an
-// sshexec.Runner, hears from each worker's supervisor as it starts, prints
-// and exits, streams every line prefixed with its node and local rank,
-// stops every node at once when any worker fails, catches hangs, restarts
-// the whole group up to a limit, and leaves no process behind.
+// Package launch is the head's supervisor, and nothing else: it runs a
+// planned job on every node and supervises it as one group, down to every
+// worker. It starts each node's torchrun through an sshexec.Runner, hears
+// from each worker's supervisor as it starts, prints and exits, streams
+// every line prefixed with its node and local rank, stops every node at
+// once when any worker fails, catches hangs, restarts the whole group up to
+// a limit, and leaves no process behind.
 //
-// launch consumes jobs and runners; it never parses flags and knows nothing of
-// SSH or GPUs. Run blocks until the group is done; cancelling its context is a
-// graceful stop of every node (SIGTERM, grace, SIGKILL) and closing
-// Options.Kill skips the grace. All output goes through one writer goroutine,
-// so lines from different nodes never interleave.
+// launch runs on the head only. What runs on a node is elsewhere: the node
+// agent in sshexec (with internal/node's sidecar), each worker's supervisor
+// (`gorun _rank`) in internal/rank, and NCCL's RAS client in
+// internal/ncclras. The two sides share only the frame kinds and payloads
+// of internal/wire. launch consumes jobs and runners; it never parses
+// flags, never runs a process itself, and knows nothing of SSH or GPUs.
+// Run blocks until the group is done; cancelling its context is a graceful
+// stop of every node (SIGTERM, grace, SIGKILL) and closing Options.Kill
+// skips the grace. All output goes through one writer goroutine, so lines
+// from different nodes never interleave.
 //
 // # Output
 //
-// Every worker's supervisor (`gorun _rank`, RunWorker) reads its worker's
-// stdout and stderr and sends complete lines, with its local rank, to the
-// node agent's relay socket; the agent puts them on its stdout as frames,
-// beside torchrun's own output (sshexec.Job.Relay). So lines reach the head
-// as they are printed, in order per worker, without torchrun's --tee (which
-// polls log files). launch prefixes them with the node and local rank,
-// "[node1 0] hello", and marks torchrun's own lines with the node alone,
-// "[node1] ...". torchrun's --tee copies ("[default0]:hello") of lines a
-// worker sent itself are dropped. A line is written only when complete (a
-// trailing '\r' of CRLF is dropped); a partial last line is completed with
-// a newline when the stream ends. A line longer than 64 KiB is written in
-// pieces, every piece after the first marked "[node1 0]+ " (in plain mode,
-// where nothing could mark a piece, lines up to 16 MiB are written whole). Options.Diag
-// gets gorun's own messages (failures, restarts, the final summary), in
-// order with the output written before them. With Options.Plain (one local
-// node, where gorun stands in for torchrun) lines pass through as printed,
-// except the stacks of a hang diagnosis, which name their worker.
+// Every worker's supervisor (`gorun _rank`, internal/rank) reads its
+// worker's stdout and stderr and sends complete lines, with its local rank,
+// as internal/wire frames to the node agent's relay socket; the agent puts
+// them on its stdout as frames, beside torchrun's own output
+// (sshexec.Job.Relay). So lines reach the head as they are printed, in order
+// per worker, without torchrun's --tee (which polls log files). launch
+// prefixes them with the node and local rank, "[node1 0] hello", and marks
+// torchrun's own lines with the node alone, "[node1] ...". torchrun's --tee
+// copies ("[default0]:hello") of lines a worker sent itself are dropped. A
+// line is written only when complete (a trailing '\r' of CRLF is dropped); a
+// partial last line is completed with a newline when the stream ends. A line
+// longer than 64 KiB is written in pieces, every piece after the first
+// marked "[node1 0]+ " (in plain mode, where nothing could mark a piece,
+// lines up to 16 MiB are written whole). Options.Diag gets gorun's own
+// messages (failures, restarts, the final summary), in order with the output
+// written before them. With Options.Plain (one local node, where gorun
+// stands in for torchrun) lines pass through as printed, except the stacks
+// of a hang diagnosis, which name their worker.
 //
 // # Workers
 //
-// RunWorker stays each worker's parent: it binds the worker to its local
-// rank's CPUs, starts the interpreter torchrun itself runs under, forwards
-// every signal, reports the worker's start, its joining the rendezvous
-// store, heartbeats ($GORUN_HEARTBEAT_FILE touched) and its exit, prints its
-// stacks when asked (py-spy, or faulthandler on SIGABRT), and exits as the
-// worker did, so torchrun sees nothing different.
+// Each worker's supervisor (internal/rank, on the node) reports the
+// worker's start, its joining the rendezvous store, heartbeats
+// ($GORUN_HEARTBEAT_FILE touched) and its exit, and prints its stacks or
+// NCCL's RAS report when launch asks (wire.TellDump, wire.TellRAS through
+// Process.Tell). launch keeps, per attempt, what it has heard of every
+// worker: started, last progress, joined, done.
 //
 // # Failures and restarts
 //
@@ -59,10 +66,22 @@
 // every worker is asked for its stacks (Process.Tell), and the attempt
 // fails with ExitHang.
 //
+// # Phases
+//
+// An attempt moves through phases, forward only: running; on a hang, "hung:
+// waiting for RAS" (when the job's RAS reporter is alive, NCCL's report is
+// asked for first, while every rank still runs, for up to wire.RASWait),
+// then "hung: dumping stacks" (until every silent worker's stacks are in,
+// or dumpWait); then stopping, which a failure, the end of a diagnosis, the
+// user's cancel or Kill enters from any phase. Node exits after running
+// are consequences, and worker exits after a hang was declared are never
+// the cause.
+//
 // Attempts are numbered from 0 for Options.Attempt; launch adds nothing to
 // a Job but Relay, so the caller exports the attempt number
-// (GORUN_RESTART_COUNT, which RunWorker copies to
-// TORCHELASTIC_RESTART_COUNT), picks a fresh port, or drops a node there.
+// (wire.RestartCountVar, GORUN_RESTART_COUNT, which the worker's supervisor
+// copies to TORCHELASTIC_RESTART_COUNT), picks a fresh port, or drops a
+// node there.
 //
 // # Telemetry and the status line
 //

@@ -10,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -129,7 +130,7 @@ type member struct {
 
 // workerState is what the head knows of one worker of an attempt.
 type workerState struct {
-	started  workerStarted
+	started  wire.WorkerStarted
 	out, err *lineWriter
 	last     time.Time // last progress: started, a line, a heartbeat
 	joined   bool      // reached the rendezvous store
@@ -147,8 +148,8 @@ type exit struct {
 type event struct {
 	i       int
 	kind    byte
-	started workerStarted
-	exit    workerExit
+	started wire.WorkerStarted
+	exit    wire.WorkerExit
 	lr      int
 }
 
@@ -159,13 +160,9 @@ type event struct {
 // reports for itself (torchrun's own failure summary is all there is).
 const settleWindow = 500 * time.Millisecond
 
-// dumpWait bounds how long a hang diagnosis waits for the workers' stacks,
-// and rasWait for NCCL's RAS report before them (NCCL itself waits up to
-// 5 s, and once more, for the other processes).
-const (
-	dumpWait = 5 * time.Second
-	rasWait  = 12 * time.Second
-)
+// dumpWait bounds how long a hang diagnosis waits for the workers' stacks;
+// before them it waits up to wire.RASWait for NCCL's RAS report.
+const dumpWait = 5 * time.Second
 
 // handleFrame is a node's frame decoder's handler: output goes straight
 // to the lines, events to the attempt's loop.
@@ -179,8 +176,8 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if m.telemetry != nil {
 			m.telemetry(m.node.Name, m.attempt, p)
 		}
-	case frameOut, frameErr, frameProgress, frameInit, frameDumped, frameRASDone:
-		lr, rest, err := splitRank(p)
+	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
+		lr, rest, err := wire.SplitRank(p)
 		if err != nil {
 			return
 		}
@@ -192,21 +189,21 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		}
 		w.last = time.Now()
 		out := w.out
-		if kind == frameErr {
+		if kind == wire.FrameErr {
 			out = w.err
 		}
-		if kind == frameInit {
+		if kind == wire.FrameInit {
 			w.joined = true
 		}
 		m.mu.Unlock()
 		switch kind {
-		case frameOut, frameErr:
+		case wire.FrameOut, wire.FrameErr:
 			out.Write(rest)
-		case frameDumped, frameRASDone:
+		case wire.FrameDumped, wire.FrameRASDone:
 			events <- event{i: m.index, kind: kind, lr: lr}
 		}
-	case frameStarted:
-		var st workerStarted
+	case wire.FrameStarted:
+		var st wire.WorkerStarted
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
@@ -219,8 +216,8 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.workers[st.LocalRank] = w
 		m.mu.Unlock()
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
-	case frameExit:
-		var ex workerExit
+	case wire.FrameExit:
+		var ex wire.WorkerExit
 		if json.Unmarshal(p, &ex) != nil {
 			return
 		}
@@ -345,25 +342,23 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 		select {
 		case ev := <-events:
 			switch ev.kind {
-			case frameStarted:
+			case wire.FrameStarted:
 				sv.started++
-			case frameExit:
-				if sv.workerExited(ev) && !sv.stopping {
+			case wire.FrameExit:
+				if sv.workerExited(ev) {
 					sv.stopAll(false)
 				}
-				if sv.dumping {
+				if sv.hang != nil {
 					sv.dumpPending--
 				}
-			case frameDumped:
-				if sv.dumping {
+			case wire.FrameDumped:
+				if sv.hang != nil {
 					sv.dumpPending--
 				}
-			case frameRASDone:
-				if sv.rasPending {
-					sv.requestDumps()
-				}
+			case wire.FrameRASDone:
+				sv.requestDumps()
 			}
-			if sv.dumping && sv.dumpPending <= 0 && !sv.stopping {
+			if sv.phase.diagnosing() && sv.dumpPending <= 0 {
 				sv.stopAll(false)
 			}
 		case e := <-exits:
@@ -379,7 +374,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			if e.err == nil && e.code == 0 {
 				continue
 			}
-			if sv.stopping || sv.dumping {
+			if sv.phase != phaseRunning {
 				continue // consequences of the stop, or of the stack dumps
 			}
 			f := exitFailure(m, e)
@@ -405,7 +400,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			settle = nil
 			sv.stopAll(false)
 		case <-hang:
-			if sv.stopping {
+			if sv.phase != phaseRunning {
 				continue
 			}
 			if wait := sv.hangCheck(attemptStart); wait > 0 {
@@ -414,26 +409,24 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			}
 			dumpTimer = time.NewTimer(dumpWait)
 			dumpDone = dumpTimer.C
-			if sv.rasPending {
-				dumpTimer.Reset(rasWait + dumpWait)
-				rasTimer = time.NewTimer(rasWait)
+			if sv.phase == phaseAwaitingRAS {
+				dumpTimer.Reset(wire.RASWait + dumpWait)
+				rasTimer = time.NewTimer(wire.RASWait)
 				rasDone = rasTimer.C
 			} else if sv.dumpPending <= 0 {
 				sv.stopAll(false)
 			}
 		case <-rasDone:
-			if sv.rasPending {
-				sv.requestDumps()
-			}
+			sv.requestDumps()
 		case <-dumpDone:
-			if !sv.stopping {
+			if sv.phase != phaseStopping {
 				sv.stopAll(false)
 			}
 		case <-done:
 			done = nil
 			o.interrupted = true
 			o.stopped = waiting
-			if !sv.stopping {
+			if sv.phase != phaseStopping {
 				sv.stopAll(false)
 			}
 		case <-kill:

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -568,18 +569,18 @@ func TestRunPrefersTheCrashOverItsConsequence(t *testing.T) {
 
 // Relayed worker frames, as a worker's supervisor sends them.
 func started(lr, rank int) []byte {
-	return sshexec.AppendFrame(nil, frameStarted, jsonFrame(workerStarted{Rank: rank, LocalRank: lr, WorldSize: 4, PID: 100 + rank}))
+	return sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: rank, LocalRank: lr, WorldSize: 4, PID: 100 + rank}))
 }
 
 func exited(lr, rank, code, sig int, stopped bool, at time.Time) []byte {
-	return sshexec.AppendFrame(nil, frameExit, jsonFrame(workerExit{Rank: rank, LocalRank: lr, Code: code, Signal: sig, Stopped: stopped, Time: at.UnixNano()}))
+	return sshexec.AppendFrame(nil, wire.FrameExit, wire.JSON(wire.WorkerExit{Rank: rank, LocalRank: lr, Code: code, Signal: sig, Stopped: stopped, Time: at.UnixNano()}))
 }
 
 func line(kind byte, lr int, text string) []byte {
-	return sshexec.AppendFrame(nil, kind, append(rankFrame(nil, lr), text...))
+	return sshexec.AppendFrame(nil, kind, append(wire.AppendRank(nil, lr), text...))
 }
 
-func joined(lr int) []byte { return sshexec.AppendFrame(nil, frameInit, rankFrame(nil, lr)) }
+func joined(lr int) []byte { return sshexec.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)) }
 
 // TestRunWorkerExitStopsGroup: a worker exits with 3 while its torchrun
 // keeps running (as torchrun 1.x sits in its exit barrier): the head stops
@@ -587,7 +588,7 @@ func joined(lr int) []byte { return sshexec.AppendFrame(nil, frameInit, rankFram
 func TestRunWorkerExitStopsGroup(t *testing.T) {
 	before := runtime.NumGoroutine()
 	crash := script{stopCode: 1, frames: []timedFrame{
-		{0, started(0, 0)}, {0, line(frameErr, 0, "missing data file\n")}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
+		{0, started(0, 0)}, {0, line(wire.FrameErr, 0, "missing data file\n")}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
 	peer := script{stopCode: 143, frames: []timedFrame{{0, started(0, 1)}, {0, joined(0)}}}
 	c := &cluster{plan: [][]script{{crash, peer}}}
 	var diag syncBuffer
@@ -656,9 +657,9 @@ func TestRunWorkerSignalCode(t *testing.T) {
 // the attempt fails with ExitHang.
 func TestRunHang(t *testing.T) {
 	before := runtime.NumGoroutine()
-	dump := append(line(frameErr, 0, "Fatal Python error: Aborted\n  File \"train.py\", line 9 in <module>\n"),
+	dump := append(line(wire.FrameErr, 0, "Fatal Python error: Aborted\n  File \"train.py\", line 9 in <module>\n"),
 		exited(0, 0, -1, 6, true, time.Now())...)
-	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "step 1\n")}}, onTell: map[byte][]byte{tellDump: dump}}
+	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(wire.FrameOut, 0, "step 1\n")}}, onTell: map[byte][]byte{wire.TellDump: dump}}
 	c := &cluster{plan: [][]script{{quiet}}}
 	var out, diag syncBuffer
 	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms, Out: &out, Diag: &diag})
@@ -678,7 +679,7 @@ func TestRunHang(t *testing.T) {
 // TestRunHeartbeatKeepsAlive: progress frames (a touched heartbeat file)
 // keep a quiet job from counting as hung.
 func TestRunHeartbeatKeepsAlive(t *testing.T) {
-	beat := sshexec.AppendFrame(nil, frameProgress, rankFrame(nil, 0))
+	beat := sshexec.AppendFrame(nil, wire.FrameProgress, wire.AppendRank(nil, 0))
 	frames := []timedFrame{{0, started(0, 0)}}
 	for range 10 {
 		frames = append(frames, timedFrame{50 * ms, beat})
@@ -694,7 +695,7 @@ func TestRunHeartbeatKeepsAlive(t *testing.T) {
 // TestRunDropsTeeCopies: torchrun's --tee copy of a line a worker sent
 // itself is not printed twice.
 func TestRunDropsTeeCopies(t *testing.T) {
-	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, line(frameOut, 0, "hello\n")},
+	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, line(wire.FrameOut, 0, "hello\n")},
 		{0, sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte("[default0]:hello\ntorchrun says\n"))},
 		{0, exited(0, 0, 0, 0, false, time.Now())}}}
 	c := &cluster{plan: [][]script{{sc}}}
@@ -710,11 +711,11 @@ func TestRunDropsTeeCopies(t *testing.T) {
 // TestRunHangAsksRASFirst: with an NCCL job's RAS reporter running, the
 // head asks for NCCL's report before the stacks (which end the workers).
 func TestRunHangAsksRASFirst(t *testing.T) {
-	reporter := sshexec.AppendFrame(nil, frameStarted, jsonFrame(workerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
-	ras := append(line(frameErr, 0, "nccl ras: ranks behind the others (did not join a collective, or no answer): 1\n"),
-		sshexec.AppendFrame(nil, frameRASDone, rankFrame(nil, 0))...)
-	dump := append(line(frameErr, 0, "Fatal Python error: Aborted\n"), exited(0, 0, -1, 6, true, time.Now())...)
-	sc := script{stopCode: 143, frames: []timedFrame{{0, reporter}}, onTell: map[byte][]byte{tellRAS: ras, tellDump: dump}}
+	reporter := sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
+	ras := append(line(wire.FrameErr, 0, "nccl ras: ranks behind the others (did not join a collective, or no answer): 1\n"),
+		sshexec.AppendFrame(nil, wire.FrameRASDone, wire.AppendRank(nil, 0))...)
+	dump := append(line(wire.FrameErr, 0, "Fatal Python error: Aborted\n"), exited(0, 0, -1, 6, true, time.Now())...)
+	sc := script{stopCode: 143, frames: []timedFrame{{0, reporter}}, onTell: map[byte][]byte{wire.TellRAS: ras, wire.TellDump: dump}}
 	c := &cluster{plan: [][]script{{sc}}}
 	var out syncBuffer
 	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 100 * ms, Out: &out, Err: &out, Diag: &out})
@@ -733,7 +734,7 @@ func TestRunHangAsksRASFirst(t *testing.T) {
 // printed; the others still count for the summary.
 func TestRunLocalRanksFilter(t *testing.T) {
 	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, started(1, 1)},
-		{0, line(frameOut, 0, "zero\n")}, {0, line(frameOut, 1, "one\n")},
+		{0, line(wire.FrameOut, 0, "zero\n")}, {0, line(wire.FrameOut, 1, "one\n")},
 		{0, exited(0, 0, 0, 0, false, time.Now())}, {0, exited(1, 1, 0, 0, false, time.Now())}}}
 	c := &cluster{plan: [][]script{{sc}}}
 	var out syncBuffer

@@ -6,7 +6,66 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
+
+// phase is where an attempt stands, as its supervisor sees it. An attempt
+// starts running and only moves forward:
+//
+//	running ─► hung: waiting for RAS ─► hung: dumping stacks ─► stopping
+//	running ─► hung: dumping stacks      (no RAS reporter is alive)
+//	any phase ─► stopping                (a failure, a diagnosis done, the user)
+//
+// supervisor.enter is the one place it changes.
+type phase int
+
+const (
+	// phaseRunning: the workers run; the first failure stops the group.
+	phaseRunning phase = iota
+	// phaseAwaitingRAS: a hang was declared and NCCL's RAS report is on
+	// its way, asked for while every rank still runs; then the stacks.
+	phaseAwaitingRAS
+	// phaseDumping: a hang was declared and the workers' stacks are on
+	// their way; the group stops when all are in, or at dumpWait.
+	phaseDumping
+	// phaseStopping: every node was told to stop (a failure, a hang
+	// diagnosed, the user); what ends now is a consequence.
+	phaseStopping
+)
+
+func (p phase) String() string {
+	switch p {
+	case phaseRunning:
+		return "running"
+	case phaseAwaitingRAS:
+		return "hung: waiting for RAS"
+	case phaseDumping:
+		return "hung: dumping stacks"
+	case phaseStopping:
+		return "stopping"
+	}
+	return fmt.Sprintf("phase(%d)", int(p))
+}
+
+// diagnosing reports whether a hang diagnosis is under way: the group is
+// not yet being stopped.
+func (p phase) diagnosing() bool { return p == phaseAwaitingRAS || p == phaseDumping }
+
+// canMoveTo reports whether next may follow p: forward only, and stopping
+// from every phase, stopping included (a kill after a graceful stop stops
+// again, at once).
+func (p phase) canMoveTo(next phase) bool {
+	switch next {
+	case phaseAwaitingRAS:
+		return p == phaseRunning
+	case phaseDumping:
+		return p == phaseRunning || p == phaseAwaitingRAS
+	case phaseStopping:
+		return true
+	}
+	return false
+}
 
 // supervisor is an attempt's view of its failures.
 type supervisor struct {
@@ -14,7 +73,7 @@ type supervisor struct {
 	opts Options
 	s    *sink
 
-	stopping bool
+	phase    phase
 	started  int // workers that reported their start
 	finished int // workers that exited 0
 
@@ -27,21 +86,42 @@ type supervisor struct {
 	// Worker failures that were not caused by a stop, in arrival order.
 	causes []workerCause
 
+	// hang is set when a hang was declared, and stays set through the stop
+	// that follows: every worker's end after it is a consequence of the
+	// diagnosis.
 	hang        *Failure
-	dumping     bool // a hang was declared: stacks (and NCCL's report) are on their way
-	dumpPending int
-	rasPending  bool // waiting for NCCL's RAS report before asking for stacks
+	dumpPending int // silent workers whose stacks (or end) are still to come
+}
+
+// enter moves the attempt to phase next and does what entering it means:
+// ask the RAS reporter for NCCL's report, or every worker for its stacks.
+// Stopping the nodes is stopAll's, which enters phaseStopping first. A
+// move the phases do not allow is a bug in launch, and panics.
+func (sv *supervisor) enter(next phase) {
+	if !sv.phase.canMoveTo(next) {
+		panic(fmt.Sprintf("launch: attempt phase %q cannot move to %q", sv.phase, next))
+	}
+	sv.phase = next
+	switch next {
+	case phaseAwaitingRAS:
+		// NCCL's report first, while every rank still runs: the stack
+		// dumps end the workers, and a dead rank no longer lags.
+		sv.tellAll(wire.TellRAS) // a job without NCCL answers at once, with nothing
+	case phaseDumping:
+		sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
+		sv.tellAll(wire.TellDump)
+	}
 }
 
 type workerCause struct {
 	i     int
-	exit  workerExit
+	exit  wire.WorkerExit
 	phase string
 }
 
 // stopAll stops every running node and returns how many it asked.
 func (sv *supervisor) stopAll(now bool) int {
-	sv.stopping = true
+	sv.enter(phaseStopping)
 	n := 0
 	for _, m := range sv.ms {
 		if m.running {
@@ -64,11 +144,11 @@ func (sv *supervisor) workerExited(ev event) bool {
 		w.done = true
 	}
 	m.mu.Unlock()
-	if !ex.failed() {
+	if !ex.Failed() {
 		sv.finished++
 		return false
 	}
-	if ex.Stopped || sv.dumping {
+	if ex.Stopped || sv.hang != nil {
 		return false
 	}
 	phase := "start-up (had not reached the rendezvous store)"
@@ -79,7 +159,7 @@ func (sv *supervisor) workerExited(ev event) bool {
 		phase = "training"
 	}
 	sv.causes = append(sv.causes, workerCause{i: ev.i, exit: ex, phase: phase})
-	if sv.stopping {
+	if sv.phase == phaseStopping {
 		return false
 	}
 	sv.s.message(sv.opts.Diag, fmt.Sprintf("gorun: %s%s %s during %s; stopping every node\n",
@@ -128,7 +208,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	})
 	var names []string
 	var b strings.Builder
-	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", HeartbeatFileVar, sv.opts.HangTimeout)
+	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", wire.HeartbeatFileVar, sv.opts.HangTimeout)
 	for _, w := range all {
 		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
 		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
@@ -142,32 +222,31 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	}
 	sv.hang = &Failure{Node: strings.Join(nodes, ", "), Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
 		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, strings.Join(names, ", "))}
-	sv.dumping = true
 	sv.dumpPending = len(all)
+	ras := false
 	for _, m := range sv.ms {
 		m.log.tagWorkers.Store(true) // stacks of several ranks: say whose
 		m.mu.Lock()
 		for _, w := range m.workers {
-			sv.rasPending = sv.rasPending || (w.started.RASReporter && !w.done && m.running)
+			ras = ras || (w.started.RASReporter && !w.done && m.running)
 		}
 		m.mu.Unlock()
 	}
-	if sv.rasPending {
-		// NCCL's report first, while every rank still runs: the stack
-		// dumps end the workers, and a dead rank no longer lags.
-		sv.tellAll(tellRAS) // a job without NCCL answers at once, with nothing
-
+	if ras {
+		sv.enter(phaseAwaitingRAS)
 	} else {
-		sv.requestDumps()
+		sv.enter(phaseDumping)
 	}
 	return 0
 }
 
-// requestDumps asks every worker for its stacks.
+// requestDumps asks every worker for its stacks, once NCCL's RAS report is
+// in (or was waited for long enough); it does nothing unless the attempt is
+// waiting for that report.
 func (sv *supervisor) requestDumps() {
-	sv.rasPending = false
-	sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
-	sv.tellAll(tellDump)
+	if sv.phase == phaseAwaitingRAS {
+		sv.enter(phaseDumping)
+	}
 }
 
 func (sv *supervisor) tellAll(b byte) {
@@ -195,7 +274,7 @@ func (sv *supervisor) rootCause() *Failure {
 		}
 		m := sv.ms[c.i]
 		return &Failure{Node: m.node.Name, Rank: c.exit.Rank, LocalRank: c.exit.LocalRank,
-			Code: c.exit.shellCode(), Signal: c.exit.Signal, Phase: c.phase,
+			Code: c.exit.ShellCode(), Signal: c.exit.Signal, Phase: c.phase,
 			Reason:    fmt.Sprintf("worker%s %s during %s", rankWords(c.exit.Rank, c.exit.LocalRank), exitWords(c.exit), c.phase),
 			LastLines: m.log.lastLinesOf(c.exit.LocalRank)}
 	}
@@ -211,7 +290,7 @@ func (sv *supervisor) rootCause() *Failure {
 }
 
 // exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
-func exitWords(ex workerExit) string {
+func exitWords(ex wire.WorkerExit) string {
 	if ex.Signal != 0 {
 		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
 	}

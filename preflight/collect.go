@@ -22,11 +22,11 @@ import (
 // CommandRunner runs a program on the node and returns its standard output.
 type CommandRunner func(ctx context.Context, name string, args ...string) ([]byte, error)
 
-// Sources are the side effects Collect may use. main fills them; tests pass
+// Sources are the side effects Collect may use. internal/node fills them; tests pass
 // mocks and testdata trees. A nil field means "not available": that part of
 // the facts stays empty.
 type Sources struct {
-	// NVML is the library handle (nvml.New() in main); nil when this binary
+	// NVML is the library handle (nvml.New() in internal/node); nil when this binary
 	// was built without cgo or NVML is not wanted.
 	NVML nvml.Interface
 	// Root is the filesystem root procfs, sysfs and /dev are read below:
@@ -38,11 +38,11 @@ type Sources struct {
 	// Environ is the node's environment ("K=V"); only job-shaping
 	// variables are kept (see Facts.Env).
 	Environ []string
-	// Now is the clock (time.Now in main).
+	// Now is the clock (time.Now on a node).
 	Now func() time.Time
-	// Interfaces lists network interfaces (HostInterfaces in main).
+	// Interfaces lists network interfaces (HostInterfaces on a node).
 	Interfaces func() ([]Interface, error)
-	// Route finds the way to a target (HostRoute in main).
+	// Route finds the way to a target (HostRoute on a node).
 	Route func(ctx context.Context, target string, ifs []Interface) Route
 	// Torch reads the torch build's version facts without importing torch.
 	Torch func(ctx context.Context) TorchFacts

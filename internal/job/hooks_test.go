@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -85,7 +86,7 @@ func TestHookOrder(t *testing.T) {
 	if strings.Join(log, "\n") != strings.Join(want, "\n") {
 		t.Errorf("calls:\n%s\nwant:\n%s", strings.Join(log, "\n"), strings.Join(want, "\n"))
 	}
-	if len(node.jobs) != 2 || node.jobs[1].Env[launch.RestartCountVar] != "1" {
+	if len(node.jobs) != 2 || node.jobs[1].Env[wire.RestartCountVar] != "1" {
 		t.Errorf("jobs: %+v", node.jobs)
 	}
 	if !strings.Contains(diag.String(), "restarting the whole group (attempt 2 of 2)") {

@@ -57,4 +57,3 @@ func TestMasterPortMovesOffAHeldPort(t *testing.T) {
 		t.Error(err)
 	}
 }
-

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -89,7 +90,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir strin
 				env[name] = v.Value
 			}
 		}
-		env[launch.RestartCountVar] = strconv.Itoa(k)
+		env[wire.RestartCountVar] = strconv.Itoa(k)
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
 			if a == envplan.GorunSelf {

@@ -1,25 +1,19 @@
-package launch
+package ncclras
 
 import (
-	"bufio"
-	"context"
-	"errors"
 	"fmt"
-	"io"
-	"net"
 	"reflect"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 // The fixtures are built with NCCL's own format strings, each marked with
 // the function of src/ras/client_support.cc (NVIDIA/nccl) that prints it.
 // C's %ld and %016lx are Go's %d and %016x; the other verbs mean the same.
 
-// rasPreamble is the start of every text report.
-func rasPreamble(version string) string {
+// textPreamble is the start of every text report.
+func textPreamble(version string) string {
 	return "" +
 		// rasClientRunInit: "NCCL version " STR(NCCL_MAJOR) "." STR(NCCL_MINOR) "." STR(NCCL_PATCH) NCCL_SUFFIX
 		//                   " compiled with CUDA " STR(CUDA_MAJOR) "." STR(CUDA_MINOR) "\n"
@@ -28,8 +22,8 @@ func rasPreamble(version string) string {
 		fmt.Sprintf("CUDA runtime version %d, driver version %d\n\n", 12080, 12090)
 }
 
-// rasJobSummary is the job summary of a job whose nodes are alike.
-func rasJobSummary(nodes, perNode, gpusPerProcess int) string {
+// textJobSummary is the job summary of a job whose nodes are alike.
+func textJobSummary(nodes, perNode, gpusPerProcess int) string {
 	return "" +
 		// rasClientRunInit: "Job summary\n===========\n\n"
 		"Job summary\n===========\n\n" +
@@ -42,9 +36,9 @@ func rasJobSummary(nodes, perNode, gpusPerProcess int) string {
 			nodes, perNode, gpusPerProcess, nodes*perNode, nodes*perNode*gpusPerProcess)
 }
 
-// rasCommunicators starts the communicators part: secs is the format NCCL
+// textCommunicators starts the communicators part: secs is the format NCCL
 // prints the gathering time with, "%.3f" (2.26 and later) or "%.2f".
-func rasCommunicators(secs string) string {
+func textCommunicators(secs string) string {
 	return "" +
 		// rasClientRunInit: "\nCommunicators..."
 		"\nCommunicators..." +
@@ -56,71 +50,71 @@ func rasCommunicators(secs string) string {
 		"    #  in group  per comm  per node  per comm  in group\n"
 }
 
-// rasRow is a row of the communicators table.
-func rasRow(group, comms, nodes int, perNode string, size, inGroup int, status, errs string) string {
+// textRow is a row of the communicators table.
+func textRow(group, comms, nodes int, perNode string, size, inGroup int, status, errs string) string {
 	// rasClientRunComms: "%5d  %8d  %8d  %8s  %8d  %8d  %8s  %6s\n"
 	return fmt.Sprintf("%5d  %8d  %8d  %8s  %8d  %8d  %8s  %6s\n", group, comms, nodes, perNode, size, inGroup, status, errs)
 }
 
 const (
 	// rasClientRunComms: "\nErrors\n======\n\n"
-	rasErrors = "\nErrors\n======\n\n"
+	textErrors = "\nErrors\n======\n\n"
 	// rasClientRunComms: "Warnings\n========\n\n"
-	rasWarnings = "Warnings\n========\n\n"
+	textWarnings = "Warnings\n========\n\n"
 )
 
-// rasSection starts the section about one communicator.
-func rasSection(group, index int, hash uint64, kind string) string {
+// textSection starts the section about one communicator.
+func textSection(group, index int, hash uint64, kind string) string {
 	// rasClientRunComms: "#%d-%d (%016lx) INCOMPLETE\n", "#%d-%d (%016lx) ERROR\n", "#%d-%d (%016lx) MISMATCH\n"
 	return fmt.Sprintf("#%d-%d (%016x) %s\n", group, index, hash, kind)
 }
 
-// rasRankLine names a member of the group above it.
-func rasRankLine(rank int, gpu string, pid int, node string) string {
+// textRankLine names a member of the group above it.
+func textRankLine(rank int, gpu string, pid int, node string) string {
 	// rasClientRunComms, rasClientBreakDownErrors: "  Rank %d -- GPU %s managed by process %d on node %s\n"
 	return fmt.Sprintf("  Rank %d -- GPU %s managed by process %d on node %s\n", rank, gpu, pid, node)
 }
 
-// rasOpCounts starts the counts of one collective type (2.26 and later).
-func rasOpCounts(op string) string {
+// textOpCounts starts the counts of one collective type (2.26 and later).
+func textOpCounts(op string) string {
 	// rasClientRunComms: "  Communicator ranks have different %s operation counts\n"
 	return fmt.Sprintf("  Communicator ranks have different %s operation counts\n", op)
 }
 
-// rasGroupCount is a group of ranks at one count.
-func rasGroupCount(n int, count uint64) string {
+// textGroupCount is a group of ranks at one count.
+func textGroupCount(n int, count uint64) string {
 	// rasClientRunComms: "  %d ranks have launched up to operation %ld\n"
 	return fmt.Sprintf("  %d ranks have launched up to operation %d\n", n, count)
 }
 
-// rasNormalReport is a healthy job on 4 nodes of 8 GPUs: a communicator of
+// normalReport is a healthy job on 4 nodes of 8 GPUs: a communicator of
 // all 32 ranks and 8 of 4 ranks, one a node.
-func rasNormalReport() string {
-	return rasPreamble("2.26.2") + rasJobSummary(4, 8, 1) + rasCommunicators("%.3f") +
-		rasRow(0, 1, 4, "8", 32, 32, "RUNNING", "OK") +
-		rasRow(1, 8, 4, "1", 4, 32, "RUNNING", "OK") +
-		rasErrors + rasWarnings
+func normalReport() string {
+	return textPreamble("2.26.2") + textJobSummary(4, 8, 1) + textCommunicators("%.3f") +
+		textRow(0, 1, 4, "8", 32, 32, "RUNNING", "OK") +
+		textRow(1, 8, 4, "1", 4, 32, "RUNNING", "OK") +
+		textErrors + textWarnings
 }
 
-const rasLagHash = 0x3f2a9c17d4e8b605
+const lagHash = 0x3f2a9c17d4e8b605
 
-// rasLaggingReport is a job of 8 ranks on 2 nodes in which rank 7 launched
+// laggingReport is a job of 8 ranks on 2 nodes in which rank 7 launched
 // 4 AllReduces fewer than the others.
-func rasLaggingReport() string {
-	return rasPreamble("2.27.3") + rasJobSummary(2, 4, 1) + rasCommunicators("%.3f") +
-		rasRow(0, 1, 2, "4", 8, 8, "RUNNING", "MISMATCH") +
-		rasErrors + rasWarnings +
-		rasSection(0, 0, rasLagHash, "MISMATCH") +
-		rasOpCounts("AllReduce") +
-		rasGroupCount(7, 64) +
+func laggingReport() string {
+	return textPreamble("2.27.3") + textJobSummary(2, 4, 1) + textCommunicators("%.3f") +
+		textRow(0, 1, 2, "4", 8, 8, "RUNNING", "MISMATCH") +
+		textErrors + textWarnings +
+		textSection(0, 0, lagHash, "MISMATCH") +
+		textOpCounts("AllReduce") +
+		textGroupCount(7, 64) +
 		// rasClientRunComms: "  Rank %d has launched up to operation %ld -- GPU %s managed by process %d on node %s\n"
 		fmt.Sprintf("  Rank %d has launched up to operation %d -- GPU %s managed by process %d on node %s\n",
 			7, 60, "3", 41207, "10.0.0.2") +
 		"\n" // rasClientRunComms: "\n" after each collective type
 }
 
-// rasJSONRank, rasJSONMissing and rasJSONComm describe a JSON fixture.
-type rasJSONRank struct {
+// fixtureRank, fixtureMissing and fixtureComm describe a JSON fixture.
+type fixtureRank struct {
 	rank       int
 	host       string
 	pid, dev   int
@@ -129,23 +123,23 @@ type rasJSONRank struct {
 	finalizing bool
 }
 
-type rasJSONMissing struct {
+type fixtureMissing struct {
 	rank               int
 	host               string
 	pid, dev           int
 	unresponsive, dead bool
 }
 
-type rasJSONFixtureComm struct {
+type fixtureComm struct {
 	hash    uint64
 	size    int
-	ranks   []rasJSONRank
-	missing []rasJSONMissing
+	ranks   []fixtureRank
+	missing []fixtureMissing
 }
 
-// rasJSONReport writes a JSON dump the way rasDumpCommsToJSON does, with
+// jsonReport writes a JSON dump the way rasDumpCommsToJSON does, with
 // the format strings of the json* functions it calls.
-func rasJSONReport(comms ...rasJSONFixtureComm) string {
+func jsonReport(comms ...fixtureComm) string {
 	var b strings.Builder
 	out := func(format string, args ...any) { fmt.Fprintf(&b, format, args...) }
 	// jsonWriteHeader
@@ -231,27 +225,27 @@ func rasJSONReport(comms ...rasJSONFixtureComm) string {
 	return b.String()
 }
 
-// rasJSONLagging is a 4-rank job in which rank 2 is an AllReduce behind,
+// jsonLagging is a 4-rank job in which rank 2 is an AllReduce behind,
 // and a communicator of ranks 1 and 3 in which rank 3 (its rank 1) is a
 // Broadcast behind.
-func rasJSONLagging() string {
-	return rasJSONReport(
-		rasJSONFixtureComm{hash: 0x5eed1e55c0de0001, size: 4, ranks: []rasJSONRank{
+func jsonLagging() string {
+	return jsonReport(
+		fixtureComm{hash: 0x5eed1e55c0de0001, size: 4, ranks: []fixtureRank{
 			{rank: 0, host: "10.0.0.1", pid: 100, dev: 0, counts: [5]uint64{1, 0, 0, 0, 10}},
 			{rank: 1, host: "10.0.0.1", pid: 101, dev: 1, counts: [5]uint64{1, 0, 0, 0, 10}},
 			{rank: 2, host: "10.0.0.2", pid: 102, dev: 0, counts: [5]uint64{1, 0, 0, 0, 9}},
 			{rank: 3, host: "10.0.0.2", pid: 103, dev: 1, counts: [5]uint64{1, 0, 0, 0, 10}},
 		}},
-		rasJSONFixtureComm{hash: 0x2, size: 2, ranks: []rasJSONRank{
+		fixtureComm{hash: 0x2, size: 2, ranks: []fixtureRank{
 			{rank: 0, host: "10.0.0.1", pid: 101, dev: 1, counts: [5]uint64{5, 0, 0, 0, 0}},
 			{rank: 1, host: "10.0.0.2", pid: 103, dev: 1, counts: [5]uint64{4, 0, 0, 0, 0}},
 		}},
 	)
 }
 
-func TestParseRAS(t *testing.T) {
-	lagging := rasLaggingReport()
-	jsonLagging := rasJSONLagging()
+func TestParse(t *testing.T) {
+	lagging := laggingReport()
+	jsonLagging := jsonLagging()
 	cases := []struct {
 		name        string
 		text        string
@@ -261,18 +255,18 @@ func TestParseRAS(t *testing.T) {
 		wantLagging []int
 		wantTotal   uint64
 		wantExact   bool
-		check       func(t *testing.T, r RASReport)
+		check       func(t *testing.T, r Report)
 	}{{
 		name:        "normal job",
-		text:        rasNormalReport(),
+		text:        normalReport(),
 		wantVersion: "2.26.2",
 		wantDone:    true,
 		wantComms:   9,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if r.Nodes != 4 || r.Processes != 32 || r.GPUs != 32 {
 				t.Errorf("job summary = %d nodes, %d processes, %d GPUs; want 4, 32, 32", r.Nodes, r.Processes, r.GPUs)
 			}
-			want := RASComm{Label: "#1-7", Size: 4, Nodes: 4, Status: "RUNNING", Errors: "OK"}
+			want := Comm{Label: "#1-7", Size: 4, Nodes: 4, Status: "RUNNING", Errors: "OK"}
 			if !reflect.DeepEqual(r.Comms[8], want) {
 				t.Errorf("Comms[8] = %+v, want %+v", r.Comms[8], want)
 			}
@@ -288,14 +282,14 @@ func TestParseRAS(t *testing.T) {
 		wantComms:   1,
 		wantLagging: []int{7},
 		wantTotal:   7*64 + 60,
-		check: func(t *testing.T, r RASReport) {
-			want := RASComm{
+		check: func(t *testing.T, r Report) {
+			want := Comm{
 				Label: "#0-0", Hash: "3f2a9c17d4e8b605", Size: 8, Nodes: 2, Status: "RUNNING", Errors: "MISMATCH",
-				Counts: []RASCount{
+				Counts: []Count{
 					{Op: "AllReduce", Count: 64, NRanks: 7},
 					{Op: "AllReduce", Count: 60, NRanks: 1, Ranks: []int{7}},
 				},
-				Ranks: []RASRank{{Rank: 7, Node: "10.0.0.2", PID: 41207, GPU: "3"}},
+				Ranks: []Rank{{Rank: 7, Node: "10.0.0.2", PID: 41207, GPU: "3"}},
 			}
 			if !reflect.DeepEqual(r.Comms[0], want) {
 				t.Errorf("Comms[0] =\n%+v\nwant\n%+v", r.Comms[0], want)
@@ -303,25 +297,25 @@ func TestParseRAS(t *testing.T) {
 		},
 	}, {
 		name: "lagging ranks before NCCL 2.26",
-		text: rasPreamble("2.24.3") + rasJobSummary(4, 8, 1) + rasCommunicators("%.2f") +
-			rasRow(0, 1, 4, "8", 32, 32, "RUNNING", "MISMATCH") +
-			rasErrors + rasWarnings +
-			rasSection(0, 0, 0x0d15ea5e0ddba110, "MISMATCH") +
+		text: textPreamble("2.24.3") + textJobSummary(4, 8, 1) + textCommunicators("%.2f") +
+			textRow(0, 1, 4, "8", 32, 32, "RUNNING", "MISMATCH") +
+			textErrors + textWarnings +
+			textSection(0, 0, 0x0d15ea5e0ddba110, "MISMATCH") +
 			// rasClientRunComms (2.24, 2.25): "  Communicator ranks have different collective operation counts\n"
 			"  Communicator ranks have different collective operation counts\n" +
-			rasGroupCount(26, 6650) + rasGroupCount(6, 6649) +
-			rasRankLine(3, "3", 21003, "10.1.0.1") + rasRankLine(11, "3", 22011, "10.1.0.2") +
-			rasRankLine(19, "3", 23019, "10.1.0.3") + rasRankLine(27, "3", 24027, "10.1.0.4") +
-			rasRankLine(30, "6 (NVML 7)", 24030, "10.1.0.4") + rasRankLine(31, "7", 24031, "10.1.0.4") +
+			textGroupCount(26, 6650) + textGroupCount(6, 6649) +
+			textRankLine(3, "3", 21003, "10.1.0.1") + textRankLine(11, "3", 22011, "10.1.0.2") +
+			textRankLine(19, "3", 23019, "10.1.0.3") + textRankLine(27, "3", 24027, "10.1.0.4") +
+			textRankLine(30, "6 (NVML 7)", 24030, "10.1.0.4") + textRankLine(31, "7", 24031, "10.1.0.4") +
 			"\n",
 		wantVersion: "2.24.3",
 		wantDone:    true,
 		wantComms:   1,
 		wantLagging: []int{3, 11, 19, 27, 30, 31},
 		wantTotal:   26*6650 + 6*6649,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			rk, ok := r.Comms[0].rank(30)
-			if want := (RASRank{Rank: 30, Node: "10.1.0.4", PID: 24030, GPU: "6 (NVML 7)"}); !ok || rk != want {
+			if want := (Rank{Rank: 30, Node: "10.1.0.4", PID: 24030, GPU: "6 (NVML 7)"}); !ok || rk != want {
 				t.Errorf("rank 30 = %+v, want %+v", rk, want)
 			}
 			if c := r.Comms[0].Counts; len(c) != 2 || c[0].Op != "collective" {
@@ -330,9 +324,9 @@ func TestParseRAS(t *testing.T) {
 		},
 	}, {
 		name: "an unresponsive process",
-		text: rasPreamble("2.27.3") + rasJobSummary(4, 8, 1) + rasCommunicators("%.3f") +
-			rasRow(0, 1, 4, "7-8", 32, 31, "RUNNING", "INCOMPLETE") +
-			rasErrors +
+		text: textPreamble("2.27.3") + textJobSummary(4, 8, 1) + textCommunicators("%.3f") +
+			textRow(0, 1, 4, "7-8", 32, 31, "RUNNING", "INCOMPLETE") +
+			textErrors +
 			// rasClientRunComms: "INCOMPLETE\n  Missing communicator data from %d job process%s\n"
 			fmt.Sprintf("INCOMPLETE\n  Missing communicator data from %d job process%s\n", 1, "") +
 			// rasClientRunComms: "  Process %d on node %s managing GPU%s %s\n"
@@ -342,20 +336,20 @@ func TestParseRAS(t *testing.T) {
 			fmt.Sprintf("DEAD\n  %d job process%s considered dead (unreachable via the RAS network)\n", 1, " is") +
 			fmt.Sprintf("  Process %d on node %s managing GPU%s %s\n", 34001, "10.1.0.4", "s", "2,3") +
 			"\n" +
-			rasSection(0, 0, 0x6a1b2c3d4e5f6071, "INCOMPLETE") +
+			textSection(0, 0, 0x6a1b2c3d4e5f6071, "INCOMPLETE") +
 			// rasClientRunComms: "  Missing communicator data from %d rank%s\n"
 			fmt.Sprintf("  Missing communicator data from %d rank%s\n", 1, "") +
-			rasRankLine(21, "5", 33021, "10.1.0.3") +
+			textRankLine(21, "5", 33021, "10.1.0.3") +
 			"\n" +
-			rasWarnings +
+			textWarnings +
 			// rasClientRunComms: "TIMEOUT\n  Encountered %d communication timeout%s while gathering communicator data\n\n"
 			fmt.Sprintf("TIMEOUT\n  Encountered %d communication timeout%s while gathering communicator data\n\n", 2, "s"),
 		wantVersion: "2.27.3",
 		wantDone:    true,
 		wantComms:   1,
 		wantLagging: []int{21},
-		check: func(t *testing.T, r RASReport) {
-			want := []RASProcess{
+		check: func(t *testing.T, r Report) {
+			want := []Process{
 				{PID: 33021, Node: "10.1.0.3", GPUs: "5"},
 				{PID: 34001, Node: "10.1.0.4", GPUs: "2,3", Dead: true},
 			}
@@ -368,24 +362,24 @@ func TestParseRAS(t *testing.T) {
 		},
 	}, {
 		name: "missing ranks before NCCL 2.26",
-		text: rasPreamble("2.25.1") + rasCommunicators("%.2f") +
-			rasRow(0, 1, 2, "4", 8, 6, "RUNNING", "INCOMPLETE") +
-			rasErrors +
-			rasSection(0, 0, 0x1, "INCOMPLETE") +
+		text: textPreamble("2.25.1") + textCommunicators("%.2f") +
+			textRow(0, 1, 2, "4", 8, 6, "RUNNING", "INCOMPLETE") +
+			textErrors +
+			textSection(0, 0, 0x1, "INCOMPLETE") +
 			fmt.Sprintf("  Missing communicator data from %d rank%s\n", 2, "s") +
 			// rasClientRunComms (2.24, 2.25): "  The missing rank%s: %s\n"
 			fmt.Sprintf("  The missing rank%s: %s\n", "s", "5,6") +
-			"\n" + rasWarnings,
+			"\n" + textWarnings,
 		wantVersion: "2.25.1",
 		wantDone:    true,
 		wantComms:   1,
 		wantLagging: []int{5, 6},
 	}, {
 		name: "a rank still initializing",
-		text: rasPreamble("2.27.3") + rasCommunicators("%.3f") +
-			rasRow(0, 1, 2, "8", 16, 16, "RUNNING", "MISMATCH") +
-			rasErrors + rasWarnings +
-			rasSection(0, 0, 0x1badb002cafef00d, "MISMATCH") +
+		text: textPreamble("2.27.3") + textCommunicators("%.3f") +
+			textRow(0, 1, 2, "8", 16, 16, "RUNNING", "MISMATCH") +
+			textErrors + textWarnings +
+			textSection(0, 0, 0x1badb002cafef00d, "MISMATCH") +
 			// rasClientRunComms: "  Communicator ranks have different status\n"
 			"  Communicator ranks have different status\n" +
 			// rasClientRunComms: "  %d ranks have status %s\n"
@@ -398,19 +392,19 @@ func TestParseRAS(t *testing.T) {
 		wantLagging: []int{9},
 	}, {
 		name: "a failed rank is not a lagging one",
-		text: rasPreamble("2.27.3") + rasCommunicators("%.3f") +
-			rasRow(0, 1, 2, "4", 8, 8, "RUNNING", "ERROR") +
-			rasErrors +
-			rasSection(0, 0, 0x5, "ERROR") +
+		text: textPreamble("2.27.3") + textCommunicators("%.3f") +
+			textRow(0, 1, 2, "4", 8, 8, "RUNNING", "ERROR") +
+			textErrors +
+			textSection(0, 0, 0x5, "ERROR") +
 			// rasClientRunComms: "  Asynchronous error%s on %d rank%s\n"
 			fmt.Sprintf("  Asynchronous error%s on %d rank%s\n", "", 1, "") +
 			// rasClientBreakDownErrors: "  Rank %d reported %s -- GPU %s managed by process %d on node %s\n"
 			fmt.Sprintf("  Rank %d reported %s -- GPU %s managed by process %d on node %s\n", 3, "Remote process error", "3", 4003, "10.0.0.1") +
-			"\n" + rasWarnings,
+			"\n" + textWarnings,
 		wantVersion: "2.27.3",
 		wantDone:    true,
 		wantComms:   1,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if !slices.Equal(r.Comms[0].Failed, []int{3}) {
 				t.Errorf("Failed = %v, want [3]", r.Comms[0].Failed)
 			}
@@ -428,9 +422,9 @@ func TestParseRAS(t *testing.T) {
 		text: `{"communicators": [{"hash": 7, "ranks": "no"}]`,
 	}, {
 		name:        "cut short while RAS gathers its data",
-		text:        rasPreamble("2.27.3") + rasJobSummary(2, 4, 1) + "\nCommunicators...",
+		text:        textPreamble("2.27.3") + textJobSummary(2, 4, 1) + "\nCommunicators...",
 		wantVersion: "2.27.3",
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if r.Nodes != 2 || r.Processes != 8 {
 				t.Errorf("job summary = %d nodes, %d processes; want 2, 8", r.Nodes, r.Processes)
 			}
@@ -445,13 +439,13 @@ func TestParseRAS(t *testing.T) {
 		wantTotal:   7 * 64,
 	}, {
 		name:        "JSON, every rank alike",
-		text:        rasJSONReport(rasJSONFixtureComm{hash: 0x5eed1e55c0de0001, size: 2, ranks: []rasJSONRank{{rank: 0, host: "10.0.0.1", pid: 7, counts: [5]uint64{1, 0, 2, 0, 30}}, {rank: 1, host: "10.0.0.1", pid: 8, dev: 1, counts: [5]uint64{1, 0, 2, 0, 30}}}}),
+		text:        jsonReport(fixtureComm{hash: 0x5eed1e55c0de0001, size: 2, ranks: []fixtureRank{{rank: 0, host: "10.0.0.1", pid: 7, counts: [5]uint64{1, 0, 2, 0, 30}}, {rank: 1, host: "10.0.0.1", pid: 8, dev: 1, counts: [5]uint64{1, 0, 2, 0, 30}}}}),
 		wantVersion: "2.29.1",
 		wantDone:    true,
 		wantComms:   1,
 		wantTotal:   2 * 33,
 		wantExact:   true,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			c := r.Comms[0]
 			if c.Hash != "5eed1e55c0de0001" || c.Status != "RUNNING" || c.Errors != "OK" || c.Nodes != 1 || c.Size != 2 {
 				t.Errorf("Comms[0] = %+v", c)
@@ -466,7 +460,7 @@ func TestParseRAS(t *testing.T) {
 		wantLagging: []int{2, 3},
 		wantTotal:   4*1 + 3*10 + 9 + 5 + 4,
 		wantExact:   true,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if got := r.Comms[1].Lagging(); !slices.Equal(got, []int{1}) {
 				t.Errorf("Comms[1].Lagging() = %v, want its rank 1", got)
 			}
@@ -476,29 +470,29 @@ func TestParseRAS(t *testing.T) {
 		},
 	}, {
 		name: "JSON, an unresponsive rank",
-		text: rasJSONReport(rasJSONFixtureComm{hash: 0x9, size: 2,
-			ranks:   []rasJSONRank{{rank: 0, host: "10.1.0.9", pid: 51001}},
-			missing: []rasJSONMissing{{rank: 1, host: "10.1.0.9", pid: 51002, dev: 1, unresponsive: true}}}),
+		text: jsonReport(fixtureComm{hash: 0x9, size: 2,
+			ranks:   []fixtureRank{{rank: 0, host: "10.1.0.9", pid: 51001}},
+			missing: []fixtureMissing{{rank: 1, host: "10.1.0.9", pid: 51002, dev: 1, unresponsive: true}}}),
 		wantVersion: "2.29.1",
 		wantDone:    true,
 		wantComms:   1,
 		wantLagging: []int{1},
 		wantExact:   true,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if r.Comms[0].Errors != "INCOMPLETE" || r.MissingProcesses != 1 || len(r.Unreachable) != 1 || r.Unreachable[0].PID != 51002 {
 				t.Errorf("report = %+v, want an INCOMPLETE communicator and process 51002 unreachable", r)
 			}
 		},
 	}, {
 		name: "JSON, ranks finishing",
-		text: rasJSONReport(rasJSONFixtureComm{hash: 0x9, size: 3,
-			ranks: []rasJSONRank{{rank: 0, pid: 1, host: "h"}, {rank: 1, pid: 2, host: "h", dev: 1}, {rank: 2, pid: 3, host: "h", dev: 2, finalizing: true}}}),
+		text: jsonReport(fixtureComm{hash: 0x9, size: 3,
+			ranks: []fixtureRank{{rank: 0, pid: 1, host: "h"}, {rank: 1, pid: 2, host: "h", dev: 1}, {rank: 2, pid: 3, host: "h", dev: 2, finalizing: true}}}),
 		wantVersion: "2.29.1",
 		wantDone:    true,
 		wantComms:   1,
 		wantLagging: []int{2},
 		wantExact:   true,
-		check: func(t *testing.T, r RASReport) {
+		check: func(t *testing.T, r Report) {
 			if c := r.Comms[0]; c.Status != "FINALIZE" || c.Errors != "MISMATCH" {
 				t.Errorf("status %s, errors %s; want FINALIZE, MISMATCH", c.Status, c.Errors)
 			}
@@ -513,7 +507,7 @@ func TestParseRAS(t *testing.T) {
 	}}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := ParseRAS(tc.text)
+			r := Parse(tc.text)
 			if r.NCCLVersion != tc.wantVersion {
 				t.Errorf("NCCLVersion = %q, want %q", r.NCCLVersion, tc.wantVersion)
 			}
@@ -536,249 +530,17 @@ func TestParseRAS(t *testing.T) {
 	}
 }
 
-func FuzzParseRAS(f *testing.F) {
-	f.Add(rasNormalReport())
-	f.Add(rasLaggingReport())
-	f.Add(rasJSONLagging())
+func FuzzParse(f *testing.F) {
+	f.Add(normalReport())
+	f.Add(laggingReport())
+	f.Add(jsonLagging())
 	f.Add("Group\n1 2 3 4 5 6 7 8\n")
 	f.Fuzz(func(t *testing.T, text string) {
-		r := ParseRAS(text)
+		r := Parse(text)
 		lag := r.Lagging()
 		if !slices.IsSorted(lag) || len(slices.Compact(slices.Clone(lag))) != len(lag) {
 			t.Errorf("Lagging() = %v, not sorted and unique", lag)
 		}
 		r.TotalCollectives()
 	})
-}
-
-// fakeRAS is how a fake RAS server behaves.
-type fakeRAS struct {
-	hello string // the answer to CLIENT PROTOCOL
-	json  bool   // it knows SET FORMAT json
-	// stall, when >= 0, is how many bytes of the report it sends before it
-	// stops answering; -1 sends it all.
-	stall int
-}
-
-// serveRAS runs s on a loopback port for one connection and returns its
-// address and the commands it receives.
-func serveRAS(t *testing.T, s fakeRAS, text, jsonText string) (addr string, cmds <-chan string) {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	got := make(chan string, 16)
-	done := make(chan struct{})
-	t.Cleanup(func() {
-		close(done)
-		ln.Close()
-	})
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		defer conn.Close()
-		context.AfterFunc(t.Context(), func() { conn.Close() })
-		br := bufio.NewReader(conn)
-		report := text
-		answer := func(line string) { io.WriteString(conn, line+"\n") }
-		for {
-			line, err := br.ReadString('\n')
-			if err != nil {
-				return
-			}
-			cmd := strings.TrimRight(line, "\r\n")
-			got <- cmd
-			// The commands and answers of rasClientEventLoop.
-			switch {
-			case strings.HasPrefix(cmd, "CLIENT PROTOCOL "):
-				answer(s.hello)
-			case strings.HasPrefix(cmd, "TIMEOUT "):
-				answer("OK")
-			case cmd == "SET FORMAT json" && s.json:
-				report = jsonText
-				answer("OK")
-			case cmd == "STATUS" || cmd == "VERBOSE STATUS":
-				b := []byte(report)
-				if s.stall >= 0 {
-					b = b[:s.stall]
-				}
-				// NCCL sends the report in pieces as it gathers the data
-				// (rasClientEnqueueMsg), then closes the connection.
-				for len(b) > 0 {
-					n := min(len(b), 97)
-					if _, err := conn.Write(b[:n]); err != nil {
-						return
-					}
-					b = b[n:]
-				}
-				if s.stall >= 0 {
-					<-done
-				}
-				return
-			default:
-				answer("ERROR: Unknown command " + cmd)
-			}
-		}
-	}()
-	return ln.Addr().String(), got
-}
-
-func TestQueryRAS(t *testing.T) {
-	text, jsonText := rasLaggingReport(), rasJSONLagging()
-	communicators := strings.Index(text, "\nCommunicators...") + len("\nCommunicators...")
-	ok := fakeRAS{hello: "SERVER PROTOCOL 2", stall: -1}
-	cases := []struct {
-		name        string
-		server      fakeRAS
-		json        bool
-		verbose     bool
-		timeout     time.Duration // of ctx; 0 for none
-		cancelAfter time.Duration // cancels ctx
-		wantCmds    []string
-		wantReport  string
-		wantErr     error  // matched with errors.Is
-		wantErrText string // in the error's text
-	}{{
-		name:       "status",
-		server:     ok,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "STATUS"},
-		wantReport: text,
-	}, {
-		name:       "verbose status",
-		server:     ok,
-		verbose:    true,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "VERBOSE STATUS"},
-		wantReport: text,
-	}, {
-		name:       "json",
-		server:     fakeRAS{hello: "SERVER PROTOCOL 2", json: true, stall: -1},
-		json:       true,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"},
-		wantReport: jsonText,
-	}, {
-		name:       "json asked of a server before 2.28.7",
-		server:     ok,
-		json:       true,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "SET FORMAT json", "STATUS"},
-		wantReport: text,
-	}, {
-		name:       "a deadline too short for NCCL's own timeout",
-		server:     ok,
-		timeout:    5 * time.Second,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "TIMEOUT 1", "STATUS"},
-		wantReport: text,
-	}, {
-		name:       "a deadline long enough",
-		server:     ok,
-		timeout:    time.Minute,
-		wantCmds:   []string{"CLIENT PROTOCOL 2", "STATUS"},
-		wantReport: text,
-	}, {
-		name:        "no report before the deadline",
-		server:      fakeRAS{hello: "SERVER PROTOCOL 2", stall: 0},
-		timeout:     300 * time.Millisecond,
-		wantCmds:    []string{"CLIENT PROTOCOL 2", "TIMEOUT 1", "STATUS"},
-		wantErr:     context.DeadlineExceeded,
-		wantErrText: "nccl ras at 127.0.0.1:",
-	}, {
-		name:        "report cut short by the deadline",
-		server:      fakeRAS{hello: "SERVER PROTOCOL 2", stall: communicators},
-		timeout:     300 * time.Millisecond,
-		wantCmds:    []string{"CLIENT PROTOCOL 2", "TIMEOUT 1", "STATUS"},
-		wantReport:  text[:communicators],
-		wantErr:     context.DeadlineExceeded,
-		wantErrText: "read report",
-	}, {
-		name:        "cancelled",
-		server:      fakeRAS{hello: "SERVER PROTOCOL 2", stall: 0},
-		cancelAfter: 100 * time.Millisecond,
-		wantCmds:    []string{"CLIENT PROTOCOL 2", "STATUS"},
-		wantErr:     context.Canceled,
-	}, {
-		name:        "not a RAS server",
-		server:      fakeRAS{hello: "SSH-2.0-OpenSSH_9.6", stall: -1},
-		wantCmds:    []string{"CLIENT PROTOCOL 2"},
-		wantErrText: `unexpected answer "SSH-2.0-OpenSSH_9.6" to CLIENT PROTOCOL 2`,
-	}}
-	for _, tc := range cases {
-		t.Run(tc.name, func(t *testing.T) {
-			addr, cmds := serveRAS(t, tc.server, text, jsonText)
-			ctx := t.Context()
-			if tc.timeout > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithTimeout(ctx, tc.timeout)
-				defer cancel()
-			}
-			if tc.cancelAfter > 0 {
-				var cancel context.CancelFunc
-				ctx, cancel = context.WithCancel(ctx)
-				time.AfterFunc(tc.cancelAfter, cancel)
-			}
-			var got string
-			var err error
-			if tc.json {
-				got, err = QueryRASJSON(ctx, addr)
-			} else {
-				got, err = QueryRAS(ctx, addr, tc.verbose)
-			}
-			for i, want := range tc.wantCmds {
-				select {
-				case cmd := <-cmds:
-					if cmd != want {
-						t.Errorf("command %d = %q, want %q", i, cmd, want)
-					}
-				case <-time.After(5 * time.Second):
-					t.Fatalf("command %d never came, want %q", i, want)
-				}
-			}
-			select {
-			case cmd := <-cmds:
-				t.Errorf("unexpected command %q", cmd)
-			default:
-			}
-			if got != tc.wantReport {
-				t.Errorf("report =\n%s\nwant\n%s", got, tc.wantReport)
-			}
-			switch {
-			case tc.wantErr == nil && tc.wantErrText == "":
-				if err != nil {
-					t.Fatalf("QueryRAS: %v", err)
-				}
-			case err == nil:
-				t.Fatalf("QueryRAS succeeded, want an error")
-			case tc.wantErr != nil && !errors.Is(err, tc.wantErr):
-				t.Errorf("error %v is not %v", err, tc.wantErr)
-			case !strings.Contains(err.Error(), tc.wantErrText):
-				t.Errorf("error %q does not say %q", err, tc.wantErrText)
-			}
-		})
-	}
-}
-
-func TestQueryRASNobodyListening(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := ln.Addr().String()
-	ln.Close()
-	_, err = QueryRAS(t.Context(), addr, false)
-	if err == nil || !strings.HasPrefix(err.Error(), "nccl ras at "+addr+": ") {
-		t.Errorf("QueryRAS of a closed port: %v, want an error naming %s", err, addr)
-	}
-}
-
-func TestQueryRASDefaultAddr(t *testing.T) {
-	ctx, cancel := context.WithTimeout(t.Context(), 2*time.Second)
-	defer cancel()
-	_, err := QueryRAS(ctx, "", false)
-	if err == nil {
-		t.Skip("something answers at " + DefaultRASAddr)
-	}
-	if !strings.HasPrefix(err.Error(), "nccl ras at "+DefaultRASAddr+": ") {
-		t.Errorf("error %q does not name %s", err, DefaultRASAddr)
-	}
 }

@@ -1,4 +1,4 @@
-package launch
+package rank
 
 import (
 	"bufio"
@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -48,7 +49,7 @@ func TestMain(m *testing.M) {
 		if err := json.Unmarshal([]byte(a), &args); err != nil {
 			panic(err)
 		}
-		os.Exit(RunWorker(args, os.Getenv, os.Stderr))
+		os.Exit(Run(args, os.Getenv, os.Stderr))
 	}
 	os.Exit(m.Run())
 }
@@ -108,7 +109,7 @@ func newRelayServer(t *testing.T) *relayServer {
 func (r *relayServer) waitOut(text string) {
 	var out string
 	for f := range r.frames {
-		if f.kind == frameOut {
+		if f.kind == wire.FrameOut {
 			out += string(f.payload[4:])
 			if strings.Contains(out, text) {
 				return
@@ -119,7 +120,7 @@ func (r *relayServer) waitOut(text string) {
 
 // collect returns every frame until the worker hung up, with output
 // joined per stream.
-func (r *relayServer) collect(t *testing.T) (started workerStarted, out, errOut string, exit workerExit, kinds string) {
+func (r *relayServer) collect(t *testing.T) (started wire.WorkerStarted, out, errOut string, exit wire.WorkerExit, kinds string) {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
 	for {
@@ -130,16 +131,16 @@ func (r *relayServer) collect(t *testing.T) (started workerStarted, out, errOut 
 			}
 			kinds += string(f.kind)
 			switch f.kind {
-			case frameStarted:
+			case wire.FrameStarted:
 				json.Unmarshal(f.payload, &started)
-			case frameExit:
+			case wire.FrameExit:
 				json.Unmarshal(f.payload, &exit)
-			case frameOut, frameErr:
-				lr, text, err := splitRank(f.payload)
+			case wire.FrameOut, wire.FrameErr:
+				lr, text, err := wire.SplitRank(f.payload)
 				if err != nil || lr != 1 {
 					t.Errorf("frame for local rank %d (%v), want 1", lr, err)
 				}
-				if f.kind == frameOut {
+				if f.kind == wire.FrameOut {
 					out += string(text)
 				} else {
 					errOut += string(text)
@@ -193,7 +194,7 @@ func TestWorkerRelays(t *testing.T) {
 	if len(own) != 0 {
 		t.Errorf("supervisor's own stdout %q, want nothing (it all goes to the relay)", own)
 	}
-	if kinds[0] != frameStarted || kinds[len(kinds)-1] != frameExit {
+	if kinds[0] != wire.FrameStarted || kinds[len(kinds)-1] != wire.FrameExit {
 		t.Errorf("frames %q, want started first and exit last", kinds)
 	}
 	if started.Rank != 3 || started.LocalRank != 1 || started.WorldSize != 4 || started.PID <= 0 {
@@ -265,7 +266,7 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	}
 	conn := <-r.conn
 	r.waitOut("ready")
-	conn.Write([]byte{tellDump})
+	conn.Write([]byte{wire.TellDump})
 	err = cmd.Wait()
 	if _, sig := exitCode(err); sig != syscall.SIGABRT || strings.Contains(own.String(), "goroutine") {
 		t.Errorf("supervisor ended with %v, want SIGABRT as the worker and no Go dump; stderr %q", err, own.String())
@@ -303,8 +304,8 @@ func TestWorkerInterpreter(t *testing.T) {
 
 func TestWorkerBadArgs(t *testing.T) {
 	for _, args := range [][]string{{}, {"--"}, {"--bogus", "--", "x"}} {
-		if code := RunWorker(args, func(string) string { return "" }, new(strings.Builder)); code != 127 {
-			t.Errorf("RunWorker(%q) = %d, want 127", args, code)
+		if code := Run(args, func(string) string { return "" }, new(strings.Builder)); code != 127 {
+			t.Errorf("Run(%q) = %d, want 127", args, code)
 		}
 	}
 }
@@ -334,7 +335,7 @@ func TestWorkerReportsJoin(t *testing.T) {
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, _, _, kinds := r.collect(t); !strings.ContainsRune(kinds, rune(frameInit)) {
+	if _, _, _, _, kinds := r.collect(t); !strings.ContainsRune(kinds, rune(wire.FrameInit)) {
 		t.Errorf("frames %q: no join reported", kinds)
 	}
 }
@@ -357,7 +358,7 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 	}
 	conn := <-r.conn
 	r.waitOut("ready")
-	conn.Write([]byte{tellDump})
+	conn.Write([]byte{wire.TellDump})
 	if err := cmd.Wait(); err != nil {
 		t.Fatalf("the worker did not live on: %v", err)
 	}
@@ -365,7 +366,7 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 	if !strings.Contains(errOut, "py-spy: Thread ") || !strings.Contains(errOut, "py-spy:     stuck (train.py:4)") {
 		t.Errorf("stderr relayed %q, want py-spy's dump", errOut)
 	}
-	if !strings.ContainsRune(kinds, rune(frameDumped)) || !strings.Contains(out, "still alive") || exit.Code != 0 || exit.Stopped {
+	if !strings.ContainsRune(kinds, rune(wire.FrameDumped)) || !strings.Contains(out, "still alive") || exit.Code != 0 || exit.Stopped {
 		t.Errorf("frames %q, out %q, exit %+v", kinds, out, exit)
 	}
 }
@@ -375,8 +376,18 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 // moments, as torchrun sees a plain worker end.
 func TestWorkerLeftoverHoldsOutput(t *testing.T) {
 	r := newRelayServer(t)
+	// The leftover writes its PID before the worker exits, so the test
+	// ends it by that PID.
+	pidFile := filepath.Join(t.TempDir(), "leftover.pid")
 	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
-		"echo bye; (setsid sh -c 'sleep 30; : gorun-leftover-test' &); exit 4")
+		`echo bye; (setsid sh -c 'echo $$ > "$0"; exec sleep 30' "$1" &); while [ ! -s "$1" ]; do sleep 0.01; done; exit 4`, "sh", pidFile)
+	t.Cleanup(func() {
+		if b, err := os.ReadFile(pidFile); err == nil {
+			if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && pid > 0 {
+				syscall.Kill(pid, syscall.SIGKILL)
+			}
+		}
+	})
 	start := time.Now()
 	err := cmd.Run()
 	if code, _ := exitCode(err); code != 4 {
@@ -389,5 +400,4 @@ func TestWorkerLeftoverHoldsOutput(t *testing.T) {
 	if out != "bye\n" || exit.Code != 4 {
 		t.Errorf("out %q, exit %+v", out, exit)
 	}
-	exec.Command("pkill", "-f", "gorun-leftover-test").Run()
 }

@@ -1,4 +1,4 @@
-package launch
+package ncclras
 
 import (
 	"context"
@@ -7,11 +7,11 @@ import (
 	"time"
 )
 
-// TestRASLive asks a real NCCL's RAS, on a GPU node where an NCCL job runs
+// TestLive asks a real NCCL's RAS, on a GPU node where an NCCL job runs
 // collectives (examples/gpu/nccl_loop.py): GORUN_RAS_LIVE=host:port, or
 // "default" for localhost:28028. The job's total of collectives must grow
 // between two reports, which is what the hang detector counts as progress.
-func TestRASLive(t *testing.T) {
+func TestLive(t *testing.T) {
 	addr := os.Getenv("GORUN_RAS_LIVE")
 	if addr == "" {
 		t.Skip("GORUN_RAS_LIVE is not set (needs a running NCCL job)")
@@ -21,25 +21,25 @@ func TestRASLive(t *testing.T) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	text, err := QueryRAS(ctx, addr, true)
+	text, err := Query(ctx, addr, true)
 	if err != nil {
 		t.Fatalf("verbose status: %v", err)
 	}
 	t.Logf("VERBOSE STATUS:\n%s", text)
-	rep := ParseRAS(text)
+	rep := Parse(text)
 	if len(rep.Comms) == 0 || rep.NCCLVersion == "" {
 		t.Errorf("parsed %+v: no communicator or version", rep)
 	}
 	var totals []uint64
 	for i := range 2 {
-		js, err := QueryRASJSON(ctx, addr)
+		js, err := QueryJSON(ctx, addr)
 		if err != nil {
 			t.Fatalf("json status: %v", err)
 		}
 		if i == 0 {
 			t.Logf("JSON:\n%s", js)
 		}
-		total, exact := ParseRAS(js).TotalCollectives()
+		total, exact := Parse(js).TotalCollectives()
 		t.Logf("total collectives %d (exact %v)", total, exact)
 		if !exact {
 			t.Fatalf("the JSON report gave no exact total")

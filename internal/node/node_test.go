@@ -1,0 +1,197 @@
+package node
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+
+	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
+	"github.com/gorun/gorun/telemetry"
+)
+
+// noNVML is a machine without the NVML library.
+func noNVML() *mock.Interface {
+	return &mock.Interface{InitFunc: func() nvml.Return { return nvml.ERROR_LIBRARY_NOT_FOUND }}
+}
+
+// fakeTorchrun writes a torchrun script whose #! line names a Python that
+// is a shell script failing at once (no torch there, no bandwidth run), and
+// returns both paths.
+func fakeTorchrun(t *testing.T) (torchrun, python string) {
+	t.Helper()
+	dir := t.TempDir()
+	python = filepath.Join(dir, "venv", "bin", "python3.11")
+	if err := os.MkdirAll(filepath.Dir(python), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(python, []byte("#!/bin/sh\necho 'no torch here'\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	torchrun = filepath.Join(dir, "venv", "bin", "torchrun")
+	script := "#!" + python + "\n# -*- coding: utf-8 -*-\nimport sys\nfrom torch.distributed.run import main\nsys.exit(main())\n"
+	if err := os.WriteFile(torchrun, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return torchrun, python
+}
+
+func TestTorchrunPython(t *testing.T) {
+	torchrun, python := fakeTorchrun(t)
+	bin := filepath.Dir(torchrun)
+	envDir := t.TempDir()
+	envTorchrun := filepath.Join(envDir, "torchrun")
+	if err := os.WriteFile(envTorchrun, []byte("#!/usr/bin/env python3.11\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		name, path, torchrun, want string
+	}{
+		{"a path, with options", "", torchrun + " --nproc-per-node=2", python},
+		{"on the PATH", bin, "torchrun", python},
+		{"the default name on the PATH", bin, "", python},
+		{"#!/usr/bin/env, found on the PATH", bin + ":" + envDir, envTorchrun, python},
+		{"no torchrun: python3", t.TempDir(), "", "python3"},
+		{"not a script: python3", "", "/dev/null", "python3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			t.Setenv("PATH", tt.path)
+			if got := torchrunPython(tt.torchrun); got != tt.want {
+				t.Errorf("torchrunPython(%q) = %q, want %q", tt.torchrun, got, tt.want)
+			}
+		})
+	}
+}
+
+func TestRunCollectBadRequest(t *testing.T) {
+	for _, arg := range []string{"", "{", `{"torchrun": 3}`} {
+		var out bytes.Buffer
+		err := RunCollect(t.Context(), arg, &out)
+		if err == nil || !strings.HasPrefix(err.Error(), preflight.CollectCommand+": bad request: ") {
+			t.Errorf("RunCollect(%q) = %v, want a bad request", arg, err)
+		}
+		if out.Len() != 0 {
+			t.Errorf("RunCollect(%q) printed %q", arg, out.String())
+		}
+	}
+}
+
+// TestRunCollect: the node's facts come back as JSON, with NVML's failure
+// explained, torch looked for with torchrun's own Python, gorun's own path,
+// and, when asked, a bandwidth run with that Python.
+func TestRunCollect(t *testing.T) {
+	torchrun, python := fakeTorchrun(t)
+	for _, bandwidth := range []string{"", preflight.BandwidthNode} {
+		t.Run("bandwidth="+bandwidth, func(t *testing.T) {
+			req, _ := json.Marshal(preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, Bandwidth: bandwidth})
+			var out bytes.Buffer
+			if err := runCollect(t.Context(), string(req), &out, noNVML()); err != nil {
+				t.Fatal(err)
+			}
+			var f preflight.Facts
+			if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+				t.Fatalf("not JSON facts: %v\n%s", err, out.Bytes())
+			}
+			if f.Driver.NVMLErrorCode != int(nvml.ERROR_LIBRARY_NOT_FOUND) {
+				t.Errorf("NVML error %d (%q), want ERROR_LIBRARY_NOT_FOUND", f.Driver.NVMLErrorCode, f.Driver.NVMLError)
+			}
+			if f.Torch.Python != python || f.Torch.Found || !strings.Contains(f.Torch.Err, "no torch here") {
+				t.Errorf("torch = %+v, want not found with %s", f.Torch, python)
+			}
+			if self, _ := os.Executable(); f.Gorun != self {
+				t.Errorf("gorun = %q, want %q", f.Gorun, self)
+			}
+			switch {
+			case bandwidth == "" && f.Bandwidth != nil:
+				t.Errorf("bandwidth %+v, not asked for", f.Bandwidth)
+			case bandwidth != "" && (f.Bandwidth == nil || f.Bandwidth.Python != python || len(f.Bandwidth.Errors) == 0):
+				t.Errorf("bandwidth %+v, want a failed run with %s", f.Bandwidth, python)
+			}
+		})
+	}
+}
+
+// TestCollectCancelled: a collection whose context has ended skips the
+// bandwidth run and still returns what it has.
+func TestCollectCancelled(t *testing.T) {
+	torchrun, _ := fakeTorchrun(t)
+	ctx, cancel := context.WithCancel(t.Context())
+	cancel()
+	f := Collect(ctx, preflight.Request{Torchrun: torchrun, Bandwidth: preflight.BandwidthNode})
+	if f.Bandwidth != nil {
+		t.Errorf("bandwidth %+v after the context ended", f.Bandwidth)
+	}
+}
+
+func TestRunBandwidth(t *testing.T) {
+	var out bytes.Buffer
+	if err := RunBandwidth(t.Context(), "{", &out); err == nil || !strings.HasPrefix(err.Error(), preflight.BandwidthCommand+": bad request: ") {
+		t.Errorf("RunBandwidth of a bad request: %v", err)
+	}
+	torchrun, python := fakeTorchrun(t)
+	req, _ := json.Marshal(preflight.PairRequest{Torchrun: torchrun, Rank: 1, Master: "127.0.0.1:1", BudgetSeconds: 1, LimitSeconds: 5})
+	out.Reset()
+	if err := RunBandwidth(t.Context(), string(req), &out); err != nil {
+		t.Fatal(err)
+	}
+	var bw preflight.BandwidthFacts
+	if err := json.Unmarshal(out.Bytes(), &bw); err != nil {
+		t.Fatalf("not JSON: %v\n%s", err, out.Bytes())
+	}
+	if bw.Python != python || len(bw.Errors) == 0 {
+		t.Errorf("bandwidth %+v, want a failed run with %s", bw, python)
+	}
+}
+
+// TestSidecarBadSettings: settings the sidecar cannot read turn telemetry
+// off quietly: no NVML, no frame.
+func TestSidecarBadSettings(t *testing.T) {
+	for _, settings := range []string{"", "{", `{"interval": "soon"}`, `[1]`} {
+		sidecar(t.Context(), json.RawMessage(settings), func(b []byte) { t.Errorf("%q: sent %s", settings, b) },
+			func(...nvml.LibraryOption) nvml.Interface { t.Errorf("%q: NVML loaded", settings); return noNVML() })
+		GPUSidecar(t.Context(), json.RawMessage(settings), func(b []byte) { t.Errorf("%q: GPUSidecar sent %s", settings, b) })
+	}
+}
+
+// TestSidecarNoNVML: on a node without NVML the sidecar says why in one
+// notice and returns.
+func TestSidecarNoNVML(t *testing.T) {
+	var sent [][]byte
+	sidecar(t.Context(), json.RawMessage(`{"interval": 1000000000}`), func(b []byte) { sent = append(sent, b) },
+		func(...nvml.LibraryOption) nvml.Interface { return noNVML() })
+	if len(sent) != 1 {
+		t.Fatalf("sent %d frames, want 1 notice", len(sent))
+	}
+	var f telemetry.Frame
+	if err := json.Unmarshal(sent[0], &f); err != nil || f.Notice == "" || f.Sample != nil {
+		t.Errorf("frame %s (%v), want a notice", sent[0], err)
+	}
+}
+
+// TestServeAgent: the agent is sshexec's, with the sidecar; with no job on
+// stdin it refuses. It runs in a child, since an agent makes its process a
+// subreaper.
+func TestServeAgent(t *testing.T) {
+	if os.Getenv("GORUN_TEST_NODE_AGENT") == "1" {
+		os.Exit(ServeAgent(context.Background(), strings.NewReader(""), os.Stdout, os.Stderr))
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^TestServeAgent$")
+	cmd.Env = append(os.Environ(), "GORUN_TEST_NODE_AGENT=1")
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != sshexec.AgentExitBadSpec {
+		t.Errorf("agent with no job: %v, want exit %d; stderr %q", err, sshexec.AgentExitBadSpec, stderr.String())
+	}
+}

@@ -1,0 +1,30 @@
+package node
+
+import (
+	"os"
+	"os/exec"
+	"strings"
+
+	"github.com/gorun/gorun/preflight"
+)
+
+// torchrunPython is the interpreter torchrun runs under (its #! line),
+// found on the PATH: the torchrun command's first word, else "torchrun";
+// python3 when its #! line names none.
+func torchrunPython(torchrun string) string {
+	prog := "torchrun"
+	if f := strings.Fields(torchrun); len(f) > 0 {
+		prog = f[0]
+	}
+	if p, err := exec.LookPath(prog); err == nil {
+		prog = p
+	}
+	py := preflight.TorchrunPython(prog, os.ReadFile)
+	if py == "" {
+		py = "python3"
+	}
+	if p, err := exec.LookPath(py); err == nil {
+		py = p
+	}
+	return py
+}

@@ -1,0 +1,82 @@
+package rank
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// workerCommand builds the worker's command from _rank's arguments.
+func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, error) {
+	noPython, module := false, false
+	for len(args) > 0 && args[0] != "--" {
+		switch args[0] {
+		case "--no-python":
+			noPython = true
+		case "-m":
+			module = true
+		default:
+			return nil, fmt.Errorf("unknown option %q (usage: %s [--no-python | -m] -- script args...)", args[0], envplan.RankCommand)
+		}
+		args = args[1:]
+	}
+	if len(args) > 0 {
+		args = args[1:]
+	}
+	if len(args) == 0 {
+		return nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", envplan.RankCommand)
+	}
+	argv := args
+	if !noPython {
+		py := interpreter(getenv, os.Getppid())
+		argv = []string{py, "-u"}
+		if module {
+			argv = append(argv, "-m")
+		}
+		argv = append(argv, args...)
+	}
+	path, err := exec.LookPath(argv[0])
+	if err != nil {
+		return nil, err
+	}
+	cmd := &exec.Cmd{Path: path, Args: argv}
+	// Its own process group, so a signal torchrun sends to this group
+	// reaches the worker once, through forwardSignals; and the parent-death
+	// signal for when this process is killed outright.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	return cmd, nil
+}
+
+// workerEnv is the worker's environment: this process's, with torchrun's
+// restart count replaced by the group's (gorun owns restarts) and Python's
+// faulthandler armed, so a hang diagnosis can print every thread's stack.
+// The user's own settings win.
+func workerEnv(env []string, getenv func(string) string) []string {
+	out := make([]string, 0, len(env)+2)
+	count := getenv(wire.RestartCountVar)
+	haveFH := false
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
+		switch {
+		case k == sshexec.RelaySocketVar:
+			continue // the worker's own children must not speak for it
+		case k == "TORCHELASTIC_RESTART_COUNT" && count != "":
+			continue
+		}
+		out = append(out, kv)
+	}
+	if count != "" {
+		out = append(out, "TORCHELASTIC_RESTART_COUNT="+count)
+	}
+	if !haveFH {
+		out = append(out, "PYTHONFAULTHANDLER=1")
+	}
+	return out
+}

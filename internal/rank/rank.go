@@ -1,0 +1,295 @@
+package rank
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// Run is `gorun _rank [--no-python | -m] -- script args...`, which
+// torchrun starts in place of each worker. It stays the worker's parent:
+//
+//   - it starts the interpreter torchrun itself runs under (torchrun's
+//     sys.executable: $PYTHON_EXEC, else the argv[0] of its parent, which
+//     keeps a virtualenv's path), as `<python> -u [-m] script args`, bound
+//     to the local rank's CPUs from envplan.RankCPUsVar;
+//   - it forwards every signal it gets to the worker;
+//   - it reports to the node agent over the relay socket: started, every
+//     output line, progress, the exit; and prints the worker's stacks when
+//     the head asks;
+//   - it exits exactly as the worker did, with its code or by its signal,
+//     so torchrun sees what it would have seen without gorun.
+//
+// Without a relay socket (not started by gorun's agent) the worker's output
+// goes straight to this process's stdout and stderr. Run returns the
+// worker's exit code, or 127 when the worker could not start; a worker
+// killed by a signal ends this process by the same signal, and then Run
+// does not return.
+func Run(args []string, getenv func(string) string, stderr io.Writer) int {
+	cmd, err := workerCommand(args, getenv)
+	if err != nil {
+		fmt.Fprintf(stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+		return 127
+	}
+	w := &worker{localRank: atoi(getenv("LOCAL_RANK"), -1), rank: atoi(getenv("RANK"), -1), stderr: stderr}
+	cmd.Env = workerEnv(os.Environ(), getenv)
+	if sock := getenv(sshexec.RelaySocketVar); sock != "" {
+		if c, err := net.Dial("unix", sock); err == nil {
+			w.conn = c
+		} else {
+			fmt.Fprintf(stderr, "gorun %s: cannot reach the node agent (%v); output goes to torchrun\n", envplan.RankCommand, err)
+		}
+	}
+	if dir := getenv(envplan.FlightRecorderDirVar); dir != "" {
+		// torch writes its flight-recorder dump there but makes no folder
+		_ = os.MkdirAll(dir, 0o755)
+	}
+	hb, made := getenv(wire.HeartbeatFileVar), false
+	if hb == "" {
+		if f, err := os.CreateTemp("", "gorun-heartbeat-"); err == nil {
+			f.Close()
+			hb, made = f.Name(), true
+			cmd.Env = append(cmd.Env, wire.HeartbeatFileVar+"="+hb)
+		}
+	}
+	code := w.run(cmd, getenv, hb, func() {
+		if made {
+			os.Remove(hb)
+		}
+	})
+	return code
+}
+
+// worker is one worker's supervisor.
+type worker struct {
+	localRank, rank int
+	stderr          io.Writer
+
+	conn   net.Conn   // relay socket; nil without an agent
+	wmu    sync.Mutex // one frame at a time on conn
+	connOK bool
+
+	stopped  chan struct{} // closed when a stop signal arrived or a dump killed the worker
+	stopOnce sync.Once
+
+	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
+	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
+}
+
+func (w *worker) send(kind byte, payload []byte) {
+	if w.conn == nil {
+		return
+	}
+	w.wmu.Lock()
+	defer w.wmu.Unlock()
+	if !w.connOK {
+		return
+	}
+	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
+		w.connOK = false // the agent is gone; the worker goes on
+	}
+}
+
+func (w *worker) markStopped() { w.stopOnce.Do(func() { close(w.stopped) }) }
+
+func (w *worker) isStopped() bool {
+	select {
+	case <-w.stopped:
+		return true
+	default:
+		return false
+	}
+}
+
+// run starts the worker, supervises it and ends this process the way the
+// worker ended.
+func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string, cleanup func()) int {
+	cleanup = sync.OnceFunc(cleanup)
+	defer cleanup()
+	w.stopped = make(chan struct{})
+	w.connOK = w.conn != nil
+	echo := getenv(envplan.WorkerEchoVar) == "1"
+	var copies sync.WaitGroup
+	announced, failed := make(chan struct{}), make(chan struct{})
+	defer func() {
+		select {
+		case <-announced:
+		default:
+			close(failed) // the worker never ran: the readers just end
+		}
+	}()
+	var writeEnds, readEnds []*os.File
+	closeWriteEnds := func() {
+		for _, f := range writeEnds {
+			f.Close()
+		}
+		writeEnds = nil
+	}
+	defer closeWriteEnds()
+	if w.conn != nil {
+		for _, s := range []struct {
+			kind byte
+			own  io.Writer
+			set  *io.Writer
+		}{{wire.FrameOut, os.Stdout, &cmd.Stdout}, {wire.FrameErr, os.Stderr, &cmd.Stderr}} {
+			pr, pw, err := os.Pipe()
+			if err != nil {
+				fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+				return 127
+			}
+			*s.set = pw
+			writeEnds = append(writeEnds, pw)
+			readEnds = append(readEnds, pr)
+			var own io.Writer
+			if echo {
+				own = s.own
+			}
+			copies.Add(1)
+			go func() {
+				defer copies.Done()
+				defer pr.Close()
+				select {
+				case <-announced: // no line may reach the head before the start
+				case <-failed:
+					return
+				}
+				w.forward(s.kind, pr, own)
+			}()
+		}
+	} else {
+		cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
+	}
+
+	sigs := make(chan os.Signal, 16)
+	signal.Notify(sigs, forwardedSignals()...)
+
+	cpus, err := rankCPUs(getenv(envplan.RankCPUsVar), getenv("LOCAL_RANK"))
+	if err != nil {
+		fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+		return 127
+	}
+	// The worker is forked from this locked thread and starts with its
+	// mask. The thread stays locked, and this goroutine alive, until the
+	// worker is gone, because the worker's parent-death signal is tied to it.
+	if err := bindThread(cpus); err != nil {
+		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, envplan.FormatCPUList(cpus), err)
+		return 127
+	}
+	if err := cmd.Start(); err != nil {
+		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", envplan.RankCommand, cmd.Path, err)
+		return 127
+	}
+	pid := cmd.Process.Pid
+	// Our copies of the write ends go now, so the readers end with the
+	// worker's last writer.
+	closeWriteEnds()
+	w.ras = rasReporter(getenv)
+	w.rasAddr = getenv("NCCL_RAS_ADDR")
+	w.send(wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: w.rank, LocalRank: w.localRank,
+		WorldSize: atoi(getenv("WORLD_SIZE"), -1), PID: pid, Time: time.Now().UnixNano(), RASReporter: w.ras}))
+	close(announced)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	var bg sync.WaitGroup
+	if w.ras {
+		bg.Add(1)
+		go func() { defer bg.Done(); w.watchRAS(ctx, rasEvery) }()
+	}
+	bg.Add(3)
+	go func() { defer bg.Done(); w.forwardSignals(ctx, sigs, pid) }()
+	go func() { defer bg.Done(); w.watch(ctx, pid, heartbeat, atoi(getenv("MASTER_PORT"), 0)) }()
+	go func() { defer bg.Done(); w.listen(ctx, pid) }()
+
+	var ws unix.WaitStatus
+	for {
+		_, err := unix.Wait4(pid, &ws, 0, nil)
+		if err != unix.EINTR {
+			break
+		}
+	}
+	end := time.Now().UnixNano()
+	cancel()
+	// The worker's last lines go out before its exit. A process it left
+	// behind may still hold its stdout; torchrun would not wait for that,
+	// so neither does this, past a moment.
+	drained := make(chan struct{})
+	go func() { copies.Wait(); close(drained) }()
+	select {
+	case <-drained:
+	case <-time.After(outputDrain):
+		for _, f := range readEnds {
+			f.Close()
+		}
+		<-drained
+	}
+	if ws.Signaled() && !w.isStopped() {
+		// A signal sent to the whole tree may reach the worker a moment
+		// before this process is told of its own copy.
+		select {
+		case <-w.stopped:
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	ex := wire.WorkerExit{Rank: w.rank, LocalRank: w.localRank, Code: ws.ExitStatus(), Stopped: w.isStopped(), Time: end}
+	if ws.Signaled() {
+		ex.Code, ex.Signal = -1, int(ws.Signal())
+	}
+	w.send(wire.FrameExit, wire.JSON(ex))
+	if w.conn != nil {
+		w.conn.Close() // ends listen
+	}
+	bg.Wait()
+	signal.Stop(sigs)
+	if ex.Signal != 0 {
+		cleanup() // exitBySignal does not return
+		exitBySignal(syscall.Signal(ex.Signal))
+	}
+	return ex.Code
+}
+
+// outputDrain is how long the supervisor waits, once the worker has
+// exited, for the rest of its output.
+const outputDrain = 2 * time.Second
+
+// listen serves the head's requests that the agent passes on.
+func (w *worker) listen(ctx context.Context, pid int) {
+	if w.conn == nil {
+		return
+	}
+	br := bufio.NewReader(w.conn)
+	for {
+		b, err := br.ReadByte()
+		if err != nil {
+			return
+		}
+		switch {
+		case b == wire.TellDump:
+			w.dumpStacks(ctx, pid)
+		case b == wire.TellRAS && w.ras:
+			w.reportRAS(ctx)
+		}
+	}
+}
+
+func atoi(s string, def int) int {
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return def
+	}
+	return n
+}

@@ -1,0 +1,104 @@
+package wire
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"time"
+)
+
+// Frames a worker's supervisor sends on the node agent's relay socket.
+// Output and progress frames start with the local rank as a big-endian
+// uint32 (AppendRank, SplitRank); started and exit frames are JSON
+// (WorkerStarted, WorkerExit).
+const (
+	FrameStarted  byte = 'S' // WorkerStarted
+	FrameExit     byte = 'X' // WorkerExit
+	FrameOut      byte = 'o' // local rank, then bytes of the worker's stdout
+	FrameErr      byte = 'e' // local rank, then bytes of its stderr
+	FrameProgress byte = 'p' // local rank: $GORUN_HEARTBEAT_FILE was touched
+	FrameInit     byte = 'i' // local rank: the worker joined the rendezvous store
+	FrameDumped   byte = 'd' // local rank: a requested stack dump is written
+	FrameRASDone  byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
+)
+
+// What the head sends, through every agent, to every worker's supervisor:
+// one byte each.
+const (
+	TellDump byte = 'D' // print the worker's Python stacks now
+	TellRAS  byte = 'R' // the RAS reporter: print NCCL's RAS report now
+)
+
+// RASWait is how long the head waits, after TellRAS, for FrameRASDone
+// before it asks for stacks anyway; the reporter gives NCCL a little less
+// than that, so its answer arrives in time. NCCL itself waits up to 5 s,
+// and once more, for the other processes.
+const RASWait = 12 * time.Second
+
+// Variables of the workers' environment that both sides name.
+const (
+	// HeartbeatFileVar names a file a quiet script may touch to show
+	// progress; the worker's supervisor creates one unless the user set
+	// the name.
+	HeartbeatFileVar = "GORUN_HEARTBEAT_FILE"
+	// RestartCountVar is the attempt number of the whole group (0 first),
+	// set by the head; the worker's supervisor copies it to torchrun's
+	// TORCHELASTIC_RESTART_COUNT.
+	RestartCountVar = "GORUN_RESTART_COUNT"
+)
+
+// WorkerStarted says a worker runs.
+type WorkerStarted struct {
+	Rank      int   `json:"rank"`
+	LocalRank int   `json:"local_rank"`
+	WorldSize int   `json:"world_size"`
+	PID       int   `json:"pid"`
+	Time      int64 `json:"time_ns"` // node clock, Unix nanoseconds
+	// RASReporter is set on the one worker (local rank 0 of node 0) that
+	// asks NCCL's RAS for progress and, in a hang, for its report.
+	RASReporter bool `json:"ras_reporter,omitempty"`
+}
+
+// WorkerExit says how a worker ended.
+type WorkerExit struct {
+	Rank      int `json:"rank"`
+	LocalRank int `json:"local_rank"`
+	Code      int `json:"code"`   // exit status; -1 when killed by a signal
+	Signal    int `json:"signal"` // the signal that killed it, 0 if none
+	// Stopped is set when the worker was told to stop (a signal from
+	// torchrun or gorun reached its supervisor, or a stack dump was asked
+	// for) before it ended: its end is a consequence, never the cause.
+	Stopped bool  `json:"stopped"`
+	Time    int64 `json:"time_ns"`
+}
+
+// Failed reports whether the worker ended badly.
+func (e WorkerExit) Failed() bool { return e.Code != 0 || e.Signal != 0 }
+
+// ShellCode is the exit status a shell reports: the code, or 128+signal.
+func (e WorkerExit) ShellCode() int {
+	if e.Signal != 0 {
+		return 128 + e.Signal
+	}
+	return e.Code
+}
+
+// AppendRank appends the local rank that starts an output or progress
+// payload to dst.
+func AppendRank(dst []byte, localRank int) []byte {
+	return binary.BigEndian.AppendUint32(dst, uint32(localRank))
+}
+
+// SplitRank takes the local rank off an output or progress payload.
+func SplitRank(p []byte) (int, []byte, error) {
+	if len(p) < 4 {
+		return 0, nil, errors.New("short worker frame")
+	}
+	return int(binary.BigEndian.Uint32(p)), p[4:], nil
+}
+
+// JSON is the payload of a started or exit frame.
+func JSON(v any) []byte {
+	b, _ := json.Marshal(v) // plain structs: cannot fail
+	return b
+}

@@ -1,0 +1,222 @@
+package launch
+
+import (
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
+)
+
+func TestPhaseString(t *testing.T) {
+	for p, want := range map[phase]string{
+		phaseRunning:     "running",
+		phaseAwaitingRAS: "hung: waiting for RAS",
+		phaseDumping:     "hung: dumping stacks",
+		phaseStopping:    "stopping",
+		phase(9):         "phase(9)",
+	} {
+		if got := p.String(); got != want {
+			t.Errorf("phase %d: %q, want %q", int(p), got, want)
+		}
+	}
+}
+
+// TestPhaseMoves: forward only, and stopping from anywhere.
+func TestPhaseMoves(t *testing.T) {
+	all := []phase{phaseRunning, phaseAwaitingRAS, phaseDumping, phaseStopping}
+	allowed := map[[2]phase]bool{
+		{phaseRunning, phaseAwaitingRAS}:  true,
+		{phaseRunning, phaseDumping}:      true,
+		{phaseRunning, phaseStopping}:     true,
+		{phaseAwaitingRAS, phaseDumping}:  true,
+		{phaseAwaitingRAS, phaseStopping}: true,
+		{phaseDumping, phaseStopping}:     true,
+		{phaseStopping, phaseStopping}:    true,
+	}
+	for _, from := range all {
+		for _, to := range all {
+			if got, want := from.canMoveTo(to), allowed[[2]phase{from, to}]; got != want {
+				t.Errorf("%s → %s: allowed %v, want %v", from, to, got, want)
+			}
+		}
+	}
+	for _, p := range all {
+		if got, want := p.diagnosing(), p == phaseAwaitingRAS || p == phaseDumping; got != want {
+			t.Errorf("%s: diagnosing %v, want %v", p, got, want)
+		}
+	}
+}
+
+func TestEnterRefusesABackwardMove(t *testing.T) {
+	for _, tc := range []struct{ from, to phase }{
+		{phaseDumping, phaseAwaitingRAS},
+		{phaseStopping, phaseDumping},
+		{phaseStopping, phaseRunning},
+	} {
+		func() {
+			defer func() {
+				if recover() == nil {
+					t.Errorf("%s → %s did not panic", tc.from, tc.to)
+				}
+			}()
+			sv := &supervisor{phase: tc.from}
+			sv.enter(tc.to)
+		}()
+	}
+}
+
+// tellProc is a running node's process that records what it is asked.
+type tellProc struct {
+	mu    sync.Mutex
+	tells []byte
+	stops []bool
+}
+
+var _ sshexec.Process = (*tellProc)(nil)
+
+func (p *tellProc) Wait() (int, error) { return 0, nil }
+func (p *tellProc) Stop(now bool)      { p.mu.Lock(); p.stops = append(p.stops, now); p.mu.Unlock() }
+func (p *tellProc) Tell(b byte)        { p.mu.Lock(); p.tells = append(p.tells, b); p.mu.Unlock() }
+
+func (p *tellProc) asked() (string, []bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return string(p.tells), append([]bool(nil), p.stops...)
+}
+
+// hungAttempt is a supervisor of two running nodes with one worker each,
+// silent since long ago; node 0's worker is the RAS reporter when ras is
+// set. diag waits for the messages and returns them.
+func hungAttempt(t *testing.T, ras bool) (sv *supervisor, procs []*tellProc, diag func() string) {
+	t.Helper()
+	buf := new(syncBuffer)
+	s := newSink(nil)
+	closeSink := sync.OnceFunc(s.close)
+	t.Cleanup(closeSink)
+	sv = &supervisor{opts: Options{HangTimeout: time.Second, Diag: buf}, s: s}
+	long := time.Now().Add(-time.Hour)
+	for i, name := range []string{"node1", "node2"} {
+		p := &tellProc{}
+		procs = append(procs, p)
+		m := &member{index: i, node: Node{Name: name}, log: newNodeLog(name, i, false, false), proc: p, running: true,
+			workers: map[int]*workerState{0: {started: wire.WorkerStarted{Rank: i, RASReporter: ras && i == 0}, last: long}}}
+		sv.ms = append(sv.ms, m)
+		sv.started++
+	}
+	return sv, procs, func() string { closeSink(); return buf.String() }
+}
+
+// TestSupervisorHangPhases: a hang with a RAS reporter asks for NCCL's
+// report first, then for the stacks, then stops; without one it asks for
+// the stacks at once. Once stopping, a late RAS report asks for nothing.
+func TestSupervisorHangPhases(t *testing.T) {
+	tests := []struct {
+		name      string
+		ras       bool
+		reporter  func(sv *supervisor) // changes the reporter before the hang
+		wantFirst phase
+		wantTells string // what each node was told, in order, by the end
+	}{
+		{"RAS reporter", true, nil, phaseAwaitingRAS, string([]byte{wire.TellRAS, wire.TellDump})},
+		{"no RAS reporter", false, nil, phaseDumping, string([]byte{wire.TellDump})},
+		{"the reporter is done", true, func(sv *supervisor) { sv.ms[0].workers[0].done = true }, phaseDumping, string([]byte{wire.TellDump})},
+		{"the reporter's node is gone", true, func(sv *supervisor) { sv.ms[0].running = false }, phaseDumping, string([]byte{wire.TellDump})},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sv, procs, diag := hungAttempt(t, tt.ras)
+			if tt.reporter != nil {
+				tt.reporter(sv)
+			}
+			if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait != 0 {
+				t.Fatalf("hangCheck = %v, want a hang", wait)
+			}
+			if sv.phase != tt.wantFirst || sv.hang == nil || sv.hang.Code != ExitHang {
+				t.Fatalf("after the hang: %s, hang %+v; want %s", sv.phase, sv.hang, tt.wantFirst)
+			}
+			sv.requestDumps() // the RAS report is in (or its wait is over)
+			if sv.phase != phaseDumping {
+				t.Fatalf("after the RAS report: %s, want %s", sv.phase, phaseDumping)
+			}
+			sv.requestDumps() // a second report changes nothing
+			sv.stopAll(false)
+			sv.requestDumps() // too late: the group is stopping
+			if sv.phase != phaseStopping {
+				t.Fatalf("after the stop: %s", sv.phase)
+			}
+			for i, p := range procs {
+				tells, stops := p.asked()
+				want := tt.wantTells
+				if i == 0 && !sv.ms[0].running {
+					want = ""
+				}
+				if tells != want {
+					t.Errorf("node %d told %q, want %q", i, tells, want)
+				}
+				if sv.ms[i].running && len(stops) != 1 {
+					t.Errorf("node %d stopped %v, want once", i, stops)
+				}
+			}
+			if msgs := diag(); strings.Count(msgs, "asking every silent worker for its Python stacks") != 1 {
+				t.Errorf("want one request for stacks:\n%s", msgs)
+			}
+		})
+	}
+}
+
+// TestSupervisorNoHang: no worker started, or one made progress lately:
+// the attempt goes on running.
+func TestSupervisorNoHang(t *testing.T) {
+	sv, procs, _ := hungAttempt(t, true)
+	sv.started = 0
+	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait != sv.opts.HangTimeout || sv.phase != phaseRunning {
+		t.Errorf("before any start: wait %v, %s", wait, sv.phase)
+	}
+	sv.started = 2
+	sv.ms[1].workers[0].last = time.Now()
+	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait <= 0 || sv.phase != phaseRunning {
+		t.Errorf("after recent progress: wait %v, %s", wait, sv.phase)
+	}
+	for i, p := range procs {
+		if tells, stops := p.asked(); tells != "" || stops != nil {
+			t.Errorf("node %d told %q, stopped %v", i, tells, stops)
+		}
+	}
+}
+
+// TestSupervisorWorkerExitByPhase: a failed worker stops the group while
+// it runs; once stopping it is still a candidate cause; after a hang it is
+// a consequence of the diagnosis.
+func TestSupervisorWorkerExitByPhase(t *testing.T) {
+	fail := event{i: 1, kind: wire.FrameExit, exit: wire.WorkerExit{Rank: 1, Code: 3}}
+	tests := []struct {
+		name       string
+		prepare    func(sv *supervisor)
+		wantStop   bool
+		wantCauses int
+	}{
+		{"running", func(*supervisor) {}, true, 1},
+		{"stopping", func(sv *supervisor) { sv.stopAll(false) }, false, 1},
+		{"hung", func(sv *supervisor) { sv.hangCheck(time.Now().Add(-time.Hour)) }, false, 0},
+		{"hung, then stopping", func(sv *supervisor) { sv.hangCheck(time.Now().Add(-time.Hour)); sv.stopAll(false) }, false, 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			sv, _, _ := hungAttempt(t, false)
+			tt.prepare(sv)
+			before := sv.phase
+			if got := sv.workerExited(fail); got != tt.wantStop {
+				t.Errorf("workerExited in %s = %v, want %v", before, got, tt.wantStop)
+			}
+			if len(sv.causes) != tt.wantCauses {
+				t.Errorf("causes %+v, want %d", sv.causes, tt.wantCauses)
+			}
+			if sv.phase != before {
+				t.Errorf("phase moved from %s to %s", before, sv.phase)
+			}
+		})
+	}
+}
