@@ -1,0 +1,84 @@
+package term
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// openPTY opens a pseudo-terminal pair and returns its terminal end.
+func openPTY(t *testing.T) (tty *os.File, master *os.File) {
+	t.Helper()
+	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	t.Cleanup(func() { m.Close() })
+	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
+		t.Fatal(err)
+	}
+	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, m
+}
+
+func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }
+
+func TestNotATerminal(t *testing.T) {
+	null, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer null.Close()
+	xterm := env(map[string]string{"TERM": "xterm"})
+	for name, w := range map[string]any{"a buffer": &bytes.Buffer{}, "/dev/null": null} {
+		w := w.(interface{ Write([]byte) (int, error) })
+		if IsTerminal(w) || Live(w, xterm) || Color(w, xterm) || Width(w) != 0 {
+			t.Errorf("%s taken for a terminal", name)
+		}
+	}
+}
+
+func TestTerminal(t *testing.T) {
+	tty, _ := openPTY(t)
+	if err := unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Col: 93, Row: 20}); err != nil {
+		t.Fatal(err)
+	}
+	if !IsTerminal(tty) {
+		t.Fatal("a pty is not a terminal")
+	}
+	if w := Width(tty); w != 93 {
+		t.Errorf("Width = %d, want 93", w)
+	}
+	// A resize is seen at the next call.
+	unix.IoctlSetWinsize(int(tty.Fd()), unix.TIOCSWINSZ, &unix.Winsize{Col: 40, Row: 20})
+	if w := Width(tty); w != 40 {
+		t.Errorf("after a resize, Width = %d, want 40", w)
+	}
+	for _, tc := range []struct {
+		env         map[string]string
+		live, color bool
+	}{
+		{map[string]string{"TERM": "xterm-256color"}, true, true},
+		{map[string]string{"TERM": "xterm", "NO_COLOR": "1"}, true, false},
+		{map[string]string{"TERM": "dumb"}, false, false},
+		{map[string]string{}, false, true},
+	} {
+		if got := Live(tty, env(tc.env)); got != tc.live {
+			t.Errorf("Live with %v = %v", tc.env, got)
+		}
+		if got := Color(tty, env(tc.env)); got != tc.color {
+			t.Errorf("Color with %v = %v", tc.env, got)
+		}
+	}
+}
