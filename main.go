@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -46,7 +47,7 @@ func main() {
 	defer stop()
 	err := newApp(ctx, secondSignal(ctx)).Run(os.Args)
 	stop()
-	os.Exit(exitCode(err))
+	os.Exit(exitCode(err, os.Stderr))
 }
 
 // secondSignal is closed by a second SIGINT or SIGTERM after ctx ended
@@ -64,7 +65,7 @@ func secondSignal(ctx context.Context) <-chan struct{} {
 }
 
 // exitCode is the one place errors become exit codes.
-func exitCode(err error) int {
+func exitCode(err error, stderr io.Writer) int {
 	var input *envplan.InputError
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
@@ -74,28 +75,28 @@ func exitCode(err error) int {
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary; a hang is launch.ExitHang
 	case errors.Is(err, launch.ErrInterrupted):
-		printErr(err)
+		printErr(stderr, err)
 		return exitInterrupted
 	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
 		// cli.Exit from the hidden subcommands; a command gorun ran that
 		// failed has an exit code too, but it is not gorun's.
 		return exit.ExitCode()
 	case errors.Is(err, job.ErrRecheckFailed):
-		printErr(err)
+		printErr(stderr, err)
 		return exitRecheck
 	case errors.As(err, &input), errors.Is(err, job.ErrPreflightFailed),
 		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, job.ErrUnreachable),
 		errors.Is(err, job.ErrSSHSettings):
-		printErr(err)
+		printErr(stderr, err)
 		return exitUsage
 	default:
-		printErr(err)
+		printErr(stderr, err)
 		return exitFailure
 	}
 }
 
-func printErr(err error) {
-	fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+func printErr(w io.Writer, err error) {
+	fmt.Fprintln(w, "gorun:", envplan.Printable(err.Error()))
 }
 
 func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
@@ -112,6 +113,11 @@ func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
 		// would print an ExitCoder's message again and exit on its own.
 		ExitErrHandler: func(*cli.Context, error) {},
 		Action: func(c *cli.Context) error {
+			// `gorun help` is read here, not as a urfave/cli command, which
+			// would answer `gorun help help` with its own template.
+			if args := c.Args().Slice(); len(args) > 0 && args[0] == "help" {
+				return runHelp(args[1:], c.App.Writer)
+			}
 			return runLaunch(ctx, kill, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
 		Commands: append([]*cli.Command{
@@ -120,10 +126,6 @@ func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
 				Action: func(c *cli.Context) error {
 					return runPreflight(ctx, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 				},
-			},
-			{
-				Name: "help", SkipFlagParsing: true,
-				Action: func(c *cli.Context) error { return runHelp(c.Args().Slice(), c.App.Writer) },
 			},
 			{
 				Name: "hosts", SkipFlagParsing: true,

@@ -1,0 +1,161 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/preflight"
+)
+
+// The tests in this file call the command line in process (newApp), for
+// what needs no node: help, version, hosts, dry runs, the topology
+// explainer, and the one error → exit-code switch.
+
+// app runs `gorun args...` in process and returns its stdout and error.
+func app(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var out, errOut bytes.Buffer
+	a := newApp(context.Background(), nil)
+	a.Writer, a.ErrWriter = &out, &errOut
+	err := a.Run(append([]string{"gorun"}, args...))
+	return out.String(), err
+}
+
+func TestExitCode(t *testing.T) {
+	for _, tc := range []struct {
+		err  error
+		want int
+	}{
+		{nil, exitOK},
+		{envplan.ErrHelp, exitOK},
+		{&launch.JobFailed{Failure: launch.Failure{Code: 7}}, 7},
+		{&launch.JobFailed{Failure: launch.Failure{Code: launch.ExitHang}}, exitHang},
+		{&launch.JobFailed{Failure: launch.Failure{Code: -1}}, exitFailure},
+		{fmt.Errorf("prepare attempt 2: %w", launch.ErrInterrupted), exitInterrupted},
+		{cli.Exit("", 9), 9},
+		{fmt.Errorf("prepare attempt 2: recheck: %w: only 1 node", job.ErrRecheckFailed), exitRecheck},
+		{&envplan.InputError{Where: "x", Problem: "y"}, exitUsage},
+		{job.ErrPreflightFailed, exitUsage},
+		{fmt.Errorf("%w: node a", job.ErrUnreachable), exitUsage},
+		{fmt.Errorf("%w: known_hosts", job.ErrSSHSettings), exitUsage},
+		{preflight.ErrBadCapture, exitUsage},
+		{fmt.Errorf("telemetry: %w: disk full", job.ErrOutput), exitFailure},
+		{errors.New("anything else"), exitFailure},
+	} {
+		if got := exitCode(tc.err, io.Discard); got != tc.want {
+			t.Errorf("exitCode(%v, io.Discard) = %d, want %d", tc.err, got, tc.want)
+		}
+	}
+}
+
+func TestHelpAndVersion(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string // in stdout
+		err  bool   // an input error (exit 2)
+	}{
+		{[]string{"help"}, "gorun options:", false},
+		{[]string{"--help"}, "gorun options:", false},
+		{[]string{"help", "-h"}, "gorun options:", false},
+		{[]string{"help", "help"}, "gorun options:", false},
+		{[]string{"help", "preflight"}, "usage: gorun preflight", false},
+		{[]string{"preflight", "--help"}, "usage: gorun preflight", false},
+		{[]string{"help", "hosts"}, "usage: gorun hosts", false},
+		{[]string{"hosts", "--help"}, "usage: gorun hosts", false},
+		{[]string{"help", "version"}, "usage: gorun version", false},
+		{[]string{"version", "-h"}, "usage: gorun version", false},
+		{[]string{"version"}, "gorun ", false},
+		{[]string{"help", "bogus"}, "", true},
+		{[]string{"help", "--torchrun", "x"}, "", true},
+		{[]string{"version", "x"}, "", true},
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			out, err := app(t, tc.args...)
+			var input *envplan.InputError
+			if tc.err != errors.As(err, &input) || (!tc.err && err != nil) {
+				t.Fatalf("err = %v, want an input error: %v", err, tc.err)
+			}
+			if !strings.Contains(out, tc.want) {
+				t.Errorf("stdout lacks %q:\n%s", tc.want, out)
+			}
+		})
+	}
+}
+
+func TestHostsCommand(t *testing.T) {
+	dir := t.TempDir()
+	hostfile := filepath.Join(dir, "hostfile")
+	os.WriteFile(hostfile, []byte("node1 slots=2\nnode2 slots=2\n"), 0o644)
+	out, err := app(t, "hosts", "--hosts", "a:8,b:8")
+	if err != nil || out != "a\tslots=8\tgpus=all\nb\tslots=8\tgpus=all\n" {
+		t.Errorf("hosts --hosts: %q, %v", out, err)
+	}
+	out, err = app(t, "hosts", "--hostfile="+hostfile, "--include", "node2:1", "--json")
+	if err != nil || !strings.Contains(out, `"node2"`) || strings.Contains(out, `"node1"`) {
+		t.Errorf("hosts --hostfile --include --json: %q, %v", out, err)
+	}
+	out, err = app(t, "hosts", "--json")
+	if err != nil || strings.TrimSpace(out) != "[]" {
+		t.Errorf("no hosts: %q, %v", out, err)
+	}
+	for _, bad := range [][]string{{"hosts", "--bogus"}, {"hosts", "--hosts"}, {"hosts", "--hostfile", filepath.Join(dir, "missing")}, {"hosts", "x"}} {
+		var input *envplan.InputError
+		if _, err := app(t, bad...); !errors.As(err, &input) {
+			t.Errorf("%q: %v, want an input error", bad, err)
+		}
+	}
+}
+
+func TestLaunchDryRunInProcess(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	os.WriteFile("train.py", nil, 0o644)
+	out, err := app(t, "--dry-run", "--preflight", "off", "--format", "json", "--nproc-per-node", "2", "train.py")
+	if err != nil || !strings.Contains(out, `"nproc_per_node"`) {
+		t.Errorf("dry run: %v\n%s", err, out)
+	}
+	if _, err := app(t, "--nnodes", "2:1", "train.py"); exitCode(err, io.Discard) != exitUsage {
+		t.Errorf("bad --nnodes: %v", err)
+	}
+}
+
+func TestPreflightTopoFile(t *testing.T) {
+	topo, err := filepath.Glob("preflight/testdata/topo/*")
+	if err != nil || len(topo) == 0 {
+		t.Skip("no saved topology in preflight/testdata/topo")
+	}
+	out, err := app(t, "preflight", "--topo-file", topo[0])
+	if err != nil && !errors.Is(err, job.ErrPreflightFailed) && !errors.Is(err, preflight.ErrBadCapture) {
+		t.Fatalf("preflight --topo-file: %v", err)
+	}
+	if out == "" {
+		t.Error("nothing printed")
+	}
+	if out, _ := app(t, "preflight", "--json", "--topo-file", topo[0]); !strings.HasPrefix(out, "{") {
+		t.Errorf("--json: %.100s", out)
+	}
+	for _, bad := range [][]string{{"preflight", "--topo-file", ""}, {"preflight", "--topo-file"}, {"preflight", "--topo-file", topo[0], "x.py"},
+		{"preflight", "--bandwidth", "some"}, {"preflight", "--bandwidth"}, {"preflight", "--topo-file", "/nonexistent"}} {
+		if _, err := app(t, bad...); exitCode(err, io.Discard) != exitUsage {
+			t.Errorf("%q: %v, want exit 2", bad, err)
+		}
+	}
+}
+
+func TestVersionString(t *testing.T) {
+	if v := version(); v == "" || strings.Contains(v, "(devel)") {
+		t.Errorf("version() = %q", v)
+	}
+}
