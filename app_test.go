@@ -55,7 +55,7 @@ func TestExitCode(t *testing.T) {
 		{errors.New("anything else"), exitFailure},
 	} {
 		if got := exitCode(tc.err, io.Discard); got != tc.want {
-			t.Errorf("exitCode(%v, io.Discard) = %d, want %d", tc.err, got, tc.want)
+			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
 }
