@@ -130,6 +130,8 @@ type hostileCase struct {
 	where, fix string
 	// secret must appear nowhere: stdout, stderr or JSON.
 	secret string
+	// check, when set, asserts more of the result.
+	check func(t *testing.T, r result)
 }
 
 const secret = "s3cr3t-Value-42"
@@ -171,6 +173,8 @@ func hostileCases() []hostileCase {
 		{name: "known-hosts missing", args: []string{"--known-hosts", "nope", hosts2, "train.py"}, code: 2, where: "nope", fix: "known"},
 		{name: "identity is a FIFO", setup: mkfifo("id"), args: []string{"--ssh-identity", "id", hosts2, "train.py"}, code: 2, where: "id", fix: "regular file"},
 		{name: "identity readable by others", setup: file("id_loose", "-----BEGIN OPENSSH PRIVATE KEY-----\n", 0o644), args: []string{"--ssh-identity", "id_loose", hosts2, "train.py"}, code: 2, where: "id_loose", fix: "chmod 600"},
+		{name: "two unreachable nodes, one line each", setup: refusedNodes, args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hosts", "nodea,nodeb", "--preflight", "off", "x.py"},
+			code: 2, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
 
 		// Exit codes and usage.
 		{name: "hosts with an unknown option", args: []string{"hosts", "--bogus"}, code: 2, where: "gorun hosts", fix: "--hostfile"},
@@ -236,6 +240,46 @@ func hostileCases() []hostileCase {
 	return c
 }
 
+// refusedNodes writes an ssh_config F whose nodea and nodeb are ports
+// nothing listens on, an empty known_hosts kh and the script x.py.
+func refusedNodes(t *testing.T, dir string) {
+	write(t, filepath.Join(dir, "F"), "Host nodea\n  HostName 127.0.0.1\n  Port 1\nHost nodeb\n  HostName 127.0.0.1\n  Port 2\n", 0o600)
+	write(t, filepath.Join(dir, "kh"), "", 0o600)
+	write(t, filepath.Join(dir, "x.py"), "print('hi')\n", 0o644)
+}
+
+// oneLinePerNode asserts that stderr names each node on exactly one line
+// of its own ("node NAME: ..."), without go-multierror's count header,
+// tab indent (which main would escape as \x09) or blank lines.
+func oneLinePerNode(nodes ...string) func(*testing.T, result) {
+	return func(t *testing.T, r result) {
+		t.Helper()
+		for _, bad := range []string{"errors occurred", "error occurred", `\x09`, "\t", "\n\n"} {
+			if strings.Contains(r.stderr, bad) {
+				t.Errorf("stderr holds %q:\n%s", bad, r.stderr)
+			}
+		}
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		for _, n := range nodes {
+			var own int
+			for _, l := range lines {
+				if strings.HasPrefix(l, "node "+n+": ") {
+					own++
+				}
+				if strings.Contains(l, n) && !strings.HasPrefix(l, "node "+n+": ") {
+					t.Errorf("line %q names %s but is not its own line", l, n)
+				}
+			}
+			if own != 1 {
+				t.Errorf("%d lines start \"node %s: \", want 1:\n%s", own, n, r.stderr)
+			}
+		}
+		if len(lines) != 1+len(nodes) {
+			t.Errorf("%d lines, want a header and one per node:\n%s", len(lines), r.stderr)
+		}
+	}
+}
+
 // TestHostileInput runs every hostile input through the real binary:
 // the exit code, a message that says where and how to fix, no secret
 // anywhere, no terminal escape written raw, and nothing started.
@@ -279,6 +323,9 @@ func TestHostileInput(t *testing.T) {
 			}
 			if took > 10*time.Second {
 				t.Errorf("took %v", took)
+			}
+			if tc.check != nil {
+				tc.check(t, r)
 			}
 		})
 	}
