@@ -349,6 +349,43 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
+// TestRdzvEndpointByBackend pins what README's "Bad input" says of
+// --rdzv-endpoint, backend by backend, through the real binary.
+func TestRdzvEndpointByBackend(t *testing.T) {
+	for _, tc := range []struct {
+		args []string // before the script
+		ok   bool
+	}{
+		{[]string{"--rdzv-endpoint", "host"}, false}, // static (the default) needs a port
+		{[]string{"--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "static", "--rdzv-endpoint", "host:65535"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host:0"}, true}, // one node
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "1:2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host:70000"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint="}, false},
+		{[]string{"--rdzv-backend", "etcd", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "etcd", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "mine", "--rdzv-endpoint", "::1:junk"}, true}, // another backend's business
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			s := newSandbox(t)
+			args := append(append([]string{"--dry-run", "--preflight", "off"}, tc.args...), "train.py")
+			r := s.run(t, nil, args)
+			if want := map[bool]int{true: 0, false: 2}[tc.ok]; r.code != want {
+				t.Errorf("exit %d, want %d\nstderr: %s", r.code, want, r.stderr)
+			}
+			if !tc.ok && !strings.Contains(r.stderr, "--rdzv-endpoint") {
+				t.Errorf("the refusal does not name --rdzv-endpoint:\n%s", r.stderr)
+			}
+		})
+	}
+}
+
 // TestInterrupted sends SIGINT or SIGTERM once gorun is seen waiting on
 // a node in the phase the case names (the fake SSH server accepted its
 // connection; the wedged probe started): exit 130 within a second, a line
