@@ -77,3 +77,39 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 		t.Errorf("README says %q prefixes; there are %d", m[1], len(became))
 	}
 }
+
+// TestREADMECitesFilesThatExist checks that every repository path README
+// cites (docs/device/h200-2gpu/busbw.txt, examples/slurm/, ...) exists,
+// and that it cites nothing in the project's shared reference folder,
+// which is not in the repository (copy what a claim rests on into docs/).
+func TestREADMECitesFilesThatExist(t *testing.T) {
+	readme, err := os.ReadFile("README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	entries, err := os.ReadDir(".")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dirs []string
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			dirs = append(dirs, regexp.QuoteMeta(e.Name()))
+		}
+	}
+	cited := regexp.MustCompile(`(?:^|[\s(` + "`" + `])((?:` + strings.Join(dirs, "|") + `)/[A-Za-z0-9_./-]*)`)
+	seen := 0
+	for _, m := range cited.FindAllSubmatch(readme, -1) {
+		p := strings.TrimRight(string(m[1]), ".,;:")
+		seen++
+		if _, err := os.Stat(p); err != nil {
+			t.Errorf("README cites %s, which is not in the repository", p)
+		}
+	}
+	if seen < 10 {
+		t.Errorf("found only %d cited paths; is the pattern still right?", seen)
+	}
+	if m := regexp.MustCompile(`(?:^|[\s(;])reference/[A-Za-z0-9_./-]+`).Find(readme); m != nil {
+		t.Errorf("README cites %q, in the shared reference folder outside the repository", strings.TrimSpace(string(m)))
+	}
+}
