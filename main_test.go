@@ -76,8 +76,17 @@ type result struct {
 	took           time.Duration
 }
 
-// run runs gorun in the sandbox; signal, when set, is sent after delay.
-func (s *sandbox) run(t *testing.T, env []string, args []string, sig os.Signal, delay time.Duration) result {
+// run runs gorun in the sandbox to its end.
+func (s *sandbox) run(t *testing.T, env []string, args []string) result {
+	t.Helper()
+	return s.runInterrupted(t, env, args, nil, nil)
+}
+
+// runInterrupted runs gorun in the sandbox and, when sig is set, sends it
+// sig as soon as ready is closed: when the test has seen gorun reach the
+// phase it interrupts. gorun ending first fails the test; the run's 60 s
+// limit bounds the wait.
+func (s *sandbox) runInterrupted(t *testing.T, env []string, args []string, sig os.Signal, ready <-chan struct{}) result {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
@@ -90,13 +99,23 @@ func (s *sandbox) run(t *testing.T, env []string, args []string, sig os.Signal, 
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
+	defer syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever it left, for the next case
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
 	var sent time.Time
+	var err error
 	if sig != nil {
-		time.Sleep(delay)
-		sent = time.Now()
-		cmd.Process.Signal(sig)
+		select {
+		case <-ready:
+			sent = time.Now()
+			cmd.Process.Signal(sig)
+			err = <-exited
+		case err = <-exited:
+			t.Fatalf("gorun %q ended (%v) before the phase to interrupt\nstderr: %s", args, err, stderr.String())
+		}
+	} else {
+		err = <-exited
 	}
-	err := cmd.Wait()
 	r := result{stdout: stdout.String(), stderr: stderr.String()}
 	if sig != nil {
 		r.took = time.Since(sent)
@@ -109,7 +128,6 @@ func (s *sandbox) run(t *testing.T, env []string, args []string, sig os.Signal, 
 	default:
 		t.Fatalf("gorun %q: %v", args, err)
 	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) // whatever it left, for the next case
 	return r
 }
 
@@ -130,6 +148,8 @@ type hostileCase struct {
 	where, fix string
 	// secret must appear nowhere: stdout, stderr or JSON.
 	secret string
+	// check, when set, asserts more of the result.
+	check func(t *testing.T, r result)
 }
 
 const secret = "s3cr3t-Value-42"
@@ -171,6 +191,8 @@ func hostileCases() []hostileCase {
 		{name: "known-hosts missing", args: []string{"--known-hosts", "nope", hosts2, "train.py"}, code: 2, where: "nope", fix: "known"},
 		{name: "identity is a FIFO", setup: mkfifo("id"), args: []string{"--ssh-identity", "id", hosts2, "train.py"}, code: 2, where: "id", fix: "regular file"},
 		{name: "identity readable by others", setup: file("id_loose", "-----BEGIN OPENSSH PRIVATE KEY-----\n", 0o644), args: []string{"--ssh-identity", "id_loose", hosts2, "train.py"}, code: 2, where: "id_loose", fix: "chmod 600"},
+		{name: "two unreachable nodes, one line each", setup: refusedNodes, args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hosts", "nodea,nodeb", "--preflight", "off", "x.py"},
+			code: 2, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
 
 		// Exit codes and usage.
 		{name: "hosts with an unknown option", args: []string{"hosts", "--bogus"}, code: 2, where: "gorun hosts", fix: "--hostfile"},
@@ -236,6 +258,46 @@ func hostileCases() []hostileCase {
 	return c
 }
 
+// refusedNodes writes an ssh_config F whose nodea and nodeb are ports
+// nothing listens on, an empty known_hosts kh and the script x.py.
+func refusedNodes(t *testing.T, dir string) {
+	write(t, filepath.Join(dir, "F"), "Host nodea\n  HostName 127.0.0.1\n  Port 1\nHost nodeb\n  HostName 127.0.0.1\n  Port 2\n", 0o600)
+	write(t, filepath.Join(dir, "kh"), "", 0o600)
+	write(t, filepath.Join(dir, "x.py"), "print('hi')\n", 0o644)
+}
+
+// oneLinePerNode asserts that stderr names each node on exactly one line
+// of its own ("node NAME: ..."), without go-multierror's count header,
+// tab indent (which main would escape as \x09) or blank lines.
+func oneLinePerNode(nodes ...string) func(*testing.T, result) {
+	return func(t *testing.T, r result) {
+		t.Helper()
+		for _, bad := range []string{"errors occurred", "error occurred", `\x09`, "\t", "\n\n"} {
+			if strings.Contains(r.stderr, bad) {
+				t.Errorf("stderr holds %q:\n%s", bad, r.stderr)
+			}
+		}
+		lines := strings.Split(strings.TrimSuffix(r.stderr, "\n"), "\n")
+		for _, n := range nodes {
+			var own int
+			for _, l := range lines {
+				if strings.HasPrefix(l, "node "+n+": ") {
+					own++
+				}
+				if strings.Contains(l, n) && !strings.HasPrefix(l, "node "+n+": ") {
+					t.Errorf("line %q names %s but is not its own line", l, n)
+				}
+			}
+			if own != 1 {
+				t.Errorf("%d lines start \"node %s: \", want 1:\n%s", own, n, r.stderr)
+			}
+		}
+		if len(lines) != 1+len(nodes) {
+			t.Errorf("%d lines, want a header and one per node:\n%s", len(lines), r.stderr)
+		}
+	}
+}
+
 // TestHostileInput runs every hostile input through the real binary:
 // the exit code, a message that says where and how to fix, no secret
 // anywhere, no terminal escape written raw, and nothing started.
@@ -251,7 +313,7 @@ func TestHostileInput(t *testing.T) {
 				tc.setup(t, s.dir)
 			}
 			start := time.Now()
-			r := s.run(t, tc.env, tc.args, nil, 0)
+			r := s.run(t, tc.env, tc.args)
 			took := time.Since(start)
 			out := r.stderr
 			if tc.code == 0 {
@@ -280,67 +342,138 @@ func TestHostileInput(t *testing.T) {
 			if took > 10*time.Second {
 				t.Errorf("took %v", took)
 			}
+			if tc.check != nil {
+				tc.check(t, r)
+			}
 		})
 	}
 }
 
-// TestInterrupted sends SIGINT or SIGTERM while gorun waits on a node:
-// exit 130 within a second, a line that says so, nothing started.
-func TestInterrupted(t *testing.T) {
-	// An "SSH server" that accepts and never answers.
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
+// TestRdzvEndpointByBackend pins what README's "Bad input" says of
+// --rdzv-endpoint, backend by backend, through the real binary.
+func TestRdzvEndpointByBackend(t *testing.T) {
+	for _, tc := range []struct {
+		args []string // before the script
+		ok   bool
+	}{
+		{[]string{"--rdzv-endpoint", "host"}, false}, // static (the default) needs a port
+		{[]string{"--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "static", "--rdzv-endpoint", "host:65535"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host:0"}, true}, // one node
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--nnodes", "1:2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "host:70000"}, false},
+		{[]string{"--rdzv-backend", "c10d", "--rdzv-endpoint="}, false},
+		{[]string{"--rdzv-backend", "etcd", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "etcd", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "host"}, true},
+		{[]string{"--rdzv-backend", "etcd-v2", "--rdzv-endpoint", "host:0"}, false},
+		{[]string{"--rdzv-backend", "mine", "--rdzv-endpoint", "::1:junk"}, true}, // another backend's business
+	} {
+		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
+			s := newSandbox(t)
+			args := append(append([]string{"--dry-run", "--preflight", "off"}, tc.args...), "train.py")
+			r := s.run(t, nil, args)
+			if want := map[bool]int{true: 0, false: 2}[tc.ok]; r.code != want {
+				t.Errorf("exit %d, want %d\nstderr: %s", r.code, want, r.stderr)
+			}
+			if !tc.ok && !strings.Contains(r.stderr, "--rdzv-endpoint") {
+				t.Errorf("the refusal does not name --rdzv-endpoint:\n%s", r.stderr)
+			}
+		})
 	}
-	defer ln.Close()
-	go func() {
-		var held []net.Conn
-		for {
-			c, err := ln.Accept()
-			if err != nil {
+}
+
+// TestInterrupted sends SIGINT or SIGTERM once gorun is seen waiting on
+// a node in the phase the case names (the fake SSH server accepted its
+// connection; the wedged probe started): exit 130 within a second, a line
+// that says it was interrupted in that phase, nothing started.
+func TestInterrupted(t *testing.T) {
+	// An "SSH server" that accepts and never answers; ready closes at its
+	// first connection, when gorun is in the handshake.
+	silent := func(t *testing.T, dir string) <-chan struct{} {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		ready := make(chan struct{})
+		go func() {
+			var held []net.Conn
+			defer func() {
 				for _, c := range held {
 					c.Close()
 				}
-				return
+			}()
+			for {
+				c, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				if held = append(held, c); len(held) == 1 {
+					close(ready)
+				}
 			}
-			held = append(held, c)
-		}
-	}()
-	_, port, _ := net.SplitHostPort(ln.Addr().String())
-
-	// A torchrun whose Python never answers the torch probe: a wedged
-	// preflight collector.
-	wedged := func(t *testing.T, dir string) {
-		write(t, filepath.Join(dir, "hang-python"), "#!/bin/sh\nexec sleep "+wedgedSleep+"\n", 0o755)
-		write(t, filepath.Join(dir, "wedged-torchrun"), "#!"+filepath.Join(dir, "hang-python")+"\n", 0o755)
-	}
-	silent := func(t *testing.T, dir string) {
+		}()
+		_, port, _ := net.SplitHostPort(ln.Addr().String())
 		write(t, filepath.Join(dir, "ssh_config"), "Host blackhole\n  HostName 127.0.0.1\n  Port "+port+"\n", 0o600)
 		write(t, filepath.Join(dir, "known_hosts"), "", 0o600)
+		return ready
 	}
+	// A torchrun whose Python never answers the torch probe: a wedged
+	// preflight collector. The probe says it started through a FIFO the
+	// test holds open for reading and writing (so neither side blocks in
+	// open), then hangs; ready closes when its line arrives.
+	wedged := func(t *testing.T, dir string) <-chan struct{} {
+		fifo := filepath.Join(dir, "probe-started")
+		if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+			t.Fatal(err)
+		}
+		f, err := os.OpenFile(fifo, os.O_RDWR, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { f.Close() }) // after the run: a late probe's write never blocks
+		ready := make(chan struct{})
+		go func() {
+			if _, err := f.Read(make([]byte, 1)); err == nil {
+				close(ready)
+			}
+		}()
+		write(t, filepath.Join(dir, "hang-python"), "#!/bin/sh\necho started > "+fifo+"\nexec sleep "+wedgedSleep+"\n", 0o755)
+		write(t, filepath.Join(dir, "wedged-torchrun"), "#!"+filepath.Join(dir, "hang-python")+"\n", 0o755)
+		return ready
+	}
+	const (
+		connecting = "interrupted while connecting to the nodes"
+		preflight  = "interrupted during preflight"
+	)
 	for _, tc := range []struct {
 		name  string
-		setup func(*testing.T, string)
+		setup func(*testing.T, string) <-chan struct{}
 		args  []string
 		sig   syscall.Signal
+		phase string // in the message
 	}{
-		{"SIGINT during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGINT},
-		{"SIGTERM during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGTERM},
-		{"SIGINT during a wedged preflight", wedged, []string{"--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGINT},
-		{"SIGTERM during a wedged preflight", wedged, []string{"preflight", "--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGTERM},
+		{"SIGINT during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGINT, connecting},
+		{"SIGTERM during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGTERM, connecting},
+		{"SIGINT during a wedged preflight", wedged, []string{"--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGINT, preflight + "; nothing was started"},
+		{"SIGTERM during a wedged preflight", wedged, []string{"preflight", "--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGTERM, preflight},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t)
-			tc.setup(t, s.dir)
-			r := s.run(t, nil, tc.args, tc.sig, 1500*time.Millisecond)
+			ready := tc.setup(t, s.dir)
+			r := s.runInterrupted(t, nil, tc.args, tc.sig, ready)
 			if r.code != 130 {
 				t.Errorf("exit %d, want 130\nstderr: %s", r.code, r.stderr)
 			}
 			if r.took > time.Second {
 				t.Errorf("exited %v after the signal, want within 1 s", r.took)
 			}
-			if !strings.Contains(r.stderr, "interrupted") {
-				t.Errorf("no line says the run was interrupted:\n%s", r.stderr)
+			if !strings.Contains(r.stderr, tc.phase) {
+				t.Errorf("no line says %q:\n%s", tc.phase, r.stderr)
 			}
 			if s.started() {
 				t.Error("torchrun was started")
@@ -362,7 +495,7 @@ const wedgedSleep = "613.25"
 func TestReportHidesSecrets(t *testing.T) {
 	s := newSandbox(t)
 	r := s.run(t, nil, []string{"--preflight", "off", "--report", "r.html", "--telemetry", "t.jsonl",
-		"--env", "HF_TOKEN=" + secret, "--env", "DATA=https://u:" + secret + "@h/x", "train.py"}, nil, 0)
+		"--env", "HF_TOKEN=" + secret, "--env", "DATA=https://u:" + secret + "@h/x", "train.py"})
 	if r.code != 0 {
 		t.Fatalf("exit %d: %s", r.code, r.stderr)
 	}

@@ -16,7 +16,7 @@ func TestTelemetryLocalRun(t *testing.T) {
 	}
 	s := newSandbox(t)
 	write(t, filepath.Join(s.dir, "bin", "torchrun"), "#!/bin/sh\nfor i in 1 2 3; do echo \"[default0]:step $i\"; sleep 0.5; done\n", 0o755)
-	r := s.run(t, nil, []string{"--preflight", "off", "--telemetry", "t.jsonl", "--report", "r.html", "--telemetry-interval", "200ms", "train.py"}, nil, 0)
+	r := s.run(t, nil, []string{"--preflight", "off", "--telemetry", "t.jsonl", "--report", "r.html", "--telemetry-interval", "200ms", "train.py"})
 	if r.code != 0 {
 		t.Fatalf("exit %d\nstderr: %s", r.code, r.stderr)
 	}

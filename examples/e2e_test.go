@@ -26,6 +26,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 var gorunBin string // built once in TestMain
@@ -48,16 +50,11 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// need skips (or, under GORUN_E2E=1, fails) when a prerequisite is missing.
+// need skips (or, under GORUN_E2E=1, fails) when a prerequisite is
+// missing: testenv.Need, the rule every package's tests follow.
 func need(t *testing.T, ok bool, what string) {
 	t.Helper()
-	if ok {
-		return
-	}
-	if os.Getenv("GORUN_E2E") == "1" {
-		t.Fatalf("GORUN_E2E=1 but %s", what)
-	}
-	t.Skipf("skipping: %s", what)
+	testenv.Need(t, ok, what)
 }
 
 func absPath(t *testing.T, rel string) string {

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 func TestNVLinkAndPCIeRates(t *testing.T) {
@@ -326,7 +328,7 @@ func torchPython(t *testing.T) string {
 			return py
 		}
 	}
-	t.Skipf("no torch with gloo in %q (GORUN_TEST_PYTHON names another)", candidates)
+	testenv.Need(t, false, fmt.Sprintf("no torch with gloo in %q (Debian: python3-torch; GORUN_TEST_PYTHON names another)", candidates))
 	return ""
 }
 

@@ -9,6 +9,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/clockevent"
 )
 
 // Severity grades a finding. Order matters: fail is worse than warn is worse
@@ -883,12 +884,6 @@ func checkCUDAEnv(f Facts) []Finding {
 	}}
 }
 
-// slowdownEvents are clock events that mean a fault or a cooling or power
-// problem; power capping, idling and sync boost are normal.
-var slowdownEvents = map[string]bool{
-	"hw_slowdown": true, "hw_thermal_slowdown": true, "hw_power_brake_slowdown": true, "sw_thermal_slowdown": true,
-}
-
 func checkClocks(f Facts) []Finding {
 	var slow, temps []string
 	for _, g := range f.GPUs {
@@ -896,7 +891,7 @@ func checkClocks(f Facts) []Finding {
 			temps = append(temps, fmt.Sprintf("GPU %d %d C", g.Index, g.TemperatureC))
 		}
 		for _, e := range g.ClockEvents {
-			if slowdownEvents[e] {
+			if clockevent.IsSlowdown(e) { // a fault or a cooling or power problem
 				slow = append(slow, fmt.Sprintf("GPU %d: %s (%d C)", g.Index, e, g.TemperatureC))
 			}
 		}

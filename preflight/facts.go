@@ -136,8 +136,8 @@ type GPUFacts struct {
 	// "not_started"); "" when not supported.
 	FabricState string `json:"fabric_state,omitempty"`
 	// TemperatureC is the GPU's temperature; ClockEvents the reasons its
-	// clocks are held below their maximum right now ("idle",
-	// "hw_thermal_slowdown", ...).
+	// clocks are held below their maximum right now, named as in
+	// internal/clockevent ("gpu_idle", "hw_thermal_slowdown", ...).
 	TemperatureC int      `json:"temperature_c,omitempty"`
 	ClockEvents  []string `json:"clock_events,omitempty"`
 	// Unsupported names the facts NVML did not answer for this GPU

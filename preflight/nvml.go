@@ -1,8 +1,6 @@
 package preflight
 
 import (
-	"github.com/gorun/gorun/envplan"
-
 	"fmt"
 	"math/bits"
 	"sort"
@@ -10,6 +8,9 @@ import (
 	"strings"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/clockevent"
 )
 
 // InitCause explains an NVML Init error code: what it means on a node and
@@ -193,7 +194,7 @@ func gpuFacts(lib nvml.Interface, d nvml.Device, index, cpuCount int) GPUFacts {
 		g.TemperatureC = int(v)
 	}
 	if v, ok := nvmlCall(m, "clocks event reasons", d.GetCurrentClocksEventReasons); ok {
-		g.ClockEvents = clockEventNames(v)
+		g.ClockEvents = clockevent.Names(v)
 	}
 	if procs, ok := nvmlCall(m, "processes", d.GetComputeRunningProcesses); ok {
 		for _, p := range procs {
@@ -424,30 +425,4 @@ func fabricStateName(s uint8) string {
 		return "completed"
 	}
 	return ""
-}
-
-// clockEvents name the bits of nvmlDeviceGetCurrentClocksEventReasons.
-var clockEvents = []struct {
-	bit  uint64
-	name string
-}{
-	{nvml.ClocksEventReasonGpuIdle, "idle"},
-	{nvml.ClocksEventReasonApplicationsClocksSetting, "applications_clocks"},
-	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
-	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
-	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
-	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal_slowdown"},
-	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal_slowdown"},
-	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake_slowdown"},
-	{nvml.ClocksEventReasonDisplayClockSetting, "display_clocks"},
-}
-
-func clockEventNames(bits uint64) []string {
-	var names []string
-	for _, e := range clockEvents {
-		if bits&e.bit != 0 {
-			names = append(names, e.name)
-		}
-	}
-	return names
 }

@@ -166,7 +166,7 @@ func TestCollectNVMLDGXH100(t *testing.T) {
 	if f.P2P[0][1] != (P2PFacts{Read: P2POK, Write: P2POK, NVLink: P2POK}) {
 		t.Errorf("p2p = %+v", f.P2P[0][1])
 	}
-	if g0.TemperatureC != 38 || !slices.Equal(g0.ClockEvents, []string{"idle"}) {
+	if g0.TemperatureC != 38 || !slices.Equal(g0.ClockEvents, []string{"gpu_idle"}) {
 		t.Errorf("GPU 0 temperature %d, clock events %v", g0.TemperatureC, g0.ClockEvents)
 	}
 	if g3 := f.GPUs[3]; !slices.Equal(g3.ClockEvents, []string{"hw_slowdown", "hw_thermal_slowdown"}) {

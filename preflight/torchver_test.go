@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 func TestParseTorchVersionFile(t *testing.T) {
@@ -102,17 +104,14 @@ func TestFindTorch(t *testing.T) {
 // and checks it finds torch without importing it.
 func TestFindTorchRealPython(t *testing.T) {
 	const python = "/usr/bin/python3"
-	if _, err := os.Stat(python); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	_, err := os.Stat(python)
+	testenv.Need(t, err == nil, "no /usr/bin/python3")
 	run := func(ctx context.Context, argv []string) ([]byte, error) {
 		return exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
 	}
 	// Compare with the version file the locate script points at.
 	got := FindTorch(context.Background(), python, run, os.ReadFile)
-	if got.Err == "torch is not installed for "+python {
-		t.Skip("torch is not installed for " + python)
-	}
+	testenv.Need(t, got.Err != "torch is not installed for "+python, "torch is not installed for "+python+" (Debian: python3-torch; .ci/run installs it)")
 	if !got.Found || got.Err != "" {
 		t.Fatalf("FindTorch = %+v", got)
 	}
@@ -138,9 +137,7 @@ func TestFindTorchRealPython(t *testing.T) {
 // loudly and checks the locate script still answers.
 func TestTorchLocateDoesNotImport(t *testing.T) {
 	python, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+	testenv.Need(t, err == nil, "no python3 on the PATH")
 	dir := t.TempDir()
 	pkg := filepath.Join(dir, "torch")
 	if err := os.MkdirAll(pkg, 0o755); err != nil {

@@ -157,15 +157,21 @@ func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
 
 // dialChecked is Dial after Check, with cfg.Warn already deduplicated.
 func dialChecked(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	conf, err := loadSSHConfig(cfg.SSHConfigFile, homeDir())
-	if err != nil {
-		return nil, fmt.Errorf("node %s: %w", host, err)
-	}
-	r, err := dial(ctx, host, cfg, conf, nil, 0)
+	r, err := dialUnnamed(ctx, host, cfg)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
 	return r, nil
+}
+
+// dialUnnamed is dialChecked without the host's name on its error, for
+// DialAll, whose *HostError adds it.
+func dialUnnamed(ctx context.Context, host string, cfg Config) (*Remote, error) {
+	conf, err := loadSSHConfig(cfg.SSHConfigFile, homeDir())
+	if err != nil {
+		return nil, err
+	}
+	return dial(ctx, host, cfg, conf, nil, 0)
 }
 
 // dial connects to target, through via (explicit jump hops, last one

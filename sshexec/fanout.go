@@ -2,7 +2,7 @@ package sshexec
 
 import (
 	"context"
-	"fmt"
+	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
@@ -13,19 +13,41 @@ import (
 // MaxStartups (10:30:100 by default) on a shared jump host.
 const DefaultFanout = 32
 
-// HostError is one host's failure in a fan-out.
+// HostError is one host's failure in a fan-out. Its message names the
+// host ("node NAME: cause"), so the cause need not.
 type HostError struct {
 	Host string
 	Err  error
 }
 
-func (e *HostError) Error() string { return e.Err.Error() }
+func (e *HostError) Error() string { return "node " + e.Host + ": " + e.Err.Error() }
 func (e *HostError) Unwrap() error { return e.Err }
+
+// oneLinePerError is the ErrorFormat of ForEach's multierror: one line per
+// failing host, without go-multierror's "N errors occurred:" header, tab
+// indent and trailing blank line (main escapes the tab, so a user saw
+// "\x09* node ..."). A cause of several lines is folded onto its host's
+// line, so each line stays one host's whole story.
+func oneLinePerError(errs []error) string {
+	lines := make([]string, len(errs))
+	for i, err := range errs {
+		var parts []string
+		for _, l := range strings.Split(err.Error(), "\n") {
+			if l = strings.TrimSpace(l); l != "" {
+				parts = append(parts, l)
+			}
+		}
+		lines[i] = strings.Join(parts, "; ")
+	}
+	return strings.Join(lines, "\n")
+}
 
 // ForEach calls fn for every item, at most limit at a time (limit <= 0
 // means DefaultFanout), and returns a *multierror.Error with one *HostError
-// per failing item, in input order, or nil. It stops starting new calls
-// once ctx ends; the items not started fail with ctx's error.
+// per failing item, in input order, or nil. Its message is one line per
+// failing item, "node NAME: cause", so fn's errors need not name the host.
+// It stops starting new calls once ctx ends; the items not started fail
+// with ctx's error.
 func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context.Context, host string) error) error {
 	if limit <= 0 {
 		limit = DefaultFanout
@@ -37,7 +59,7 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 		select {
 		case sem <- struct{}{}:
 		case <-ctx.Done():
-			errs[i] = fmt.Errorf("node %s: %w", h, ctx.Err())
+			errs[i] = ctx.Err()
 			continue
 		}
 		wg.Add(1)
@@ -54,7 +76,11 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 			all = multierror.Append(all, &HostError{Host: hosts[i], Err: err})
 		}
 	}
-	return all.ErrorOrNil()
+	if all == nil {
+		return nil
+	}
+	all.ErrorFormat = oneLinePerError
+	return all
 }
 
 // DialAll dials every host (duplicates once), at most limit at a time. It
@@ -62,9 +88,9 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 // unusable --ssh-identity) is returned alone, before any connection,
 // since it would fail every host alike. Otherwise it returns the
 // connections that succeeded, keyed by host, and an error naming every
-// host that failed (a *multierror.Error of *HostError, through which
-// errors.Is and errors.As reach each host's cause, a *HostKeyError among
-// them). The caller closes the returned Remotes, also when err is not
+// host that failed (a *multierror.Error of *HostError, one line per host,
+// through which errors.Is and errors.As reach each host's cause, a
+// *HostKeyError among them). The caller closes the returned Remotes, also when err is not
 // nil, so it can report on every node in one pass. cfg.Warn hears each
 // distinct warning once for the whole call.
 func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[string]*Remote, error) {
@@ -83,7 +109,7 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))
 	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
-		r, err := dialChecked(ctx, h, cfg)
+		r, err := dialUnnamed(ctx, h, cfg) // the *HostError names h
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/gorun/gorun/internal/clockevent"
 )
 
 // Straggler thresholds (README "GPU telemetry" lists them). A GPU is
@@ -31,10 +33,6 @@ const (
 
 // peerFresh is how old a peer's latest sample may be and still count.
 const peerFresh = 5 * time.Second
-
-// throttleReasons are the clock-event reasons that name a fault or an
-// environment problem, not normal operation.
-var throttleReasons = []string{"hw_slowdown", "hw_thermal", "hw_power_brake", "sw_thermal"}
 
 // Finding is one straggler or fault seen during the run.
 type Finding struct {
@@ -110,7 +108,7 @@ func (d *Detector) Observe(s Sample) []Finding {
 
 	var active []string
 	for _, r := range s.ClockReasons {
-		if slices.Contains(throttleReasons, r) {
+		if clockevent.IsSlowdown(r) { // a fault or an environment problem, not normal operation
 			active = append(active, r)
 		}
 	}

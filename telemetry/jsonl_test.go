@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // sampleKeys is the JSONL schema: every line has exactly these keys. A new
@@ -110,9 +112,7 @@ func TestJSONLPandas(t *testing.T) {
 			break
 		}
 	}
-	if py == "" {
-		t.Skip("python3 with pandas is not installed (Debian: python3-pandas; .ci/run installs it); the schema test covers the format")
-	}
+	testenv.Need(t, py != "", "python3 with pandas is not installed (Debian: python3-pandas; .ci/run installs it); the schema test covers the format")
 	path := filepath.Join(t.TempDir(), "t.jsonl")
 	if err := os.WriteFile(path, writeSamples(t), 0o644); err != nil {
 		t.Fatal(err)

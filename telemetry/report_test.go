@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/testenv"
 )
 
 // testReport is two nodes of two GPUs for a minute, with a restart after
@@ -86,9 +88,7 @@ func TestReportLargeRunIsBounded(t *testing.T) {
 // plots must hold the expected series.
 func TestReportInBrowser(t *testing.T) {
 	chromium := findChromium()
-	if chromium == "" {
-		t.Skip("chromium is not installed (apt-get install chromium; .ci/run installs it), so the report is not checked in a browser")
-	}
+	testenv.Need(t, chromium != "", "chromium is not installed (apt-get install chromium; .ci/run installs it), so the report is not checked in a browser")
 	r, info := testReport(t)
 	var b bytes.Buffer
 	if err := r.WriteHTML(&b, info); err != nil {

@@ -53,9 +53,11 @@ type Sample struct {
 	PCIeTxMBps   *float64 `json:"pcie_tx_mbps"`
 	NVLinkRxMBps *float64 `json:"nvlink_rx_mbps"`
 	NVLinkTxMBps *float64 `json:"nvlink_tx_mbps"`
-	// ClockReasons are the active clock-event reasons other than idle
-	// ("sw_power_cap", "hw_slowdown", "hw_thermal", "hw_power_brake",
-	// "sw_thermal", "sync_boost", "app_clocks", "board_limit", ...).
+	// ClockReasons are the active clock-event reasons other than
+	// gpu_idle, named as in internal/clockevent ("sw_power_cap",
+	// "hw_slowdown", "hw_thermal_slowdown", "hw_power_brake_slowdown",
+	// "sw_thermal_slowdown", "sync_boost", "applications_clocks_setting",
+	// "board_limit", ...).
 	ClockReasons []string `json:"clock_reasons"`
 	// Events are the Xid and ECC events since the previous sample ("xid
 	// 79", "ecc double-bit", "ecc uncorrected +2").

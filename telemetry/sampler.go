@@ -10,29 +10,13 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+
+	"github.com/gorun/gorun/internal/clockevent"
 )
 
 // ErrNoGPUs means there is nothing to sample on this node: NVML did not
 // load, or it sees no GPU of the job.
 var ErrNoGPUs = errors.New("no GPUs to sample")
-
-// Clock-event reasons and their names in Sample.ClockReasons. Idle is left
-// out: it is not a slowdown.
-var clockReasons = []struct {
-	bit  uint64
-	name string
-}{
-	{nvml.ClocksEventReasonApplicationsClocksSetting, "app_clocks"},
-	{nvml.ClocksEventReasonSwPowerCap, "sw_power_cap"},
-	{nvml.ClocksThrottleReasonHwSlowdown, "hw_slowdown"},
-	{nvml.ClocksEventReasonSyncBoost, "sync_boost"},
-	{nvml.ClocksEventReasonSwThermalSlowdown, "sw_thermal"},
-	{nvml.ClocksThrottleReasonHwThermalSlowdown, "hw_thermal"},
-	{nvml.ClocksThrottleReasonHwPowerBrakeSlowdown, "hw_power_brake"},
-	{nvml.ClocksEventReasonDisplayClockSetting, "display_clocks"},
-	{nvml.ClocksEventReasonBoardLimit, "board_limit"},
-	{nvml.ClocksEventReasonReliability, "reliability"},
-}
 
 // Field values read in one call per sample: NVLink's cumulative data
 // counters (KiB, summed over every link with scopeAllLinks), whose
@@ -239,11 +223,8 @@ func (g *gpuState) read(now time.Time, events []string) Sample {
 		sm.TempC = f64(float64(t))
 	}
 	if r, ret := d.GetCurrentClocksEventReasons(); ret == nvml.SUCCESS {
-		for _, cr := range clockReasons {
-			if r&cr.bit != 0 {
-				sm.ClockReasons = append(sm.ClockReasons, cr.name)
-			}
-		}
+		// Idle is left out: it is not a slowdown.
+		sm.ClockReasons = append(sm.ClockReasons, clockevent.Names(r&^uint64(clockevent.GpuIdle))...)
 	}
 	g.readCounters(now, &sm)
 	if n, ret := d.GetTotalEccErrors(nvml.MEMORY_ERROR_TYPE_UNCORRECTED, nvml.VOLATILE_ECC); ret == nvml.SUCCESS {

@@ -156,7 +156,7 @@ func TestSampleReadings(t *testing.T) {
 	if a.NVLinkRxMBps != nil || a.NVLinkTxMBps != nil {
 		t.Errorf("first sample has NVLink rates: %v %v (a rate needs two readings)", deref(a.NVLinkRxMBps), deref(a.NVLinkTxMBps))
 	}
-	if !slices.Equal(a.ClockReasons, []string{"sw_power_cap", "hw_thermal"}) {
+	if !slices.Equal(a.ClockReasons, []string{"sw_power_cap", "hw_thermal_slowdown"}) {
 		t.Errorf("clock reasons = %q", a.ClockReasons)
 	}
 }
