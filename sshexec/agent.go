@@ -91,7 +91,7 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 
 	done := make(chan struct{})
 	defer close(done)
-	jobc := make(chan jobOrErr, 1)
+	jobc := make(chan jobOrErr, 2)
 	ctl := make(chan byte, 16)
 	go readControl(stdin, jobc, ctl, done)
 
@@ -116,13 +116,7 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		a.logf("read job: empty argv")
 		return AgentExitBadSpec
 	}
-	if self, err := os.Executable(); err == nil {
-		for i, arg := range job.Argv {
-			if arg == SelfArg {
-				job.Argv[i] = self
-			}
-		}
-	}
+	selfArg(job.Argv)
 
 	jobOut, jobErr := stdout, stderr
 	if job.Relay {
@@ -140,13 +134,22 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		jobOut = frameWriter{rl, FrameStdout}
 		jobErr = frameWriter{rl, FrameStderr}
 	}
-	out, err := startJob(job, jobOut, jobErr)
-	if err != nil {
-		a.logf("start %s: %v", job.Argv[0], err)
-		return AgentExitNoStart
+	var out *startedJob
+	var r *reaper
+	if job.Standby {
+		var code int
+		if job, out, r, code = a.standBy(ctx, job, jobOut, jobErr, jobc, ctl, sigs); r == nil {
+			return code
+		}
+	} else {
+		var err error
+		if out, err = startJob(job, jobOut, jobErr); err != nil {
+			a.logf("start %s: %v", job.Argv[0], err)
+			return AgentExitNoStart
+		}
+		r = newReaper(out.pid)
+		go r.run()
 	}
-	r := newReaper(out.pid)
-	go r.run()
 	if sidecar != nil && a.relay != nil && len(job.Sidecar) > 0 {
 		defer a.runSidecar(ctx, sidecar, job.Sidecar, r.mainDone)()
 	}
@@ -362,6 +365,24 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- byte, done <-
 		if err != nil {
 			return // EOF, or any read error: the head is gone either way
 		}
+		if b == ctlJob && job.Standby {
+			// The job the agent stood by for; said once.
+			job.Standby = false
+			line, err := readLine(br, maxJobLine)
+			var next Job
+			if err == nil {
+				err = json.Unmarshal(line, &next)
+			}
+			select {
+			case jobc <- jobOrErr{job: next, err: err}:
+			case <-done:
+				return
+			}
+			if err != nil {
+				return
+			}
+			continue
+		}
 		select {
 		case ctl <- b:
 		case <-done:
@@ -414,6 +435,12 @@ func startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
 	if err != nil {
 		return nil, err
 	}
+	return forkExec(path, job.Argv, env, job.Dir, stdout, stderr)
+}
+
+// forkExec starts path with argv in a new session, stdin /dev/null, and
+// the extra files as fds 3 and up.
+func forkExec(path string, argv, env []string, dir string, stdout, stderr io.Writer, extra ...*os.File) (*startedJob, error) {
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
 		return nil, err
@@ -444,10 +471,14 @@ func startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
 		var errFd uintptr
 		errFd, err = fd(stderr)
 		if err == nil {
-			s.pid, err = syscall.ForkExec(path, job.Argv, &syscall.ProcAttr{
-				Dir:   job.Dir,
+			files := []uintptr{devnull.Fd(), outFd, errFd}
+			for _, f := range extra {
+				files = append(files, f.Fd())
+			}
+			s.pid, err = syscall.ForkExec(path, argv, &syscall.ProcAttr{
+				Dir:   dir,
 				Env:   env,
-				Files: []uintptr{devnull.Fd(), outFd, errFd},
+				Files: files,
 				Sys:   &syscall.SysProcAttr{Setsid: true},
 			})
 		}

@@ -12,6 +12,7 @@ const (
 	ctlTerm      = 't' // stop the job: SIGTERM, grace, SIGKILL
 	ctlKill      = 'k' // SIGKILL the job's whole tree now
 	ctlTell      = 'r' // the next byte goes to every relay client
+	ctlJob       = 'j' // a job line follows, for an agent on standby
 )
 
 // Stop levels a controlWriter has been asked for, in increasing order.
@@ -33,6 +34,7 @@ type controlWriter struct {
 
 	wake chan struct{} // capacity 1: a stop level was raised
 	tell chan byte     // bytes for the relay clients; full means dropped
+	job  chan []byte   // a job line for an agent on standby
 	quit chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine returns
 	once sync.Once
@@ -46,6 +48,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 		interval: interval,
 		wake:     make(chan struct{}, 1),
 		tell:     make(chan byte, 16),
+		job:      make(chan []byte, 1),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -83,6 +86,15 @@ func (c *controlWriter) relay(b byte) {
 	}
 }
 
+// handJob queues the job line for an agent on standby, without waiting;
+// it is sent before any later heartbeat or stop.
+func (c *controlWriter) handJob(line []byte) {
+	select {
+	case c.job <- line:
+	default: // one job per agent: a second is dropped
+	}
+}
+
 // close stops the heartbeat. It does not wait for a write in progress.
 func (c *controlWriter) close() {
 	c.once.Do(func() { close(c.quit) })
@@ -94,6 +106,16 @@ func (c *controlWriter) run() {
 	defer tick.Stop()
 	sent := stopNone
 	for {
+		// A job line goes before whatever else is pending: a stop asked
+		// right after it is for the job.
+		select {
+		case line := <-c.job:
+			if _, err := c.w.Write(append(append([]byte{ctlJob}, line...), '\n')); err != nil {
+				return
+			}
+			continue
+		default:
+		}
 		select {
 		case <-c.quit:
 			return
@@ -114,6 +136,11 @@ func (c *controlWriter) run() {
 			sent = level
 		case b := <-c.tell:
 			if _, err := c.w.Write([]byte{ctlTell, b}); err != nil {
+				return
+			}
+		case line := <-c.job:
+			msg := append(append([]byte{ctlJob}, line...), '\n')
+			if _, err := c.w.Write(msg); err != nil {
 				return
 			}
 		case <-tick.C:

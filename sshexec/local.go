@@ -32,6 +32,7 @@ type Local struct {
 	agentBinary string
 	// agentEnv is the agent's environment; nil inherits this process's.
 	agentEnv []string
+	warm     warmSlot // an agent on standby (Warm)
 
 	mu     sync.Mutex
 	closed bool
@@ -171,6 +172,9 @@ func (l *Local) Output(ctx context.Context, argv []string) ([]byte, error) {
 // head dies, the agent sees EOF on stdin and tears the job down itself.
 // ctx bounds starting only; it does not stop a started job (use Stop).
 func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+	if p := l.warm.take(job, stdout, stderr); p != nil {
+		return p, nil
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
@@ -228,6 +232,11 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 	l.procs[self] = struct{}{}
 	return p, nil
 }
+
+// Warm implements Warmer.
+func (l *Local) Warm(ctx context.Context, job Job) error { return l.warm.warm(ctx, job, l.Start) }
+
+var _ Warmer = (*Local)(nil)
 
 // agentExit turns the agent's wait result into Process.Wait's.
 func agentExit(node string, err error) (int, error) {

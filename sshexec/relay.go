@@ -182,7 +182,7 @@ func (r *relay) read(c *net.UnixConn) {
 			return
 		}
 		buf = payload[:0]
-		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry {
+		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry || kind == FrameStart {
 			continue // the agent's own kinds cannot be forged
 		}
 		frame = AppendFrame(frame[:0], kind, payload)

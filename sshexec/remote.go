@@ -34,6 +34,7 @@ type Remote struct {
 	procs  map[Process]struct{}
 
 	upload uploadCache
+	warm   warmSlot // an agent on standby (Warm)
 }
 
 var _ Runner = (*Remote)(nil)
@@ -251,6 +252,9 @@ func lastBytes(b []byte, n int) string {
 // the path EnsureAgent uploaded to; one of them must be set first. ctx
 // bounds starting only; a started job is stopped with Stop.
 func (r *Remote) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+	if p := r.warm.take(job, stdout, stderr); p != nil {
+		return p, nil
+	}
 	p, err := r.start(ctx, job, stdout, stderr)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: start agent: %w", r.node, err)
@@ -331,6 +335,11 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 	}
 	return tracked, nil
 }
+
+// Warm implements Warmer.
+func (r *Remote) Warm(ctx context.Context, job Job) error { return r.warm.warm(ctx, job, r.Start) }
+
+var _ Warmer = (*Remote)(nil)
 
 // remoteProcess is an agent's Process, known to its Remote until it ends.
 type remoteProcess struct {

@@ -34,6 +34,13 @@ type Job struct {
 	// (ServeAgentWith) as it is; sshexec does not read it. gorun puts its
 	// GPU telemetry settings here.
 	Sidecar json.RawMessage `json:"sidecar,omitempty"`
+	// Preimport, for a Python job, names the modules its interpreter
+	// imports before the job is handed to it, when the job starts warm
+	// (Warmer). Without it a job always starts cold.
+	Preimport []string `json:"preimport,omitempty"`
+	// Standby marks a job line sent by Warmer.Warm: the agent starts the
+	// job's interpreter now and waits for the job itself (see warm.go).
+	Standby bool `json:"standby,omitempty"`
 }
 
 // Defaults for Job.

@@ -1,0 +1,416 @@
+package sshexec
+
+import (
+	"bufio"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// The warm start (Job.Preimport): a Python job's interpreter started ahead
+// of the job, its imports done, waiting for the job's final arguments and
+// environment. The head asks for one with Warmer.Warm while an attempt
+// runs; the next Start on that runner hands the job to it.
+
+//go:embed warm.py
+var warmPy string
+
+// Warmer is a Runner that can start the next job's interpreter ahead of
+// time. Warm starts an agent for a job like job (Job.Preimport names what
+// its interpreter imports first); the next Start on the runner hands its
+// job to that agent, which releases the waiting interpreter when the job
+// can use it (the same program, working directory and import-time
+// environment) and starts the job afresh otherwise. A runner holds at most
+// one warm agent; Warm replaces it, and Close stops it.
+type Warmer interface {
+	Warm(ctx context.Context, job Job) error
+}
+
+// FrameStart is the agent's word, on a relayed job's stream, on how the
+// job's main process started: a StartInfo as JSON.
+const FrameStart byte = 'W'
+
+// StartInfo says how a job's main process started.
+type StartInfo struct {
+	Warm bool `json:"warm"` // a warm interpreter was released
+	// Cold says why a job that asked for a warm start did not get one.
+	Cold string `json:"cold,omitempty"`
+	// Time is when the job was handed over or started (node clock, Unix
+	// nanoseconds).
+	Time int64 `json:"time_ns"`
+}
+
+// warmProgram is how a job's program starts warm: its interpreter and the
+// arguments before the shim, and the script (or module) with the
+// arguments that follow it.
+type warmProgram struct {
+	interp []string // interpreter and its own options
+	mode   string   // "script" or "module"
+	target string   // the script's path, or the module's name
+	args   []string // the job's arguments after the script or module
+}
+
+// pythonProgram tells how job's program would run under Python: a script
+// whose #! line names a Python interpreter (directly or through env), or
+// a Python interpreter given -m MODULE. Anything else cannot start warm,
+// and the error says why.
+func pythonProgram(argv []string, env []string, dir string) (warmProgram, error) {
+	path, err := lookPath(argv[0], envValue(env, "PATH"), dir)
+	if err != nil {
+		return warmProgram{}, err
+	}
+	if isPython(path) {
+		for i := 1; i < len(argv); i++ {
+			a := argv[i]
+			switch {
+			case a == "-m" && i+1 < len(argv):
+				return warmProgram{interp: append([]string{path}, argv[1:i]...), mode: "module", target: argv[i+1], args: argv[i+2:]}, nil
+			case a == "-u" || a == "-s" || a == "-B" || a == "-O" || a == "-OO":
+				continue
+			}
+			break
+		}
+		return warmProgram{}, fmt.Errorf("%s runs no -m MODULE", argv[0])
+	}
+	abs := path
+	if !filepath.IsAbs(abs) && dir != "" {
+		abs = filepath.Join(dir, abs)
+	}
+	shebang, err := readShebang(abs)
+	if err != nil {
+		return warmProgram{}, err
+	}
+	interp := shebang
+	if filepath.Base(interp[0]) == "env" && len(interp) > 1 {
+		p, err := lookPath(interp[1], envValue(env, "PATH"), dir)
+		if err != nil {
+			return warmProgram{}, fmt.Errorf("%s's interpreter %s: %w", argv[0], interp[1], err)
+		}
+		interp = append([]string{p}, interp[2:]...)
+	}
+	if !isPython(interp[0]) {
+		return warmProgram{}, fmt.Errorf("%s is run by %s, not by Python", argv[0], interp[0])
+	}
+	return warmProgram{interp: interp, mode: "script", target: abs, args: argv[1:]}, nil
+}
+
+func isPython(path string) bool {
+	return strings.HasPrefix(filepath.Base(path), "python")
+}
+
+// readShebang returns the interpreter and its argument from a script's #!
+// line.
+func readShebang(path string) ([]string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	line, err := bufio.NewReader(io.LimitReader(f, 256)).ReadString('\n')
+	if !strings.HasPrefix(line, "#!") || (err != nil && !errors.Is(err, io.EOF)) {
+		return nil, fmt.Errorf("%s is not a script with a #! line", path)
+	}
+	// Linux passes what follows the interpreter as one argument.
+	fields := strings.SplitN(strings.TrimSpace(line[2:]), " ", 2)
+	if fields[0] == "" {
+		return nil, fmt.Errorf("%s has an empty #! line", path)
+	}
+	if len(fields) == 2 {
+		fields[1] = strings.TrimSpace(fields[1])
+	}
+	return fields, nil
+}
+
+// importTimeVar reports whether the interpreter or what it imports may
+// read a variable before the job is handed over: a warm interpreter whose
+// environment differs from the job's in one of these cannot stand in for
+// the job.
+func importTimeVar(name string) bool {
+	for _, p := range []string{"PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "LC_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	switch name {
+	case "PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX":
+		return true
+	}
+	return false
+}
+
+// standby is a warm interpreter waiting for its job.
+type standby struct {
+	job     Job      // what it was started for
+	env     []string // its environment
+	program warmProgram
+	pid     int
+	release *os.File // fd 3's write end
+}
+
+// startStandby starts job's interpreter with the shim, in a new session,
+// with the job's environment and output streams. The error says why the
+// job cannot start warm.
+func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
+	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
+	if err != nil {
+		return nil, nil, err
+	}
+	prog, err := pythonProgram(job.Argv, env, job.Dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, nil, err
+	}
+	defer pr.Close()
+	argv := append(append(slices.Clone(prog.interp), "-c", warmPy, prog.mode, prog.target), job.Preimport...)
+	started, err := forkExec(argv[0], argv, env, job.Dir, stdout, stderr, pr)
+	if err != nil {
+		pw.Close()
+		return nil, nil, err
+	}
+	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw}, started, nil
+}
+
+// fits says why the standby cannot run job, "" when it can.
+func (s *standby) fits(job Job) (string, error) {
+	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
+	if err != nil {
+		return "", err
+	}
+	prog, err := pythonProgram(job.Argv, env, job.Dir)
+	switch {
+	case err != nil:
+		return err.Error(), nil
+	case !slices.Equal(prog.interp, s.program.interp) || prog.mode != s.program.mode || prog.target != s.program.target:
+		return fmt.Sprintf("the program changed (%s)", strings.Join(job.Argv[:1], " ")), nil
+	case job.Dir != s.job.Dir:
+		return "the working directory changed", nil
+	case !slices.Equal(job.Preimport, s.job.Preimport):
+		return "the modules to import first changed", nil
+	}
+	for _, name := range changedVars(s.env, env) {
+		if importTimeVar(name) {
+			return fmt.Sprintf("%s, read at import time, changed", name), nil
+		}
+	}
+	return "", nil
+}
+
+// changedVars lists the names whose values differ between two
+// environments, sorted.
+func changedVars(a, b []string) []string {
+	am, bm := envMap(a), envMap(b)
+	var names []string
+	for k, v := range am {
+		if w, ok := bm[k]; !ok || w != v {
+			names = append(names, k)
+		}
+	}
+	for k := range bm {
+		if _, ok := am[k]; !ok {
+			names = append(names, k)
+		}
+	}
+	slices.Sort(names)
+	return names
+}
+
+func envMap(env []string) map[string]string {
+	m := make(map[string]string, len(env))
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		m[k] = v
+	}
+	return m
+}
+
+// hand gives the standby its job: the environment, working directory and
+// arguments it runs with.
+func (s *standby) hand(job Job) error {
+	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
+	if err != nil {
+		return err
+	}
+	prog, err := pythonProgram(job.Argv, env, job.Dir)
+	if err != nil {
+		return err
+	}
+	line, err := json.Marshal(struct {
+		Env  []string `json:"env"`
+		Dir  string   `json:"dir"`
+		Args []string `json:"args"`
+	}{env, job.Dir, prog.args})
+	if err != nil {
+		return err
+	}
+	_, err = s.release.Write(append(line, '\n'))
+	if cerr := s.release.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// kill ends the standby and whatever it started.
+func (s *standby) kill() {
+	s.release.Close()
+	_ = syscall.Kill(-s.pid, syscall.SIGKILL) // its own session and group
+	_ = syscall.Kill(s.pid, syscall.SIGKILL)
+}
+
+// selfArg puts the agent's own executable in place of SelfArg.
+func selfArg(argv []string) {
+	if self, err := os.Executable(); err == nil {
+		for i, arg := range argv {
+			if arg == SelfArg {
+				argv[i] = self
+			}
+		}
+	}
+}
+
+// standBy runs an agent on standby: it starts the job's interpreter warm
+// (startStandby), keeps it while the head's heartbeats come, and, when the
+// job itself comes (ctlJob), hands it over if it fits, or starts the job
+// cold. It returns the job, its main process and the reaper of its tree;
+// a nil reaper means the agent is done, with the exit code: the head went
+// away, stopped the standby, or sent a bad job line. Either way the
+// standby is gone by then.
+func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, jobc <-chan jobOrErr,
+	ctl <-chan byte, sigs <-chan os.Signal) (Job, *startedJob, *reaper, int) {
+	heartbeat := sj.Heartbeat
+	if heartbeat <= 0 {
+		heartbeat = DefaultHeartbeatTimeout
+	}
+	var r *reaper
+	var mainDone <-chan struct{}
+	cold := ""
+	sb, sbOut, err := startStandby(sj, stdout, stderr)
+	if err != nil {
+		cold = err.Error()
+	} else {
+		r = newReaper(sb.pid)
+		go r.run()
+		mainDone = r.mainDone
+	}
+	drop := func() {
+		if sb != nil {
+			sb.kill()
+			<-r.allGone
+			sbOut.wait()
+			sb = nil
+		}
+	}
+	hb := time.NewTimer(heartbeat)
+	defer hb.Stop()
+	var job Job
+	for waiting := true; waiting; {
+		select {
+		case jr := <-jobc:
+			if jr.err != nil || len(jr.job.Argv) == 0 {
+				a.logf("read job after standby: %v", jr.err)
+				drop()
+				return Job{}, nil, nil, AgentExitBadSpec
+			}
+			job, waiting = jr.job, false
+		case b, ok := <-ctl:
+			switch {
+			case !ok || b == ctlTerm || b == ctlKill:
+				drop() // the head went away, or wants no job after all
+				return Job{}, nil, nil, AgentExitBadSpec
+			}
+			hb.Reset(heartbeat)
+		case <-hb.C:
+			a.logf("no heartbeat from head for %v on standby", heartbeat)
+			drop()
+			return Job{}, nil, nil, AgentExitBadSpec
+		case s := <-sigs:
+			if s == syscall.SIGPIPE {
+				continue
+			}
+			drop()
+			return Job{}, nil, nil, AgentExitBadSpec
+		case <-ctx.Done():
+			drop()
+			return Job{}, nil, nil, AgentExitBadSpec
+		case <-mainDone:
+			mainDone = nil
+			cold = fmt.Sprintf("the warm interpreter ended before the job came (%s)", waitWords(r))
+			<-r.allGone
+			sbOut.wait()
+			sb = nil
+		}
+	}
+	selfArg(job.Argv)
+	job.Relay = sj.Relay // the relay is the standby's, already in its environment
+	if job.Relay {
+		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar])
+	}
+	if sb != nil && cold == "" {
+		why, err := sb.fits(job)
+		if err == nil && why == "" {
+			err = sb.hand(job)
+		}
+		switch {
+		case err != nil:
+			cold = err.Error()
+		case why != "":
+			cold = why
+		default:
+			a.startInfo(StartInfo{Warm: true, Time: time.Now().UnixNano()})
+			return job, sbOut, r, 0
+		}
+	}
+	drop()
+	a.startInfo(StartInfo{Cold: cold, Time: time.Now().UnixNano()})
+	out, err := startJob(job, stdout, stderr)
+	if err != nil {
+		a.logf("start %s: %v", job.Argv[0], err)
+		return Job{}, nil, nil, AgentExitNoStart
+	}
+	r = newReaper(out.pid)
+	go r.run()
+	return job, out, r, 0
+}
+
+// withRelay is env with the relay socket's variable set to path.
+func withRelay(env map[string]string, path string) map[string]string {
+	out := make(map[string]string, len(env)+1)
+	for k, v := range env {
+		out[k] = v
+	}
+	out[RelaySocketVar] = path
+	return out
+}
+
+// startInfo tells the head how the job started, on a relayed stream.
+func (a *agent) startInfo(info StartInfo) {
+	if a.relay == nil {
+		return
+	}
+	b, _ := json.Marshal(info)
+	a.relay.write(AppendFrame(nil, FrameStart, b))
+}
+
+// waitWords says how a reaped main process ended.
+func waitWords(r *reaper) string {
+	<-r.allGone
+	switch {
+	case !r.reaped:
+		return "not reaped"
+	case r.status.Exited():
+		return fmt.Sprintf("exit %d", r.status.ExitStatus())
+	default:
+		return fmt.Sprintf("signal %d", r.status.Signal())
+	}
+}

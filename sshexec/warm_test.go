@@ -1,0 +1,195 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// warmScript is a Python job that says what it sees: its arguments, its
+// working directory, a variable, and whether a module only the warm
+// start imports was already there.
+const warmScript = `#!/usr/bin/python3
+import os, sys
+print("argv", sys.argv[1:], "cwd", os.path.basename(os.getcwd()), "FOO", os.environ.get("FOO"),
+      "warm", "email.mime.text" in sys.modules, "path0", sys.path[0] == os.path.dirname(os.path.realpath(__file__)),
+      "main", __name__, flush=True)
+sys.exit(int(os.environ.get("CODE", "0")))
+`
+
+func needPython(t *testing.T) {
+	t.Helper()
+	if _, err := os.Stat("/usr/bin/python3"); err != nil {
+		t.Skip("no /usr/bin/python3")
+	}
+}
+
+// warmJob is a job running warmScript from a folder of its own.
+func warmJob(t *testing.T) (Job, string) {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "job.py")
+	if err := os.WriteFile(script, []byte(warmScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	work := filepath.Join(dir, "work")
+	os.Mkdir(work, 0o755)
+	return Job{Argv: []string{script, "a"}, Env: map[string]string{"FOO": "1"}, Dir: work,
+		Preimport: []string{"email.mime.text"}}, script
+}
+
+// frames collects a relayed agent's frames.
+type frames struct {
+	mu    sync.Mutex
+	out   bytes.Buffer
+	start []StartInfo
+}
+
+func (f *frames) decoder() *FrameDecoder {
+	return NewFrameDecoder(func(kind byte, p []byte) {
+		f.mu.Lock()
+		defer f.mu.Unlock()
+		switch kind {
+		case FrameStdout, FrameStderr:
+			f.out.Write(p)
+		case FrameStart:
+			var si StartInfo
+			json.Unmarshal(p, &si)
+			f.start = append(f.start, si)
+		}
+	})
+}
+
+func runWarm(t *testing.T, l *Local, job Job, f *frames) int {
+	t.Helper()
+	p, err := l.Start(context.Background(), job, f.decoder(), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	code, err := p.Wait()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return code
+}
+
+// TestWarmStart: a job handed to an agent on standby runs in the
+// interpreter that was started first (its module already imported), yet
+// with the job's own arguments, environment and working directory, as
+// __main__, and exits with its own code.
+func TestWarmStart(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, _ := warmJob(t)
+	job.Relay = true
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(300 * time.Millisecond) // the imports, while "the attempt runs"
+	next := job
+	next.Argv = []string{job.Argv[0], "b", "c"}
+	next.Env = map[string]string{"FOO": "2", "CODE": "7"}
+	var f frames
+	if code := runWarm(t, l, next, &f); code != 7 {
+		t.Errorf("exit %d, want the job's 7\n%s", code, f.out.String())
+	}
+	out := f.out.String()
+	want := "argv ['b', 'c'] cwd work FOO 2 warm True path0 True main __main__"
+	if !strings.Contains(out, want) {
+		t.Errorf("the job saw %q, want %q", out, want)
+	}
+	if len(f.start) != 1 || !f.start[0].Warm || f.start[0].Time == 0 {
+		t.Errorf("start frames: %+v, want one warm", f.start)
+	}
+
+	// No agent on standby: the next job starts cold, as always.
+	var g frames
+	runWarm(t, l, next, &g)
+	if !strings.Contains(g.out.String(), "warm False") || len(g.start) != 0 {
+		t.Errorf("without Warm: %q, %+v", g.out.String(), g.start)
+	}
+}
+
+// TestWarmStartFallsBack: a job whose import-time environment or program
+// changed, or that is no Python script, starts cold, and the agent says
+// why.
+func TestWarmStartFallsBack(t *testing.T) {
+	needPython(t)
+	job, _ := warmJob(t)
+	job.Relay = true
+	shell := filepath.Join(t.TempDir(), "job.sh")
+	os.WriteFile(shell, []byte("#!/bin/sh\necho shell job\n"), 0o755)
+	for _, tc := range []struct {
+		name   string
+		warm   Job
+		change func(Job) Job
+		why    string
+	}{
+		{"an import-time variable changed", job, func(j Job) Job {
+			j.Env = map[string]string{"FOO": "1", "PYTHONHASHSEED": "7"}
+			return j
+		}, "PYTHONHASHSEED, read at import time, changed"},
+		{"another working directory", job, func(j Job) Job { j.Dir = filepath.Dir(j.Dir); return j }, "the working directory changed"},
+		{"a shell script", Job{Argv: []string{shell}, Relay: true, Preimport: []string{"json"}}, func(j Job) Job { return j },
+			"is run by /bin/sh, not by Python"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestLocal(t)
+			if err := l.Warm(context.Background(), tc.warm); err != nil {
+				t.Fatal(err)
+			}
+			var f frames
+			runWarm(t, l, tc.change(tc.warm), &f)
+			if len(f.start) != 1 || f.start[0].Warm || !strings.Contains(f.start[0].Cold, tc.why) {
+				t.Errorf("start frames %+v, want cold because %q", f.start, tc.why)
+			}
+			if strings.Contains(f.out.String(), "warm True") {
+				t.Errorf("ran warm: %s", f.out.String())
+			}
+		})
+	}
+}
+
+// TestWarmStandbyGoesWithTheRunner: an agent on standby that is never
+// used, or is replaced, leaves nothing behind once the runner is closed.
+func TestWarmStandbyGoesWithTheRunner(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, script := warmJob(t)
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if err := l.Warm(context.Background(), job); err != nil { // replaces the first
+		t.Fatal(err)
+	}
+	count := func() int {
+		out, _ := exec.Command("pgrep", "-f", script).Output()
+		return len(strings.Fields(string(out)))
+	}
+	// Both have had time to start; the first is stopped as the second
+	// comes.
+	time.Sleep(time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for count() != 1 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := count(); n != 1 {
+		out, _ := exec.Command("pgrep", "-af", script).Output()
+		t.Errorf("%d warm interpreters after a replacement, want 1:\n%s", n, out)
+	}
+	l.Close()
+	deadline = time.Now().Add(5 * time.Second)
+	for count() != 0 && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d warm interpreters left after Close", n)
+	}
+}

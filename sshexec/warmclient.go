@@ -1,0 +1,116 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"sync"
+)
+
+// The head's side of the warm start: a runner keeps at most one agent on
+// standby (Warmer.Warm), whose output waits until Start hands it its job.
+
+// maxHeld bounds what an agent on standby may print before Start takes it;
+// a warm interpreter prints nothing, so this is only a guard.
+const maxHeld = 64 << 10
+
+// switchWriter holds what is written until it is given its writer, then
+// passes it on.
+type switchWriter struct {
+	mu   sync.Mutex
+	w    io.Writer
+	held bytes.Buffer
+}
+
+func (s *switchWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil {
+		return s.w.Write(p)
+	}
+	if room := maxHeld - s.held.Len(); room > 0 {
+		s.held.Write(p[:min(len(p), room)])
+	}
+	return len(p), nil
+}
+
+// set passes what was held, then everything after, to w.
+func (s *switchWriter) set(w io.Writer) {
+	if w == nil {
+		w = io.Discard
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = w.Write(s.held.Bytes())
+	s.held = bytes.Buffer{}
+	s.w = w
+}
+
+// agentOf is a Process whose agent a runner can still talk to.
+type agentOf interface{ agent() *agentProcess }
+
+func (p *agentProcess) agent() *agentProcess  { return p }
+func (p *remoteProcess) agent() *agentProcess { return p.Process.(agentOf).agent() }
+
+// warmAgent is an agent on standby.
+type warmAgent struct {
+	proc     Process
+	out, err *switchWriter
+}
+
+// warmSlot is a runner's agent on standby, if any.
+type warmSlot struct {
+	mu sync.Mutex
+	a  *warmAgent
+}
+
+// warm starts an agent on standby for jobs like job with start (the
+// runner's Start), replacing (and stopping) the one before.
+func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context, Job, io.Writer, io.Writer) (Process, error)) error {
+	job.Standby = true
+	out, errw := &switchWriter{}, &switchWriter{}
+	p, err := start(ctx, job, out, errw)
+	if err != nil {
+		return err
+	}
+	s.mu.Lock()
+	old := s.a
+	s.a = &warmAgent{proc: p, out: out, err: errw}
+	s.mu.Unlock()
+	if old != nil {
+		old.proc.Stop(true)
+	}
+	return nil
+}
+
+// take hands job to the agent on standby and returns its Process, with
+// its output going to stdout and stderr from now on; nil when there is
+// none, or it has ended.
+func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
+	if job.Standby {
+		return nil // Warm's own start
+	}
+	s.mu.Lock()
+	a := s.a
+	s.a = nil
+	s.mu.Unlock()
+	if a == nil {
+		return nil
+	}
+	ap := a.proc.(agentOf).agent()
+	select {
+	case <-ap.done:
+		return nil
+	default:
+	}
+	line, err := json.Marshal(job)
+	if err != nil {
+		a.proc.Stop(true)
+		return nil
+	}
+	a.out.set(stdout)
+	a.err.set(stderr)
+	ap.ctl.handJob(line)
+	return a.proc
+}
