@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // runHosts prints the resolved host list.
@@ -45,7 +46,7 @@ func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
 	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error
 		if data, err = inputfile.Read(opts.Hostfile, inputfile.DefaultMax); err != nil {
-			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
+			return nil, &userr.InputError{Where: "--hostfile", Problem: err.Error(),
 				Fix: "give the path of a readable hostfile"}
 		}
 	}

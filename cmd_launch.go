@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -189,8 +190,8 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	}
 	if !strings.ContainsAny(script, "/.") {
 		for _, c := range []string{"preflight", "hosts", "version", "help"} {
-			if envplan.EditDistance(script, c) <= 2 {
-				return &envplan.InputError{Where: script, Problem: "is neither a file nor a gorun command",
+			if userr.EditDistance(script, c) <= 2 {
+				return &userr.InputError{Where: script, Problem: "is neither a file nor a gorun command",
 					Fix: fmt.Sprintf("did you mean `gorun %s`? (gorun --help lists the commands)", c)}
 			}
 		}
@@ -198,7 +199,7 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	if multiNode {
 		return nil
 	}
-	return &envplan.InputError{Where: "training script", Problem: err.Error(),
+	return &userr.InputError{Where: "training script", Problem: err.Error(),
 		Fix: "give the path of the script to run (relative to this directory), or -m MODULE, or --no-python PROGRAM"}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -51,12 +52,12 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if topoFile != nil {
 		if len(rest) > 0 {
-			return &envplan.InputError{Where: "--topo-file", Problem: fmt.Sprintf("explains a saved topology and contacts no node, so %q has nothing to act on", rest[0]),
+			return &userr.InputError{Where: "--topo-file", Problem: fmt.Sprintf("explains a saved topology and contacts no node, so %q has nothing to act on", rest[0]),
 				Fix: "use `gorun preflight --topo-file FILE [--json]` alone, or drop --topo-file to check the nodes"}
 		}
 		data, err := inputfile.Read(*topoFile, inputfile.DefaultMax)
 		if err != nil {
-			return &envplan.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
+			return &userr.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
 		}
 		rep, err := preflight.ExplainTopology(*topoFile, data)
 		if err != nil {
@@ -120,26 +121,26 @@ func preflightArgs(args []string) (asJSON bool, topoFile *string, bandwidth stri
 		case name == "--bandwidth":
 			if !hasValue {
 				if i+1 >= len(args) {
-					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected node or all", Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
+					return false, nil, "", nil, &userr.InputError{Where: a, Problem: "expected node or all", Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
 				}
 				i++
 				value = args[i]
 			}
 			if value != preflight.BandwidthNode && value != preflight.BandwidthAll {
-				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: fmt.Sprintf("%q is not node or all", value),
+				return false, nil, "", nil, &userr.InputError{Where: name, Problem: fmt.Sprintf("%q is not node or all", value),
 					Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
 			}
 			bandwidth = value
 		case name == "--topo-file" || name == "--topo_file":
 			if !hasValue {
 				if i+1 >= len(args) {
-					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
+					return false, nil, "", nil, &userr.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
 				}
 				i++
 				value = args[i]
 			}
 			if value == "" {
-				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
+				return false, nil, "", nil, &userr.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
 			}
 			topoFile = &value
 		case a == "--":

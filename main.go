@@ -23,6 +23,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
@@ -49,7 +50,7 @@ func main() {
 
 // exitCode is the one place errors become exit codes.
 func exitCode(err error) int {
-	var input *envplan.InputError
+	var input *userr.InputError
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
 	switch {
@@ -58,7 +59,7 @@ func exitCode(err error) int {
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary
 	case errors.Is(err, launch.ErrInterrupted):
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+		fmt.Fprintln(os.Stderr, "gorun:", userr.Printable(err.Error()))
 		return exitInterrupted
 	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
 		// cli.Exit from the hidden subcommands; a command gorun ran that
@@ -67,10 +68,10 @@ func exitCode(err error) int {
 	case errors.As(err, &input), errors.Is(err, errPreflightFailed),
 		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, errUnreachable),
 		errors.Is(err, errSSHSettings):
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+		fmt.Fprintln(os.Stderr, "gorun:", userr.Printable(err.Error()))
 		return exitUsage
 	default:
-		fmt.Fprintln(os.Stderr, "gorun:", envplan.Printable(err.Error()))
+		fmt.Fprintln(os.Stderr, "gorun:", userr.Printable(err.Error()))
 		return exitFailure
 	}
 }

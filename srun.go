@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -24,10 +25,10 @@ func useSrun(o envplan.Options, hosts []envplan.Host) (bool, error) {
 	case "srun":
 		switch {
 		case !inAllocation:
-			return false, &envplan.InputError{Where: "--launcher srun", Problem: "gorun is not inside a Slurm allocation (SLURM_JOB_ID is not set)",
+			return false, &userr.InputError{Where: "--launcher srun", Problem: "gorun is not inside a Slurm allocation (SLURM_JOB_ID is not set)",
 				Fix: "run gorun from an sbatch script or an salloc shell, or use --launcher ssh"}
 		case lookErr != nil:
-			return false, &envplan.InputError{Where: "--launcher srun", Problem: "srun is not on the PATH",
+			return false, &userr.InputError{Where: "--launcher srun", Problem: "srun is not on the PATH",
 				Fix: "add Slurm's bin directory to PATH, or use --launcher ssh"}
 		}
 		return len(hosts) > 0, nil

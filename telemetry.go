@@ -17,6 +17,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/telemetry"
 )
@@ -65,7 +66,7 @@ func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string) (*
 	o := cl.Gorun
 	if o.TelemetryInterval <= 0 {
 		if o.Telemetry != "" || o.Report != "" {
-			return nil, &envplan.InputError{Where: "--telemetry-interval 0", Problem: "turns GPU telemetry off, and --telemetry or --report needs it",
+			return nil, &userr.InputError{Where: "--telemetry-interval 0", Problem: "turns GPU telemetry off, and --telemetry or --report needs it",
 				Fix: "drop --telemetry-interval 0, or drop --telemetry and --report"}
 		}
 		return nil, nil
@@ -79,7 +80,7 @@ func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string) (*
 	if o.Telemetry != "" {
 		f, err := os.Create(o.Telemetry)
 		if err != nil {
-			return nil, &envplan.InputError{Where: "--telemetry", Problem: err.Error(), Fix: "give a file path gorun can write"}
+			return nil, &userr.InputError{Where: "--telemetry", Problem: err.Error(), Fix: "give a file path gorun can write"}
 		}
 		g.file, g.jsonl = f, telemetry.NewJSONL(f)
 	}
@@ -150,7 +151,7 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 		if g.report != nil {
 			g.report.Notice(node, f.Notice)
 		}
-		return fmt.Sprintf("gorun: %s: %s; GPU telemetry is off there\n", node, envplan.Printable(f.Notice))
+		return fmt.Sprintf("gorun: %s: %s; GPU telemetry is off there\n", node, userr.Printable(f.Notice))
 	}
 	if f.Sample == nil {
 		return ""
@@ -169,7 +170,7 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 		if g.report != nil {
 			g.report.Finding(fd)
 		}
-		msg.WriteString(envplan.Printable(fd.String()))
+		msg.WriteString(userr.Printable(fd.String()))
 		msg.WriteByte('\n')
 	}
 	return msg.String()
@@ -218,7 +219,7 @@ func (g *gpuWatch) finish(res launch.Result, runErr error, diag io.Writer) {
 	}
 	result := fmt.Sprintf("succeeded after %d attempt(s)", res.Attempts)
 	if runErr != nil {
-		result = fmt.Sprintf("did not succeed after %d attempt(s): %s", res.Attempts, envplan.Printable(runErr.Error()))
+		result = fmt.Sprintf("did not succeed after %d attempt(s): %s", res.Attempts, userr.Printable(runErr.Error()))
 		if res.Failure != nil {
 			result += fmt.Sprintf(" (last failure: %s, %s)", res.Failure.Node, res.Failure.Reason)
 		}

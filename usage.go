@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/urfave/cli/v2"
 )
 
@@ -13,13 +14,13 @@ import (
 // into an input error (exit 2) that says how the command is used.
 func usageError(where, fix string) cli.OnUsageErrorFunc {
 	return func(_ *cli.Context, err error, _ bool) error {
-		return &envplan.InputError{Where: where, Problem: err.Error(), Fix: fix}
+		return &userr.InputError{Where: where, Problem: err.Error(), Fix: fix}
 	}
 }
 
 // noArguments refuses an argument given to a subcommand that takes none.
 func noArguments(where, arg string) error {
-	return &envplan.InputError{Where: where, Problem: fmt.Sprintf("takes no arguments, and %q was given", arg),
+	return &userr.InputError{Where: where, Problem: fmt.Sprintf("takes no arguments, and %q was given", arg),
 		Fix: "give options only; " + where + " --help lists them"}
 }
 

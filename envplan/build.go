@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // localHost names the single node of local mode (no hosts given). Facts for
@@ -27,7 +29,7 @@ const defaultMasterPort = 29500
 // rendezvous), --nproc-per-node from the host's slots, and --max-restarts=0,
 // since gorun restarts the whole group itself.
 //
-// Errors caused by the spec are *InputError.
+// Errors caused by the spec are *userr.InputError.
 func Build(spec Spec, facts Facts) (Plan, error) {
 	b, err := newBuilder(spec, facts)
 	if err != nil {
@@ -104,7 +106,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		b.hosts = []Host{{Name: localHost}}
 	}
 	if spec.Torchrun.TrainingScript == "" {
-		return nil, &InputError{
+		return nil, &userr.InputError{
 			Where:   "training_script",
 			Problem: "no training script given",
 			Fix:     "name the script (or module, with -m) after the options: gorun [options] train.py [args]",
@@ -147,7 +149,7 @@ func (b *builder) decideRendezvous() error {
 
 	if b.head {
 		if c.Standalone && n > 1 {
-			return &InputError{
+			return &userr.InputError{
 				Where:   "--standalone",
 				Problem: fmt.Sprintf("--standalone runs a single-node job, but %d hosts were given", n),
 				Fix:     "drop --standalone, or give one host",
@@ -162,16 +164,16 @@ func (b *builder) decideRendezvous() error {
 		}
 		c.NNodesMin, c.NNodesMax = b.nnodesMin, b.nnodesMax
 		if _, p := splitEndpoint(c.RdzvEndpoint); b.endpoint && p == "0" && n > 1 {
-			return &InputError{
+			return &userr.InputError{
 				Where:   b.givenAs("rdzv_endpoint"),
-				Problem: fmt.Sprintf("port 0 in %s lets the store listen on a port that the other %d nodes never learn", quote(c.RdzvEndpoint), n-1),
+				Problem: fmt.Sprintf("port 0 in %s lets the store listen on a port that the other %d nodes never learn", userr.Quote(c.RdzvEndpoint), n-1),
 				Fix:     "give a port number; port 0 suits only a single-node c10d rendezvous",
 			}
 		}
 	} else if b.static && c.NodeRank >= c.NNodesMax {
 		// torchrun's static rendezvous would wait for a rank that
 		// cannot exist; in head-node mode gorun numbers the nodes itself.
-		return &InputError{
+		return &userr.InputError{
 			Where:   b.givenAs("node_rank"),
 			Problem: fmt.Sprintf("node rank %d is not below the node count %d", c.NodeRank, c.NNodesMax),
 			Fix:     fmt.Sprintf("give --node-rank from 0 to %d, or raise --nnodes", c.NNodesMax-1),
@@ -261,13 +263,13 @@ func (b *builder) checkNNodes(n int) error {
 	}
 	switch {
 	case lo == hi && hi != n:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("--nnodes=%s but %d hosts were given", given, n),
 			Fix:     "drop --nnodes (gorun sets it from the hosts) or give that many hosts",
 		}
 	case b.static && n > hi:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("static rendezvous waits for --nnodes maximum %d, but %d hosts were given", hi, n),
 			Fix:     "give at most that many hosts, or use --rdzv-backend=c10d, where extra nodes wait as spares",
@@ -278,7 +280,7 @@ func (b *builder) checkNNodes(n int) error {
 		// that fails its checks before a restart.
 		b.note(NoteInfo, "--nnodes=%s with a static rendezvous: torchrun gets --nnodes=%d, the hosts of this attempt; on a restart gorun drops a node that fails its checks while at least %d remain", given, n, lo)
 	case n < lo:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("--nnodes=%s needs at least %d nodes, but %d hosts were given", given, lo, n),
 			Fix:     "give more hosts or lower the minimum",

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // hasNote reports whether some note of the level contains every fragment.
@@ -108,12 +110,12 @@ func TestBuildInputErrors(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Build(tt.spec(), nil)
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("Build error = %v, want *InputError", err)
+				t.Fatalf("Build error = %v, want *userr.InputError", err)
 			}
 			if ie.Where != tt.where || ie.Fix == "" {
-				t.Errorf("InputError = %+v, want Where %q and a fix", ie, tt.where)
+				t.Errorf("userr.InputError = %+v, want Where %q and a fix", ie, tt.where)
 			}
 			if strings.Contains(err.Error(), "secret-token") {
 				t.Errorf("error shows the --env value: %v", err)
@@ -591,7 +593,7 @@ func TestBuildChecksByMode(t *testing.T) {
 				s.Hosts = hosts(tt.hosts)
 			}
 			_, err := Build(s, nil)
-			var ie *InputError
+			var ie *userr.InputError
 			if tt.ok && err != nil || !tt.ok && !errors.As(err, &ie) {
 				t.Errorf("Build: %v, want ok %v", err, tt.ok)
 			}

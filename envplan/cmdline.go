@@ -11,6 +11,8 @@ import (
 	"strings"
 	"time"
 	"unicode"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // ErrHelp is returned by ParseCommandLine when the user asked for help
@@ -32,7 +34,7 @@ const placeholderRdzvID = "00000000-0000-4000-8000-000000000000"
 // args...]`, with torchrun 2.11's argparse rules (prefixes, both spellings,
 // PET_<DEST> defaults read through getenv). A --standalone run gets a fresh
 // random uuid4 as its rendezvous id, like torchrun. Errors caused by the input
-// are *InputError; -h/--help returns ErrHelp.
+// are *userr.InputError; -h/--help returns ErrHelp.
 func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, error) {
 	return ParseCommandLineWith(argv, getenv, newUUID4)
 }
@@ -419,14 +421,14 @@ func (p *parser) setScript(script string, args []string) {
 
 func (p *parser) finishArgv() error {
 	if !p.haveScript {
-		return &InputError{
+		return &userr.InputError{
 			Where:   "training_script",
 			Problem: "the training script is missing",
 			Fix:     "put it after the options: gorun [options] train.py [script args]",
 		}
 	}
 	if p.script == "" {
-		return &InputError{Where: "training_script", Problem: "the training script is an empty string", Fix: "name the script or module to run"}
+		return &userr.InputError{Where: "training_script", Problem: "the training script is an empty string", Fix: "name the script or module to run"}
 	}
 	if len(p.unknown) > 0 {
 		const listed = 5
@@ -437,7 +439,7 @@ func (p *parser) finishArgv() error {
 		if len(p.unknown) > listed {
 			shown = append(shown, fmt.Sprintf("and %d more", len(p.unknown)-listed))
 		}
-		return &InputError{
+		return &userr.InputError{
 			Where:   unknownOption(p.unknown[0]),
 			Problem: "unrecognized arguments: " + strings.Join(shown, " "),
 			Fix:     "see gorun --help; options go before the training script, its own arguments after it",
@@ -448,12 +450,12 @@ func (p *parser) finishArgv() error {
 
 // unknownOption shows an unrecognized option in an error: the part after
 // '=' is left out, since the option may be a mistyped --env with a secret
-// as its value, and the rest is cut to maxEcho runes.
+// as its value, and the rest is cut to userr.MaxEcho runes.
 func unknownOption(tok string) string {
 	if name, _, ok := strings.Cut(tok, "="); ok {
-		return echo(name) + "=…"
+		return userr.Echo(name) + "=…"
 	}
-	return echo(tok)
+	return userr.Echo(tok)
 }
 
 func ambiguousError(m match) error {
@@ -463,7 +465,7 @@ func ambiguousError(m match) error {
 			names = append(names, s.canonical())
 		}
 	}
-	return &InputError{
+	return &userr.InputError{
 		Where:   m.typed,
 		Problem: "ambiguous option: could match " + strings.Join(names, ", "),
 		Fix:     "write more of the option's name",
@@ -481,9 +483,9 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 			if m.hasExplicit {
 				long := len(m.typed) > 1 && m.typed[1] == '-'
 				if long || m.sep || m.explicit == "" || m.explicit[0] == '-' {
-					return i, &InputError{
+					return i, &userr.InputError{
 						Where:   m.typed,
-						Problem: fmt.Sprintf("takes no value (ignored explicit argument %s)", quote(m.explicit)),
+						Problem: fmt.Sprintf("takes no value (ignored explicit argument %s)", userr.Quote(m.explicit)),
 						Fix:     "write " + m.typed + " alone",
 					}
 				}
@@ -536,7 +538,7 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 }
 
 func missingValue(typed string) error {
-	return &InputError{
+	return &userr.InputError{
 		Where:   typed,
 		Problem: "expected one argument",
 		Fix:     fmt.Sprintf("write %s VALUE, or %s=VALUE when the value starts with '-'", typed, typed),
@@ -568,17 +570,17 @@ func checkType(s *optionSpec, where, value string) error {
 	switch s.typ {
 	case typeInt:
 		if _, ok := pyInt(value); !ok {
-			return &InputError{Where: where, Problem: fmt.Sprintf("invalid int value: %s", quote(value)), Fix: "give a whole number"}
+			return &userr.InputError{Where: where, Problem: fmt.Sprintf("invalid int value: %s", userr.Quote(value)), Fix: "give a whole number"}
 		}
 	case typeFloat:
 		if _, ok := pyFloat(value); !ok {
-			return &InputError{Where: where, Problem: fmt.Sprintf("invalid float value: %s", quote(value)), Fix: "give a number of seconds, e.g. 0.5"}
+			return &userr.InputError{Where: where, Problem: fmt.Sprintf("invalid float value: %s", userr.Quote(value)), Fix: "give a number of seconds, e.g. 0.5"}
 		}
 	}
 	if s.choices != nil && !contains(s.choices, value) {
-		return &InputError{
+		return &userr.InputError{
 			Where:   where,
-			Problem: fmt.Sprintf("invalid choice: %s", quote(value)),
+			Problem: fmt.Sprintf("invalid choice: %s", userr.Quote(value)),
 			Fix:     "choose from " + strings.Join(s.choices, ", "),
 		}
 	}
@@ -601,21 +603,21 @@ var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 func checkEnvFlag(where, value string) error {
 	key, _, ok := strings.Cut(value, "=")
 	if !ok {
-		return &InputError{
+		return &userr.InputError{
 			Where:   where,
 			Problem: "expected KEY=VALUE, and there is no '=' (the value is not shown: it may be a secret)",
 			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
 		}
 	}
 	if !envKey.MatchString(key) {
-		return &InputError{
+		return &userr.InputError{
 			Where:   where,
-			Problem: fmt.Sprintf("expected KEY=VALUE, and %s is not a valid variable name", quote(key)),
+			Problem: fmt.Sprintf("expected KEY=VALUE, and %s is not a valid variable name", userr.Quote(key)),
 			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
 		}
 	}
 	if fix, set := torchrunWorkerVar(key); set {
-		return &InputError{
+		return &userr.InputError{
 			Where:   where,
 			Problem: fmt.Sprintf("torchrun sets %s for every worker itself, over any value given here", key),
 			Fix:     fix,
@@ -678,7 +680,7 @@ func checkEndpoint(s setting, backend string, nnodesMax int) error {
 		return nil
 	}
 	bad := func(problem, fix string) error {
-		return &InputError{Where: s.where, Problem: problem, Fix: fix}
+		return &userr.InputError{Where: s.where, Problem: problem, Fix: fix}
 	}
 	ep := pyStrip(s.value)
 	if ep == "" {
@@ -689,25 +691,25 @@ func checkEndpoint(s setting, backend string, nnodesMax int) error {
 	case strings.HasPrefix(ep, "["):
 		end := strings.IndexByte(ep, ']')
 		if end < 0 {
-			return bad(fmt.Sprintf("unclosed '[' in %s", quote(ep)), "write an IPv6 endpoint as [ADDRESS]:PORT, e.g. [::1]:29500")
+			return bad(fmt.Sprintf("unclosed '[' in %s", userr.Quote(ep)), "write an IPv6 endpoint as [ADDRESS]:PORT, e.g. [::1]:29500")
 		}
 		host = ep[1:end]
 		if a, err := netip.ParseAddr(host); err != nil || !a.Is6() {
-			return bad(fmt.Sprintf("%s in brackets is not an IPv6 address", quote(host)), "use brackets only around IPv6 addresses")
+			return bad(fmt.Sprintf("%s in brackets is not an IPv6 address", userr.Quote(host)), "use brackets only around IPv6 addresses")
 		}
 		switch rest := ep[end+1:]; {
 		case rest == "":
 		case rest[0] == ':':
 			port, hasPort = rest[1:], true
 		default:
-			return bad(fmt.Sprintf("unexpected %s after ']'", quote(rest)), "write [ADDRESS]:PORT")
+			return bad(fmt.Sprintf("unexpected %s after ']'", userr.Quote(rest)), "write [ADDRESS]:PORT")
 		}
 	case strings.Count(ep, ":") > 1:
-		return bad(fmt.Sprintf("%s has more than one ':'", quote(ep)), "put an IPv6 address in brackets: [::1]:29500")
+		return bad(fmt.Sprintf("%s has more than one ':'", userr.Quote(ep)), "put an IPv6 address in brackets: [::1]:29500")
 	default:
 		host, port, hasPort = strings.Cut(ep, ":")
 		if host == "" {
-			return bad(fmt.Sprintf("%s has no host before ':'", quote(ep)), "write HOST:PORT, e.g. node1:29500")
+			return bad(fmt.Sprintf("%s has no host before ':'", userr.Quote(ep)), "write HOST:PORT, e.g. node1:29500")
 		}
 	}
 	if problem, fix := hostNameProblem(host); problem != "" {
@@ -715,16 +717,16 @@ func checkEndpoint(s setting, backend string, nnodesMax int) error {
 	}
 	if !hasPort {
 		if backend == "static" {
-			return bad(fmt.Sprintf("%s has no port, and the static rendezvous needs one", quote(ep)), "write HOST:PORT, or use --master-addr and --master-port")
+			return bad(fmt.Sprintf("%s has no port, and the static rendezvous needs one", userr.Quote(ep)), "write HOST:PORT, or use --master-addr and --master-port")
 		}
 		return nil
 	}
 	n, err := strconv.Atoi(port)
 	if port == "" || len(port) > 5 || strings.Trim(port, "0123456789") != "" || err != nil || n > 65535 {
-		return bad(fmt.Sprintf("the port of %s is not a number from 0 to 65535", quote(ep)), "write HOST:PORT, e.g. node1:29500")
+		return bad(fmt.Sprintf("the port of %s is not a number from 0 to 65535", userr.Quote(ep)), "write HOST:PORT, e.g. node1:29500")
 	}
 	if n == 0 && (backend != "c10d" || nnodesMax > 1) {
-		return bad(fmt.Sprintf("port 0 in %s lets the store listen on a port that no other node learns", quote(ep)),
+		return bad(fmt.Sprintf("port 0 in %s lets the store listen on a port that no other node learns", userr.Quote(ep)),
 			"give a port number; port 0 suits only a single-node c10d rendezvous (as --standalone uses)")
 	}
 	return nil
@@ -742,7 +744,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 		return nil
 	}
 	if value == "" {
-		return &InputError{Where: typed, Problem: "empty value", Fix: "give a value or leave " + s.canonical() + " out"}
+		return &userr.InputError{Where: typed, Problem: "empty value", Fix: "give a value or leave " + s.canonical() + " out"}
 	}
 	if err := checkType(s, typed, value); err != nil {
 		return err
@@ -778,7 +780,7 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "ssh_port":
 		n, err := strconv.Atoi(value)
 		if err != nil || n < 1 || n > 65535 {
-			return &InputError{Where: typed, Problem: fmt.Sprintf("invalid port %s", quote(value)), Fix: "give a port number from 1 to 65535"}
+			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("invalid port %s", userr.Quote(value)), Fix: "give a port number from 1 to 65535"}
 		}
 		o.SSHPort = n
 	case "ssh_identity":
@@ -796,14 +798,14 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 	case "telemetry_interval":
 		d, err := parseDuration(value)
 		if err != nil || d < MinTelemetryInterval && d != 0 {
-			return &InputError{Where: typed, Problem: fmt.Sprintf("%s is not a sampling period of at least %v", quote(value), MinTelemetryInterval),
+			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a sampling period of at least %v", userr.Quote(value), MinTelemetryInterval),
 				Fix: "give a period such as 1s or 500ms (plain numbers are seconds; the default is 1s); 0 turns GPU telemetry off"}
 		}
 		o.TelemetryInterval = d
 	case "hang_timeout":
 		d, err := parseDuration(value)
 		if err != nil {
-			return &InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", quote(value)),
+			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", userr.Quote(value)),
 				Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
 		}
 		o.HangTimeout = d
@@ -813,14 +815,14 @@ func (p *parser) applyGorun(s *optionSpec, typed, value string) error {
 
 func (p *parser) checkGorun() error {
 	if p.gorun.Include != "" && p.gorun.Exclude != "" {
-		return &InputError{
+		return &userr.InputError{
 			Where:   p.excludeFrom,
 			Problem: "cannot be combined with " + p.includeFrom,
 			Fix:     "use either --include or --exclude",
 		}
 	}
 	if p.formatFrom != "" && !p.gorun.DryRun {
-		return &InputError{
+		return &userr.InputError{
 			Where:   p.formatFrom,
 			Problem: "says how --dry-run prints the plan, and --dry-run was not given",
 			Fix:     "add --dry-run to print the plan without running, or drop " + p.formatFrom,
@@ -845,9 +847,9 @@ func (p *parser) applyEnv(getenv func(string) string) error {
 		if s.kind == kindFlag {
 			n, ok := pyInt(raw)
 			if !ok {
-				return &InputError{
+				return &userr.InputError{
 					Where:   name,
-					Problem: fmt.Sprintf("%s is not an integer (torchrun reads it as bool(int(value)))", quote(raw)),
+					Problem: fmt.Sprintf("%s is not an integer (torchrun reads it as bool(int(value)))", userr.Quote(raw)),
 					Fix:     fmt.Sprintf("set %s=1 to turn %s on, 0 or unset to leave it off", name, s.canonical()),
 				}
 			}
@@ -926,7 +928,7 @@ func (p *parser) config(newID func() string) (Config, error) {
 		return Config{}, err
 	}
 	if addr := p.get("master_addr", "127.0.0.1"); pyStrip(addr.value) == "" {
-		return Config{}, &InputError{
+		return Config{}, &userr.InputError{
 			Where:   addr.where,
 			Problem: "the master address is empty",
 			Fix:     "give node 0's host name or address, or leave --master-addr out (torchrun's default is 127.0.0.1)",
@@ -944,7 +946,7 @@ func (p *parser) config(newID func() string) (Config, error) {
 		return Config{}, err
 	}
 	if c.NoPython && c.Module && !c.RunPath {
-		return Config{}, &InputError{
+		return Config{}, &userr.InputError{
 			Where:   p.get("no_python", "").where,
 			Problem: "Don't use both the '--no-python' flag and the '--module' flag at the same time.",
 			Fix:     "drop -m/--module to run the script directly, or drop --no-python to run it with python -m",
@@ -983,17 +985,17 @@ func (p *parser) config(newID func() string) (Config, error) {
 // `assert 0 < min_nodes <= max_nodes`.
 func parseNNodes(s setting) (int, int, error) {
 	bad := func(problem string) (int, int, error) {
-		return 0, 0, &InputError{Where: s.where, Problem: problem, Fix: "give a node count N or a range MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4"}
+		return 0, 0, &userr.InputError{Where: s.where, Problem: problem, Fix: "give a node count N or a range MIN:MAX with 1 <= MIN <= MAX, e.g. 2 or 1:4"}
 	}
 	parts := strings.Split(s.value, ":")
 	if len(parts) > 2 {
-		return bad(fmt.Sprintf("nnodes=%s is not in \"MIN:MAX\" format", echo(s.value)))
+		return bad(fmt.Sprintf("nnodes=%s is not in \"MIN:MAX\" format", userr.Echo(s.value)))
 	}
 	var nums [2]int
 	for i, part := range parts {
 		n, ok := pyInt(part)
 		if !ok || n > math.MaxInt32 || n < math.MinInt32 {
-			return bad(fmt.Sprintf("%s is not a whole number", quote(part)))
+			return bad(fmt.Sprintf("%s is not a whole number", userr.Quote(part)))
 		}
 		nums[i] = int(n)
 	}
@@ -1002,10 +1004,10 @@ func parseNNodes(s setting) (int, int, error) {
 		hi = nums[1]
 	}
 	if lo < 1 {
-		return bad(fmt.Sprintf("nnodes=%s: the minimum must be at least 1", echo(s.value)))
+		return bad(fmt.Sprintf("nnodes=%s: the minimum must be at least 1", userr.Echo(s.value)))
 	}
 	if lo > hi {
-		return bad(fmt.Sprintf("nnodes=%s: the minimum is larger than the maximum", echo(s.value)))
+		return bad(fmt.Sprintf("nnodes=%s: the minimum is larger than the maximum", userr.Echo(s.value)))
 	}
 	return lo, hi, nil
 }
@@ -1015,7 +1017,7 @@ func parseNNodes(s setting) (int, int, error) {
 func parseNProc(s setting) (string, error) {
 	if n, ok := pyInt(s.value); ok {
 		if n < 1 || n > math.MaxInt32 {
-			return "", &InputError{Where: s.where, Problem: fmt.Sprintf("%s workers per node is not possible", echo(s.value)), Fix: "give at least 1"}
+			return "", &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s workers per node is not possible", userr.Echo(s.value)), Fix: "give at least 1"}
 		}
 		return strconv.FormatInt(n, 10), nil
 	}
@@ -1023,9 +1025,9 @@ func parseNProc(s setting) (string, error) {
 	case "auto", "cpu", "gpu", "xpu":
 		return s.value, nil
 	}
-	return "", &InputError{
+	return "", &userr.InputError{
 		Where:   s.where,
-		Problem: fmt.Sprintf("unsupported nproc_per_node value: %s", quote(s.value)),
+		Problem: fmt.Sprintf("unsupported nproc_per_node value: %s", userr.Quote(s.value)),
 		Fix:     "give a positive integer or one of auto, cpu, gpu, xpu",
 	}
 }
@@ -1033,10 +1035,10 @@ func parseNProc(s setting) (string, error) {
 func intAtLeast(s setting, lo, hi int64) (int, error) {
 	n, ok := pyInt(s.value)
 	if !ok {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", quote(s.value)), Fix: "give a whole number"}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", userr.Quote(s.value)), Fix: "give a whole number"}
 	}
 	if n < lo || n > hi {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", echo(s.value)), Fix: fmt.Sprintf("give a number from %d to %d", lo, hi)}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", userr.Echo(s.value)), Fix: fmt.Sprintf("give a number from %d to %d", lo, hi)}
 	}
 	return int(n), nil
 }
@@ -1049,11 +1051,11 @@ func masterPort(s setting) (int, error) {
 	n, ok := pyInt(s.value)
 	switch {
 	case !ok:
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", quote(s.value)), Fix: fix}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("invalid int value: %s", userr.Quote(s.value)), Fix: fix}
 	case n == 0:
-		return 0, &InputError{Where: s.where, Problem: "port 0 would let node 0 listen on a port that no other process learns", Fix: fix}
+		return 0, &userr.InputError{Where: s.where, Problem: "port 0 would let node 0 listen on a port that no other process learns", Fix: fix}
 	case n < 1 || n > 65535:
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", echo(s.value)), Fix: fix}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s is out of range", userr.Echo(s.value)), Fix: fix}
 	}
 	return int(n), nil
 }
@@ -1061,11 +1063,11 @@ func masterPort(s setting) (int, error) {
 func parseInterval(s setting) (float64, error) {
 	f, ok := pyFloat(s.value)
 	if !ok {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("invalid float value: %s", quote(s.value)), Fix: "give a number of seconds, e.g. 0.5"}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("invalid float value: %s", userr.Quote(s.value)), Fix: "give a number of seconds, e.g. 0.5"}
 	}
 	// time.sleep refuses these once torchrun runs; JSON cannot carry NaN.
 	if math.IsNaN(f) || math.IsInf(f, 0) || f < 0 {
-		return 0, &InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a usable interval", echo(s.value)), Fix: "give a finite number of seconds >= 0, e.g. 0.5"}
+		return 0, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a usable interval", userr.Echo(s.value)), Fix: "give a finite number of seconds >= 0, e.g. 0.5"}
 	}
 	return f, nil
 }
@@ -1081,9 +1083,9 @@ func checkStd(s setting) error {
 	if stdValue.MatchString(s.value) || stdMapping.MatchString(s.value) {
 		return nil
 	}
-	return &InputError{
+	return &userr.InputError{
 		Where:   s.where,
-		Problem: fmt.Sprintf("%s is not a stream selector", quote(s.value)),
+		Problem: fmt.Sprintf("%s is not a stream selector", userr.Quote(s.value)),
 		Fix:     "give 0 (none), 1 (stdout), 2 (stderr) or 3 (both), or per local rank as 0:1,1:2",
 	}
 }
@@ -1094,7 +1096,7 @@ func checkRanksFilter(s setting) error {
 	}
 	for _, part := range strings.Split(s.value, ",") {
 		if _, ok := pyInt(part); !ok {
-			return &InputError{
+			return &userr.InputError{
 				Where:   s.where,
 				Problem: "--local_ranks_filter must be a comma-separated list of integers",
 				Fix:     "e.g. --local-ranks-filter=0,1,2",
@@ -1116,7 +1118,7 @@ func parseRdzvConf(s setting) (map[string]string, error) {
 		key, value, hasValue := strings.Cut(kv, "=")
 		key = pyStrip(key)
 		if key == "" {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   s.where,
 				Problem: "The rendezvous configuration string must be in format <key1>=<value1>,...,<keyN>=<valueN>.",
 				Fix:     "e.g. --rdzv-conf=join_timeout=900,read_timeout=60",
@@ -1124,10 +1126,10 @@ func parseRdzvConf(s setting) (map[string]string, error) {
 		}
 		value = pyStrip(value)
 		if !hasValue || value == "" {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   s.where,
-				Problem: fmt.Sprintf("The rendezvous configuration option '%s' must have a value specified.", echo(key)),
-				Fix:     fmt.Sprintf("write %s=VALUE", echo(key)),
+				Problem: fmt.Sprintf("The rendezvous configuration option '%s' must have a value specified.", userr.Echo(key)),
+				Fix:     fmt.Sprintf("write %s=VALUE", userr.Echo(key)),
 			}
 		}
 		conf[key] = value

@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // defaultConfig is torchrun 2.11's configuration for `torchrun SCRIPT ARGS...`
@@ -491,9 +493,9 @@ func TestParseCommandLineRefuses(t *testing.T) {
 			if err == nil {
 				t.Fatalf("ParseCommandLineWith(%q) = %+v, want an error", tc.argv, got.Torchrun)
 			}
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("error %v (%T) is not an *InputError", err, err)
+				t.Fatalf("error %v (%T) is not an *userr.InputError", err, err)
 			}
 			if ie.Where != tc.where {
 				t.Errorf("Where = %q, want %q (%v)", ie.Where, tc.where, err)
@@ -860,15 +862,15 @@ func FuzzParseCommandLine(f *testing.F) {
 		}
 		cl, err := ParseCommandLineWith(argv, envOf(env), fixedID)
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.Is(err, ErrHelp) && (!errors.As(err, &ie) || ie.Where == "" || ie.Problem == "") {
-				t.Fatalf("%q: error %v (%T) is neither ErrHelp nor a complete *InputError", argv, err, err)
+				t.Fatalf("%q: error %v (%T) is neither ErrHelp nor a complete *userr.InputError", argv, err, err)
 			}
 			msg := err.Error()
-			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) {
+			if strings.ContainsFunc(msg, userr.UnsafeRune) || !utf8.ValidString(msg) {
 				t.Fatalf("%q: message %q holds a control character or invalid UTF-8", argv, msg)
 			}
-			// Each echo is cut to maxEcho runes; the longest fixed text
+			// Each echo is cut to userr.MaxEcho runes; the longest fixed text
 			// is the list of every option an ambiguous "--" matches.
 			if len(msg) > 4096 {
 				t.Fatalf("%q: message of %d bytes", argv, len(msg))
@@ -983,7 +985,7 @@ func TestTorchrunVarFix(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseCommandLineWith([]string{"--env", tt.name + "=x", "train.py"}, nil, fixedID)
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || !strings.Contains(ie.Fix, tt.fix) {
 				t.Errorf("error %v: want a fix naming %s", err, tt.fix)
 			}
@@ -1082,9 +1084,9 @@ func TestErrorsDoNotEchoEnvValues(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("error %v is not an *InputError", err)
+				t.Fatalf("error %v is not an *userr.InputError", err)
 			}
 			for _, s := range []string{err.Error(), ie.Where, ie.Problem, ie.Fix} {
 				if strings.Contains(s, secret[2:]) {
@@ -1138,7 +1140,7 @@ func TestParseErrorsEscapeControls(t *testing.T) {
 			if !strings.Contains(msg, tt.want) {
 				t.Errorf("message %q lacks %q", msg, tt.want)
 			}
-			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) {
+			if strings.ContainsFunc(msg, userr.UnsafeRune) || !utf8.ValidString(msg) {
 				t.Errorf("message %q holds a control character or invalid UTF-8", msg)
 			}
 		})

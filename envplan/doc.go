@@ -9,6 +9,6 @@
 // golden-test and cheap to rebuild. Nothing here blocks, so nothing takes a
 // context; every function is safe for concurrent use.
 //
-// Errors caused by the user's input are *InputError values: they say what is
+// Errors caused by the user's input are *userr.InputError values: they say what is
 // wrong, where, and how to fix it, and main maps them to exit code 2.
 package envplan

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // Host is one node of the job, in launch order.
@@ -41,12 +43,12 @@ const hostNameFix = "use a host name (letters, digits, '-' and '.'), an IPv4 add
 // inet_aton's short forms. No accepted name starts with '-', so ssh never
 // reads one as an option.
 //
-// fix is a suggestion for the InputError the caller builds.
+// fix is a suggestion for the userr.InputError the caller builds.
 func hostNameProblem(name string) (problem, fix string) {
 	if name == "" {
 		return "empty host name", hostNameFix
 	}
-	q := quote(name)
+	q := userr.Quote(name)
 	if a, err := netip.ParseAddr(name); err == nil {
 		for _, c := range []byte(a.Zone()) {
 			if !labelByte(c) {
@@ -86,7 +88,7 @@ func hostNameProblem(name string) (problem, fix string) {
 		case len(l) > maxHostLabel:
 			return fmt.Sprintf("host name %s has a label of %d characters; the limit is %d", q, len(l), maxHostLabel), hostNameFix
 		case l[0] == '-' || l[len(l)-1] == '-':
-			return fmt.Sprintf("host name %s has label %s, which starts or ends with '-'", q, quote(l)), hostNameFix
+			return fmt.Sprintf("host name %s has label %s, which starts or ends with '-'", q, userr.Quote(l)), hostNameFix
 		}
 	}
 	if strings.Trim(labels[len(labels)-1], "0123456789") == "" {
@@ -134,12 +136,12 @@ func hostKey(name string) string {
 // differ.
 func duplicateProblem(name, first, firstAt string) string {
 	if name == first {
-		return fmt.Sprintf("duplicate host %s (first %s)", quote(name), firstAt)
+		return fmt.Sprintf("duplicate host %s (first %s)", userr.Quote(name), firstAt)
 	}
 	if hostKey(name) == localKey {
-		return fmt.Sprintf("duplicate host %s: it and %s %s both name this machine", quote(name), quote(first), firstAt)
+		return fmt.Sprintf("duplicate host %s: it and %s %s both name this machine", userr.Quote(name), userr.Quote(first), firstAt)
 	}
-	return fmt.Sprintf("duplicate host %s (the same host as %s %s)", quote(name), quote(first), firstAt)
+	return fmt.Sprintf("duplicate host %s (the same host as %s %s)", userr.Quote(name), userr.Quote(first), firstAt)
 }
 
 // firstSeen records where a host was first listed, for duplicateProblem.

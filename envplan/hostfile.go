@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // ParseHostfile parses a hostfile named name (used only in error locations)
@@ -22,7 +24,7 @@ import (
 // anywhere); UTF-16 (a byte order mark or NUL bytes) and bytes that are not
 // UTF-8 are refused. A duplicate host (localhost, 127.0.0.1 and ::1 are
 // one), a bad host name, a stray word, a missing or zero count, max_slots
-// below slots, or a file without any host is an InputError located as
+// below slots, or a file without any host is a userr.InputError located as
 // "name:line:col".
 func ParseHostfile(name string, data []byte) ([]Host, error) {
 	lines, err := hostfileLines(name, data)
@@ -50,7 +52,7 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 		}
 		key := hostKey(h.Name)
 		if first, dup := seen[key]; dup {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   where(firstField(line)),
 				Problem: duplicateProblem(h.Name, first.name, first.at),
 				Fix:     "list each host once with its total slots",
@@ -60,7 +62,7 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 		hosts = append(hosts, h)
 	}
 	if len(hosts) == 0 {
-		return nil, &InputError{
+		return nil, &userr.InputError{
 			Where:   name,
 			Problem: "hostfile lists no hosts",
 			Fix:     `write one "host slots=N" per line`,
@@ -77,7 +79,7 @@ const utf8BOM = "\xef\xbb\xbf"
 func hostfileLines(name string, data []byte) ([]string, error) {
 	const fix = "save the file as UTF-8, e.g. iconv -f UTF-16 -t UTF-8 FILE"
 	if bytes.HasPrefix(data, []byte{0xff, 0xfe}) || bytes.HasPrefix(data, []byte{0xfe, 0xff}) {
-		return nil, &InputError{
+		return nil, &userr.InputError{
 			Where:   name + ":1:1",
 			Problem: fmt.Sprintf("the file is UTF-16 (it starts with the byte order mark %X)", data[:2]),
 			Fix:     fix,
@@ -94,7 +96,7 @@ func hostfileLines(name string, data []byte) ([]string, error) {
 		lines[i] = line
 		where := func(off int) string { return fmt.Sprintf("%s:%d:%d", name, i+1, off+1) }
 		if off := strings.IndexByte(line, 0); off >= 0 {
-			return nil, &InputError{Where: where(off), Problem: "NUL byte: the file looks like UTF-16, or is not text", Fix: fix}
+			return nil, &userr.InputError{Where: where(off), Problem: "NUL byte: the file looks like UTF-16, or is not text", Fix: fix}
 		}
 		if !utf8.ValidString(line) {
 			off := 0
@@ -105,7 +107,7 @@ func hostfileLines(name string, data []byte) ([]string, error) {
 				}
 				off += size
 			}
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   where(off),
 				Problem: fmt.Sprintf("byte 0x%02x is not valid UTF-8", line[off]),
 				Fix:     "save the file as UTF-8, e.g. iconv -f LATIN1 -t UTF-8 FILE",
@@ -183,22 +185,22 @@ func parseHostfileLine(line string, form hostfileForm, where func(col int) strin
 		switch {
 		case hasEq && key == "slots":
 			if slots != nil || countInName {
-				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: slots given twice", quote(h.Name)), Fix: "give the count once"}
+				return Host{}, formBlank, &userr.InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: slots given twice", userr.Quote(h.Name)), Fix: "give the count once"}
 			}
 			slots = w
 		case hasEq && (key == "max_slots" || key == "max-slots"):
 			if maxSlots != nil {
-				return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: max_slots given twice", quote(h.Name)), Fix: "give max_slots once"}
+				return Host{}, formBlank, &userr.InputError{Where: where(w.col), Problem: fmt.Sprintf("host %s: max_slots given twice", userr.Quote(h.Name)), Fix: "give max_slots once"}
 			}
 			maxSlots = w
 		default:
-			return Host{}, formBlank, &InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %s", quote(w.text)), Fix: form.fix()}
+			return Host{}, formBlank, &userr.InputError{Where: where(w.col), Problem: fmt.Sprintf("unexpected %s", userr.Quote(w.text)), Fix: form.fix()}
 		}
 	}
 	if slots != nil {
 		n, err := parseSlots(strings.TrimPrefix(slots.text, "slots="))
 		if err != nil {
-			return Host{}, formBlank, &InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %s: %v", quote(h.Name), err), Fix: `write "host slots=N" with N at least 1`}
+			return Host{}, formBlank, &userr.InputError{Where: where(slots.col), Problem: fmt.Sprintf("host %s: %v", userr.Quote(h.Name), err), Fix: `write "host slots=N" with N at least 1`}
 		}
 		h.Slots = n
 	}
@@ -206,10 +208,10 @@ func parseHostfileLine(line string, form hostfileForm, where func(col int) strin
 		_, value, _ := strings.Cut(maxSlots.text, "=")
 		m, err := parseSlots(value)
 		if err != nil {
-			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots: %v", quote(h.Name), err), Fix: "write max_slots=M with M at least slots"}
+			return Host{}, formBlank, &userr.InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots: %v", userr.Quote(h.Name), err), Fix: "write max_slots=M with M at least slots"}
 		}
 		if h.Slots > m {
-			return Host{}, formBlank, &InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots=%d is below slots=%d", quote(h.Name), m, h.Slots), Fix: "raise max_slots or lower slots"}
+			return Host{}, formBlank, &userr.InputError{Where: where(maxSlots.col), Problem: fmt.Sprintf("host %s: max_slots=%d is below slots=%d", userr.Quote(h.Name), m, h.Slots), Fix: "raise max_slots or lower slots"}
 		}
 	}
 	lineForm := formMPI

@@ -7,6 +7,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 func readHostfile(t *testing.T, name string) []byte {
@@ -165,9 +167,9 @@ func FuzzParseHostfile(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		hosts, err := ParseHostfile("hf", data)
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || !strings.HasPrefix(ie.Where, "hf") {
-				t.Fatalf("error %v is not an InputError located in hf", err)
+				t.Fatalf("error %v is not a userr.InputError located in hf", err)
 			}
 			return
 		}

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // maxSlots bounds the process count of one host. No node runs this many
@@ -15,7 +17,7 @@ const maxSlots = 1 << 16
 // order. It is the one entry point main uses. Precedence:
 //
 //  1. --hosts and --hostfile are mutually exclusive; giving both is an
-//     InputError. hostfileName non-empty means --hostfile was given, and
+//     userr.InputError. hostfileName non-empty means --hostfile was given, and
 //     hostfileData holds its contents.
 //  2. Otherwise, inside a Slurm allocation (SLURM_JOB_NODELIST or
 //     SLURM_NODELIST set), the allocation's nodes, with slots from the
@@ -29,11 +31,11 @@ const maxSlots = 1 << 16
 // the hosts returned name distinct machines.
 //
 // --include / --exclude (DeepSpeed syntax) then filter whichever list was
-// chosen; they need a list, so giving them in local mode is an InputError.
+// chosen; they need a list, so giving them in local mode is a userr.InputError.
 // getenv is the head's environment lookup (os.Getenv in main).
 func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, exclude string, getenv func(string) string) ([]Host, error) {
 	if hostsFlag != "" && hostfileName != "" {
-		return nil, &InputError{
+		return nil, &userr.InputError{
 			Where:   "--hosts",
 			Problem: "--hosts and --hostfile both given",
 			Fix:     "give one of them",
@@ -62,7 +64,7 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 			if include == "" {
 				flag = "--exclude"
 			}
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   flag,
 				Problem: flag + " needs a host list, and none was given",
 				Fix:     "add --hosts or --hostfile, or set CUDA_VISIBLE_DEVICES to pick GPUs on this machine",
@@ -77,7 +79,7 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 	if len(hosts) == 0 {
 		// nil would mean local mode; a filter that removed every host
 		// must not silently turn into a run on the head.
-		return nil, &InputError{Where: "--exclude", Problem: "--exclude removed every host", Fix: "keep at least one host"}
+		return nil, &userr.InputError{Where: "--exclude", Problem: "--exclude removed every host", Fix: "keep at least one host"}
 	}
 	return hosts, nil
 }
@@ -93,7 +95,7 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 func ParseHosts(list string) ([]Host, error) {
 	const flag = "--hosts"
 	if strings.TrimSpace(list) == "" {
-		return nil, &InputError{Where: flag, Problem: "empty host list", Fix: "write --hosts h1:8,h2:8"}
+		return nil, &userr.InputError{Where: flag, Problem: "empty host list", Fix: "write --hosts h1:8,h2:8"}
 	}
 	var hosts []Host
 	seen := make(map[string]firstSeen) // host key → first sight
@@ -108,7 +110,7 @@ func ParseHosts(list string) ([]Host, error) {
 		col := start + 1 + (len(item) - len(strings.TrimLeft(item, " \t")))
 		item = strings.TrimSpace(item)
 		if item == "" {
-			return nil, &InputError{Where: at(flag, col), Problem: "empty item in host list", Fix: "remove the extra comma"}
+			return nil, &userr.InputError{Where: at(flag, col), Problem: "empty item in host list", Fix: "remove the extra comma"}
 		}
 		h, err := parseHostItem(item, col, func(c int) string { return at(flag, c) })
 		if err != nil {
@@ -116,7 +118,7 @@ func ParseHosts(list string) ([]Host, error) {
 		}
 		key := hostKey(h.Name)
 		if first, dup := seen[key]; dup {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   at(flag, col),
 				Problem: duplicateProblem(h.Name, first.name, first.at),
 				Fix:     "list each host once with its total slots",
@@ -137,25 +139,25 @@ func parseHostItem(item string, col int, where func(col int) string) (Host, erro
 	case strings.HasPrefix(item, "["):
 		closing := strings.IndexByte(item, ']')
 		if closing < 0 {
-			return Host{}, &InputError{Where: where(col), Problem: fmt.Sprintf("unclosed '[' in %s", quote(item)), Fix: "write IPv6 addresses as [fe80::1]:8"}
+			return Host{}, &userr.InputError{Where: where(col), Problem: fmt.Sprintf("unclosed '[' in %s", userr.Quote(item)), Fix: "write IPv6 addresses as [fe80::1]:8"}
 		}
 		name = item[1:closing]
 		rest := item[closing+1:]
 		if a, err := netip.ParseAddr(name); err != nil || !a.Is6() {
-			return Host{}, &InputError{Where: where(col + 1), Problem: fmt.Sprintf("%s in brackets is not an IPv6 address", quote(name)), Fix: "use brackets only around IPv6 addresses"}
+			return Host{}, &userr.InputError{Where: where(col + 1), Problem: fmt.Sprintf("%s in brackets is not an IPv6 address", userr.Quote(name)), Fix: "use brackets only around IPv6 addresses"}
 		}
 		switch {
 		case rest == "":
 		case rest[0] == ':':
 			slotText, slotCol = rest[1:], col+closing+2
 		default:
-			return Host{}, &InputError{Where: where(col + closing + 1), Problem: fmt.Sprintf("unexpected %s after ']'", quote(rest)), Fix: "write [ADDRESS]:SLOTS"}
+			return Host{}, &userr.InputError{Where: where(col + closing + 1), Problem: fmt.Sprintf("unexpected %s after ']'", userr.Quote(rest)), Fix: "write [ADDRESS]:SLOTS"}
 		}
 	case colons == 1:
 		i := strings.IndexByte(item, ':')
 		name, slotText, slotCol = item[:i], item[i+1:], col+i+1
 		if name == "" {
-			return Host{}, &InputError{Where: where(col), Problem: "missing host name before ':'", Fix: "write HOST:SLOTS"}
+			return Host{}, &userr.InputError{Where: where(col), Problem: "missing host name before ':'", Fix: "write HOST:SLOTS"}
 		}
 	case colons > 1:
 		if err := bareIPv6(item, col, where); err != nil {
@@ -163,13 +165,13 @@ func parseHostItem(item string, col int, where func(col int) string) (Host, erro
 		}
 	}
 	if problem, fix := hostNameProblem(name); problem != "" {
-		return Host{}, &InputError{Where: where(col), Problem: problem, Fix: fix}
+		return Host{}, &userr.InputError{Where: where(col), Problem: problem, Fix: fix}
 	}
 	h := Host{Name: name}
 	if slotCol != 0 {
 		n, err := parseSlots(slotText)
 		if err != nil {
-			return Host{}, &InputError{Where: where(slotCol), Problem: fmt.Sprintf("host %s: %v", quote(name), err), Fix: "write HOST:N with N at least 1"}
+			return Host{}, &userr.InputError{Where: where(slotCol), Problem: fmt.Sprintf("host %s: %v", userr.Quote(name), err), Fix: "write HOST:N with N at least 1"}
 		}
 		h.Slots = n
 	}
@@ -182,13 +184,13 @@ func parseHostItem(item string, col int, where func(col int) string) (Host, erro
 func bareIPv6(item string, col int, where func(col int) string) error {
 	a, err := netip.ParseAddr(item)
 	if err != nil || !a.Is6() {
-		return &InputError{Where: where(col), Problem: fmt.Sprintf("%s has more than one ':'", quote(item)), Fix: "write HOST:SLOTS; put IPv6 addresses in brackets, [fe80::1]:8"}
+		return &userr.InputError{Where: where(col), Problem: fmt.Sprintf("%s has more than one ':'", userr.Quote(item)), Fix: "write HOST:SLOTS; put IPv6 addresses in brackets, [fe80::1]:8"}
 	}
 	i := strings.LastIndexByte(item, ':')
 	if _, err := netip.ParseAddr(item[:i]); err == nil && item[i+1:] != "" && strings.Trim(item[i+1:], "0123456789") == "" {
-		return &InputError{
+		return &userr.InputError{
 			Where:   where(col),
-			Problem: fmt.Sprintf("%s is ambiguous: the address %s, or %s with %s slots", quote(item), item, item[:i], item[i+1:]),
+			Problem: fmt.Sprintf("%s is ambiguous: the address %s, or %s with %s slots", userr.Quote(item), item, item[:i], item[i+1:]),
 			Fix:     fmt.Sprintf("write [%s] for the address, [%s]:%s for the slots", item, item[:i], item[i+1:]),
 		}
 	}
@@ -202,12 +204,12 @@ func parseSlots(s string) (int, error) {
 	}
 	for _, c := range s {
 		if c < '0' || c > '9' {
-			return 0, fmt.Errorf("slot count %s is not a number", quote(s))
+			return 0, fmt.Errorf("slot count %s is not a number", userr.Quote(s))
 		}
 	}
 	n, err := strconv.Atoi(s)
 	if err != nil || n > maxSlots {
-		return 0, fmt.Errorf("slot count %s is too large (at most %d)", quote(s), maxSlots)
+		return 0, fmt.Errorf("slot count %s is too large (at most %d)", userr.Quote(s), maxSlots)
 	}
 	if n == 0 {
 		return 0, fmt.Errorf("slot count is 0")

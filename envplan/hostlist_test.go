@@ -8,15 +8,17 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
-// wantInputError fails unless err is an *InputError at where whose message
+// wantInputError fails unless err is an *userr.InputError at where whose message
 // contains each of words.
 func wantInputError(t *testing.T, err error, where string, words ...string) {
 	t.Helper()
-	var ie *InputError
+	var ie *userr.InputError
 	if !errors.As(err, &ie) {
-		t.Fatalf("error = %v (%T), want *InputError", err, err)
+		t.Fatalf("error = %v (%T), want *userr.InputError", err, err)
 	}
 	if ie.Where != where {
 		t.Errorf("Where = %q, want %q (error: %v)", ie.Where, where, err)
@@ -226,9 +228,9 @@ func FuzzParseHosts(f *testing.F) {
 	f.Fuzz(func(t *testing.T, list string) {
 		hosts, err := ParseHosts(list)
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || ie.Where == "" {
-				t.Fatalf("ParseHosts(%q): error %v is not an InputError with Where", list, err)
+				t.Fatalf("ParseHosts(%q): error %v is not a userr.InputError with Where", list, err)
 			}
 			return
 		}
@@ -251,7 +253,7 @@ func FuzzParseHosts(f *testing.F) {
 // FuzzResolveHosts feeds arbitrary input through every host source (the
 // --hosts flag, a hostfile, a Slurm node list) and the --include/--exclude
 // filter. Whatever the input, ResolveHosts returns either a complete
-// InputError whose message is one printable line of bounded length, or
+// userr.InputError whose message is one printable line of bounded length, or
 // hosts whose names are valid (hostNameProblem), none the same machine as
 // another, that read back the same when written as a --hosts list.
 func FuzzResolveHosts(f *testing.F) {
@@ -290,12 +292,12 @@ func FuzzResolveHosts(f *testing.F) {
 		getenv := env(map[string]string{"SLURM_JOB_NODELIST": slurm, "SLURM_GPUS_ON_NODE": "4"})
 		got, err := ResolveHosts(hostsFlag, fileName, file, include, excl, getenv)
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || ie.Where == "" || ie.Problem == "" || ie.Fix == "" {
-				t.Fatalf("error %v (%T) is not a complete InputError", err, err)
+				t.Fatalf("error %v (%T) is not a complete userr.InputError", err, err)
 			}
 			msg := err.Error()
-			if strings.ContainsFunc(msg, unsafeRune) || !utf8.ValidString(msg) || len(msg) > 2048 {
+			if strings.ContainsFunc(msg, userr.UnsafeRune) || !utf8.ValidString(msg) || len(msg) > 2048 {
 				t.Fatalf("message %q is not one bounded printable line", msg)
 			}
 			return

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // ApplyIncludeExclude filters hosts with DeepSpeed's --include / --exclude
@@ -24,12 +26,12 @@ import (
 //
 // Giving both, naming an invalid host name (see hostNameProblem) or an
 // unknown host, an id the host does not have, or bad syntax is an
-// InputError naming the item. Names match as hosts do: case aside, and
+// userr.InputError naming the item. Names match as hosts do: case aside, and
 // localhost, 127.0.0.1 and ::1 as one. With both empty, hosts are
 // returned unchanged.
 func ApplyIncludeExclude(hosts []Host, include, exclude string) ([]Host, error) {
 	if include != "" && exclude != "" {
-		return nil, &InputError{Where: "--include", Problem: "--include and --exclude are mutually exclusive", Fix: "give one of them"}
+		return nil, &userr.InputError{Where: "--include", Problem: "--include and --exclude are mutually exclusive", Fix: "give one of them"}
 	}
 	if include == "" && exclude == "" {
 		return hosts, nil
@@ -73,26 +75,26 @@ func parseResourceFilter(flag, expr string, hosts []Host) ([]nodeSpec, error) {
 		item, col := expr[start:end], start+1
 		where := at(flag, col)
 		if item == "" {
-			return nil, &InputError{Where: where, Problem: "empty node in " + flag, Fix: "write NAME[:ID,ID]@NAME..."}
+			return nil, &userr.InputError{Where: where, Problem: "empty node in " + flag, Fix: "write NAME[:ID,ID]@NAME..."}
 		}
 		name, idText, hasIDs := splitNodeSpec(item)
 		if problem, fix := hostNameProblem(name); problem != "" {
-			return nil, &InputError{Where: where, Problem: problem, Fix: fix}
+			return nil, &userr.InputError{Where: where, Problem: problem, Fix: fix}
 		}
 		i, known := index[hostKey(name)]
 		if !known {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("%s names host %s, which is not in the host list", flag, quote(name)), Fix: "use a host from --hosts, --hostfile or the Slurm allocation"}
+			return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("%s names host %s, which is not in the host list", flag, userr.Quote(name)), Fix: "use a host from --hosts, --hostfile or the Slurm allocation"}
 		}
 		spec := nodeSpec{host: i, col: col, text: item}
 		if hasIDs {
 			ids, err := parseIDs(idText)
 			if err != nil {
-				return nil, &InputError{Where: at(flag, col+len(item)-len(idText)), Problem: fmt.Sprintf("%s: %v", quote(item), err), Fix: "write NAME:0,1,2 with GPU ids"}
+				return nil, &userr.InputError{Where: at(flag, col+len(item)-len(idText)), Problem: fmt.Sprintf("%s: %v", userr.Quote(item), err), Fix: "write NAME:0,1,2 with GPU ids"}
 			}
 			if avail, ok := available(hosts[i]); ok {
 				for _, id := range ids {
 					if !slices.Contains(avail, id) {
-						return nil, &InputError{Where: where, Problem: fmt.Sprintf("%s: host %s has no GPU %d (it has %s)", quote(item), quote(hosts[i].Name), id, idList(avail)), Fix: "use ids the host has"}
+						return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("%s: host %s has no GPU %d (it has %s)", userr.Quote(item), userr.Quote(hosts[i].Name), id, idList(avail)), Fix: "use ids the host has"}
 					}
 				}
 			}
@@ -132,12 +134,12 @@ func parseIDs(s string) ([]int, error) {
 		}
 		for i := 0; i < len(part); i++ {
 			if part[i] < '0' || part[i] > '9' {
-				return nil, fmt.Errorf("GPU id %s is not a number", quote(part))
+				return nil, fmt.Errorf("GPU id %s is not a number", userr.Quote(part))
 			}
 		}
 		n, err := strconv.Atoi(part)
 		if err != nil || n >= maxSlots {
-			return nil, fmt.Errorf("GPU id %s is too large", quote(part))
+			return nil, fmt.Errorf("GPU id %s is too large", userr.Quote(part))
 		}
 		ids = append(ids, n)
 	}
@@ -191,9 +193,9 @@ func applyExclude(flag string, hosts []Host, specs []nodeSpec) ([]Host, error) {
 			continue
 		}
 		if _, ok := available(hosts[s.host]); !ok {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   at(flag, s.col),
-				Problem: fmt.Sprintf("%s: host %s has an unknown slot count, so GPUs cannot be excluded from it", quote(s.text), quote(hosts[s.host].Name)),
+				Problem: fmt.Sprintf("%s: host %s has an unknown slot count, so GPUs cannot be excluded from it", userr.Quote(s.text), userr.Quote(hosts[s.host].Name)),
 				Fix:     "state its slots (host:N or slots=N), or use --include with the GPUs to keep",
 			}
 		}

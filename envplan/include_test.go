@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 func TestApplyIncludeExclude(t *testing.T) {
@@ -135,9 +137,9 @@ func FuzzApplyIncludeExclude(f *testing.F) {
 			t.Fatalf("input modified: %+v", in)
 		}
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || ie.Where == "" {
-				t.Fatalf("error %v is not an InputError with Where", err)
+				t.Fatalf("error %v is not a userr.InputError with Where", err)
 			}
 			return
 		}

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // carriedPrefixes and carriedNames select the head's exported variables that
@@ -110,7 +112,7 @@ func (b *builder) collectUserEnv() error {
 		name, value, ok := strings.Cut(e, "=")
 		if !ok || !validEnvName(name) {
 			// Only the name is shown: the value may be a secret.
-			return &InputError{
+			return &userr.InputError{
 				Where:   "--env",
 				Problem: fmt.Sprintf("%q is not a variable assignment", name),
 				Fix:     "write --env NAME=VALUE, NAME made of letters, digits and _ and not starting with a digit",

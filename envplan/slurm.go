@@ -5,6 +5,8 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // maxHostlist bounds how many names one Slurm hostlist may expand to. Slurm
@@ -50,12 +52,12 @@ func expandHostlist(source, expr string) (names []string, cols []int, err error)
 		switch {
 		case c == '[':
 			if depth > 0 {
-				return nil, nil, &InputError{Where: at(source, i+1), Problem: "nested '[' in hostlist", Fix: "close each bracket group before opening another"}
+				return nil, nil, &userr.InputError{Where: at(source, i+1), Problem: "nested '[' in hostlist", Fix: "close each bracket group before opening another"}
 			}
 			depth++
 		case c == ']':
 			if depth == 0 {
-				return nil, nil, &InputError{Where: at(source, i+1), Problem: "']' without '[' in hostlist", Fix: "balance the brackets"}
+				return nil, nil, &userr.InputError{Where: at(source, i+1), Problem: "']' without '[' in hostlist", Fix: "balance the brackets"}
 			}
 			depth--
 		case depth == 0 && (c == ',' || c == ' ' || c == '\t'):
@@ -82,7 +84,7 @@ func expandHostlist(source, expr string) (names []string, cols []int, err error)
 	}
 	if depth > 0 {
 		open := strings.LastIndexByte(expr, '[')
-		return nil, nil, &InputError{Where: at(source, open+1), Problem: "unclosed '[' in hostlist", Fix: "add the closing ']'"}
+		return nil, nil, &userr.InputError{Where: at(source, open+1), Problem: "unclosed '[' in hostlist", Fix: "add the closing ']'"}
 	}
 	return names, cols, nil
 }
@@ -108,10 +110,10 @@ func (g hostGroup) count() uint64 {
 // produce more than budget names.
 func expandItem(source, item string, off, budget int) ([]string, error) {
 	if len(item) > maxHostlistItem {
-		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist item is longer than %d characters", maxHostlistItem), Fix: "split it into several items"}
+		return nil, &userr.InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist item is longer than %d characters", maxHostlistItem), Fix: "split it into several items"}
 	}
 	if item[0] == '-' {
-		return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("host name %s starts with '-'", quote(item)), Fix: "fix the hostlist"}
+		return nil, &userr.InputError{Where: at(source, off+1), Problem: fmt.Sprintf("host name %s starts with '-'", userr.Quote(item)), Fix: "fix the hostlist"}
 	}
 	var (
 		literals []string // literals[k] precedes groups[k]; one more literal than groups
@@ -127,14 +129,14 @@ func expandItem(source, item string, off, budget int) ([]string, error) {
 				if r == utf8.RuneError {
 					what = fmt.Sprintf("byte 0x%02x, which is not UTF-8,", c)
 				}
-				return nil, &InputError{Where: at(source, off+i+1), Problem: fmt.Sprintf("%s in hostlist", what), Fix: "host names use letters, digits, '-', '.' and '_'"}
+				return nil, &userr.InputError{Where: at(source, off+i+1), Problem: fmt.Sprintf("%s in hostlist", what), Fix: "host names use letters, digits, '-', '.' and '_'"}
 			}
 			lit.WriteByte(c)
 			continue
 		}
 		end := i + strings.IndexByte(item[i:], ']') // balanced: checked by the caller
 		if end != len(item)-1 && !strings.Contains(item[end+1:], "[") {
-			return nil, &InputError{Where: at(source, off+end+2), Problem: fmt.Sprintf("%s follows the last bracket group", quote(item[end+1:])), Fix: "Slurm requires a hostlist item to end with its last ']'"}
+			return nil, &userr.InputError{Where: at(source, off+end+2), Problem: fmt.Sprintf("%s follows the last bracket group", userr.Quote(item[end+1:])), Fix: "Slurm requires a hostlist item to end with its last ']'"}
 		}
 		g, err := parseGroup(source, item[i+1:end], off+i+1)
 		if err != nil {
@@ -151,7 +153,7 @@ func expandItem(source, item string, off, budget int) ([]string, error) {
 	for _, g := range groups {
 		n *= g.count()
 		if n > uint64(budget) {
-			return nil, &InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist expands to more than %d hosts", maxHostlist), Fix: "check the ranges for a typo"}
+			return nil, &userr.InputError{Where: at(source, off+1), Problem: fmt.Sprintf("hostlist expands to more than %d hosts", maxHostlist), Fix: "check the ranges for a typo"}
 		}
 	}
 	out := make([]string, 0, n)
@@ -185,23 +187,23 @@ func parseGroup(source, body string, off int) (hostGroup, error) {
 		pos += len(part) + 1
 		loText, hiText, isRange := strings.Cut(part, "-")
 		if loText == "" || isRange && hiText == "" {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("empty range %s in hostlist", quote(part)), Fix: "write N or N-M inside brackets"}
+			return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("empty range %s in hostlist", userr.Quote(part)), Fix: "write N or N-M inside brackets"}
 		}
 		lo, err := parseRangeBound(loText)
 		if err != nil {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", quote(part), err), Fix: "write N or N-M inside brackets"}
+			return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", userr.Quote(part), err), Fix: "write N or N-M inside brackets"}
 		}
 		hi := lo
 		if isRange {
 			if hi, err = parseRangeBound(hiText); err != nil {
-				return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", quote(part), err), Fix: "write N or N-M inside brackets"}
+				return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("range %s: %v", userr.Quote(part), err), Fix: "write N or N-M inside brackets"}
 			}
 		}
 		if lo > hi {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("descending range %s in hostlist", quote(part)), Fix: "write the low bound first"}
+			return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("descending range %s in hostlist", userr.Quote(part)), Fix: "write the low bound first"}
 		}
 		if hi-lo >= maxHostlist {
-			return nil, &InputError{Where: where, Problem: fmt.Sprintf("range %s has more than %d hosts", quote(part), maxHostlist), Fix: "check the range for a typo"}
+			return nil, &userr.InputError{Where: where, Problem: fmt.Sprintf("range %s has more than %d hosts", userr.Quote(part), maxHostlist), Fix: "check the range for a typo"}
 		}
 		g = append(g, hostRange{lo: lo, hi: hi, width: len(loText)})
 	}
@@ -220,12 +222,12 @@ func padded(v uint64, width int) string {
 func parseRangeBound(s string) (uint64, error) {
 	for i := 0; i < len(s); i++ {
 		if s[i] < '0' || s[i] > '9' {
-			return 0, fmt.Errorf("%s is not a number", quote(s))
+			return 0, fmt.Errorf("%s is not a number", userr.Quote(s))
 		}
 	}
 	n, err := strconv.ParseUint(s, 10, 64)
 	if err != nil || n == ^uint64(0) {
-		return 0, fmt.Errorf("%s is too large", quote(s))
+		return 0, fmt.Errorf("%s is too large", userr.Quote(s))
 	}
 	return n, nil
 }
@@ -241,7 +243,7 @@ func parseRangeBound(s string) (uint64, error) {
 //   - SLURM_TASKS_PER_NODE ("2(x3),1"): per node, in order.
 //
 // When none is set, Slots is 0 (not stated). A malformed value is an
-// InputError naming the variable.
+// userr.InputError naming the variable.
 func HostsFromSlurm(getenv func(string) string) ([]Host, error) {
 	source, list := "SLURM_JOB_NODELIST", getenv("SLURM_JOB_NODELIST")
 	if list == "" {
@@ -255,17 +257,17 @@ func HostsFromSlurm(getenv func(string) string) ([]Host, error) {
 		return nil, err
 	}
 	if len(names) == 0 {
-		return nil, &InputError{Where: source, Problem: fmt.Sprintf("%s=%s names no host", source, quote(list)), Fix: "run inside the allocation the variables came from"}
+		return nil, &userr.InputError{Where: source, Problem: fmt.Sprintf("%s=%s names no host", source, userr.Quote(list)), Fix: "run inside the allocation the variables came from"}
 	}
 	hosts := make([]Host, len(names))
 	seen := make(map[string]firstSeen, len(names))
 	for i, name := range names {
 		if problem, fix := hostNameProblem(name); problem != "" {
-			return nil, &InputError{Where: at(source, cols[i]), Problem: problem, Fix: fix}
+			return nil, &userr.InputError{Where: at(source, cols[i]), Problem: problem, Fix: fix}
 		}
 		key := hostKey(name)
 		if first, dup := seen[key]; dup {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   at(source, cols[i]),
 				Problem: duplicateProblem(name, first.name, first.at) + " in " + source,
 				Fix:     "give each node once (--hosts or --hostfile override the allocation)",
@@ -328,9 +330,9 @@ func slurmSlots(getenv func(string) string, n int) ([]int, error) {
 			return nil, err
 		}
 		if len(counts) != n {
-			return nil, &InputError{
+			return nil, &userr.InputError{
 				Where:   "SLURM_TASKS_PER_NODE",
-				Problem: fmt.Sprintf("SLURM_TASKS_PER_NODE=%s gives %d counts for %d nodes", quote(v), len(counts), n),
+				Problem: fmt.Sprintf("SLURM_TASKS_PER_NODE=%s gives %d counts for %d nodes", userr.Quote(v), len(counts), n),
 				Fix:     "run inside the allocation the variables came from",
 			}
 		}
@@ -346,7 +348,7 @@ func slurmCount(name, v string, zeroOK bool) (int, error) {
 	}
 	c, err := parseSlots(v)
 	if err != nil {
-		return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: %v", name, quote(v), err), Fix: "run inside the allocation the variables came from"}
+		return 0, &userr.InputError{Where: name, Problem: fmt.Sprintf("%s=%s: %v", name, userr.Quote(v), err), Fix: "run inside the allocation the variables came from"}
 	}
 	return c, nil
 }
@@ -363,11 +365,11 @@ func gpusPerNode(v string) (int, error) {
 		}
 		c, err := slurmCount(name, count, true)
 		if err != nil {
-			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s is not [type:]count", name, quote(v), quote(part)), Fix: `expected counts like "4" or "h100:4"`}
+			return 0, &userr.InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s is not [type:]count", name, userr.Quote(v), userr.Quote(part)), Fix: `expected counts like "4" or "h100:4"`}
 		}
 		total += c
 		if total > maxSlots {
-			return 0, &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: too many GPUs", name, quote(v)), Fix: fmt.Sprintf("at most %d per node", maxSlots)}
+			return 0, &userr.InputError{Where: name, Problem: fmt.Sprintf("%s=%s: too many GPUs", name, userr.Quote(v)), Fix: fmt.Sprintf("at most %d per node", maxSlots)}
 		}
 	}
 	return total, nil
@@ -378,7 +380,7 @@ func gpusPerNode(v string) (int, error) {
 func expandTasksPerNode(v string) ([]int, error) {
 	const name = "SLURM_TASKS_PER_NODE"
 	bad := func(part, why string) error {
-		return &InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s %s", name, quote(v), quote(part), why), Fix: `expected counts like "2(x3),1"`}
+		return &userr.InputError{Where: name, Problem: fmt.Sprintf("%s=%s: item %s %s", name, userr.Quote(v), userr.Quote(part), why), Fix: `expected counts like "2(x3),1"`}
 	}
 	var out []int
 	for _, part := range strings.Split(v, ",") {

@@ -6,6 +6,8 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // Expected expansions follow Slurm's hostlist.c (_hostlist_create_bracketed,
@@ -245,9 +247,9 @@ func FuzzExpandSlurmHostlist(f *testing.F) {
 	f.Fuzz(func(t *testing.T, expr string) {
 		names, err := ExpandSlurmHostlist(expr)
 		if err != nil {
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) || !strings.HasPrefix(ie.Where, "SLURM_JOB_NODELIST") {
-				t.Fatalf("ExpandSlurmHostlist(%q): error %v is not a located InputError", expr, err)
+				t.Fatalf("ExpandSlurmHostlist(%q): error %v is not a located userr.InputError", expr, err)
 			}
 			return
 		}

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // The variable lists gorun carries, taken from NCCL 2.30.7's sources:
@@ -225,7 +226,7 @@ func suggestNCCL(n ncclNames, name string) string {
 	var near []string
 	limit := max(2, len(name)/6)
 	for _, k := range n.sorted {
-		d := envplan.EditDistance(name, k)
+		d := userr.EditDistance(name, k)
 		if d > limit {
 			continue
 		}

@@ -1,4 +1,4 @@
-package envplan
+package userr
 
 import "testing"
 

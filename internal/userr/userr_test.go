@@ -1,4 +1,4 @@
-package envplan
+package userr
 
 import (
 	"strings"
@@ -36,19 +36,19 @@ func TestEchoAndQuote(t *testing.T) {
 		name, in, echo, quote string
 	}{
 		{"short", "abc", "abc", `"abc"`},
-		{"exactly the limit", strings.Repeat("a", maxEcho), strings.Repeat("a", maxEcho), `"` + strings.Repeat("a", maxEcho) + `"`},
-		{"one over", strings.Repeat("a", maxEcho+1), strings.Repeat("a", maxEcho) + "…(81 bytes)", `"` + strings.Repeat("a", maxEcho) + `"…(81 bytes)`},
-		{"cut on runes, not bytes", long, strings.Repeat("é", maxEcho) + "…(200 bytes)", `"` + strings.Repeat("é", maxEcho) + `"…(200 bytes)`},
+		{"exactly the limit", strings.Repeat("a", MaxEcho), strings.Repeat("a", MaxEcho), `"` + strings.Repeat("a", MaxEcho) + `"`},
+		{"one over", strings.Repeat("a", MaxEcho+1), strings.Repeat("a", MaxEcho) + "…(81 bytes)", `"` + strings.Repeat("a", MaxEcho) + `"…(81 bytes)`},
+		{"cut on runes, not bytes", long, strings.Repeat("é", MaxEcho) + "…(200 bytes)", `"` + strings.Repeat("é", MaxEcho) + `"…(200 bytes)`},
 		{"controls quoted", "a\x1bb", "a\x1bb", `"a\x1bb"`},
-		{"invalid bytes count as one rune", strings.Repeat("\xff", maxEcho+1), strings.Repeat("\xff", maxEcho) + "…(81 bytes)", `"` + strings.Repeat(`\xff`, maxEcho) + `"…(81 bytes)`},
+		{"invalid bytes count as one rune", strings.Repeat("\xff", MaxEcho+1), strings.Repeat("\xff", MaxEcho) + "…(81 bytes)", `"` + strings.Repeat(`\xff`, MaxEcho) + `"…(81 bytes)`},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := echo(tt.in); got != tt.echo {
-				t.Errorf("echo = %q, want %q", got, tt.echo)
+			if got := Echo(tt.in); got != tt.echo {
+				t.Errorf("Echo = %q, want %q", got, tt.echo)
 			}
-			if got := quote(tt.in); got != tt.quote {
-				t.Errorf("quote = %q, want %q", got, tt.quote)
+			if got := Quote(tt.in); got != tt.quote {
+				t.Errorf("Quote = %q, want %q", got, tt.quote)
 			}
 		})
 	}

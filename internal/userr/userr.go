@@ -1,4 +1,4 @@
-package envplan
+package userr
 
 import (
 	"fmt"
@@ -43,7 +43,7 @@ func (e *InputError) Error() string {
 func escapeControls(s string) string {
 	clean := true
 	for _, r := range s {
-		if r == utf8.RuneError || unsafeRune(r) {
+		if r == utf8.RuneError || UnsafeRune(r) {
 			clean = false
 			break
 		}
@@ -57,9 +57,9 @@ func escapeControls(s string) string {
 		switch {
 		case r == utf8.RuneError && size == 1:
 			fmt.Fprintf(&b, `\x%02x`, s[i])
-		case r < utf8.RuneSelf && unsafeRune(r):
+		case r < utf8.RuneSelf && UnsafeRune(r):
 			fmt.Fprintf(&b, `\x%02x`, r)
-		case unsafeRune(r):
+		case UnsafeRune(r):
 			fmt.Fprintf(&b, `\u%04x`, r)
 		default:
 			b.WriteString(s[i : i+size])
@@ -81,9 +81,10 @@ func Printable(msg string) string {
 	return strings.Join(lines, "\n")
 }
 
-// unsafeRune reports whether printing r could change what a terminal shows
-// around it.
-func unsafeRune(r rune) bool {
+// UnsafeRune reports whether printing r could change what a terminal shows
+// around it: C0 and C1 controls, DEL, line and paragraph separators, bidi
+// controls. Error and Printable escape exactly these.
+func UnsafeRune(r rune) bool {
 	switch {
 	case unicode.IsControl(r): // C0, DEL, C1
 		return true
@@ -96,15 +97,15 @@ func unsafeRune(r rune) bool {
 	return false
 }
 
-// maxEcho is how many runes of one user value a message shows. Input can be
+// MaxEcho is how many runes of one user value a message shows. Input can be
 // anything (a 100k-character option, a binary hostfile line); a message
 // shows enough to recognise it and says how long it was.
-const maxEcho = 80
+const MaxEcho = 80
 
-// echo returns s as a message shows it unquoted: at most maxEcho runes,
+// Echo returns s as a message shows it unquoted: at most MaxEcho runes,
 // then "…(N bytes)" when s was longer. Bytes that are not UTF-8 count as one
-// rune each and are left for Error to escape.
-func echo(s string) string {
+// rune each and are left for InputError.Error to escape.
+func Echo(s string) string {
 	head, cut := cutRunes(s)
 	if !cut {
 		return s
@@ -112,10 +113,10 @@ func echo(s string) string {
 	return fmt.Sprintf("%s…(%d bytes)", head, len(s))
 }
 
-// quote returns s as a message shows it in quotes: Go syntax, as %q (so
+// Quote returns s as a message shows it in quotes: Go syntax, as %q (so
 // control characters and bytes that are not UTF-8 are escaped and letters
-// are kept), cut after maxEcho runes like echo.
-func quote(s string) string {
+// are kept), cut after MaxEcho runes like Echo.
+func Quote(s string) string {
 	head, cut := cutRunes(s)
 	if !cut {
 		return strconv.Quote(s)
@@ -123,12 +124,12 @@ func quote(s string) string {
 	return fmt.Sprintf("%s…(%d bytes)", strconv.Quote(head), len(s))
 }
 
-// cutRunes returns the first maxEcho runes of s and whether anything was
+// cutRunes returns the first MaxEcho runes of s and whether anything was
 // left out.
 func cutRunes(s string) (string, bool) {
 	n := 0
 	for i := 0; i < len(s); n++ {
-		if n == maxEcho {
+		if n == MaxEcho {
 			return s[:i], true
 		}
 		_, size := utf8.DecodeRuneInString(s[i:])

@@ -1,4 +1,4 @@
-package envplan
+package userr
 
 // EditDistance is the Levenshtein distance between a and b, in bytes: how
 // "did you mean" suggestions find the name a user meant.
