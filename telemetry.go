@@ -16,6 +16,8 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
+	// main_test.go declares a const secret, so the package takes another name here.
+	secrets "github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/shell"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
@@ -72,7 +74,7 @@ func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string) (*
 		return nil, nil
 	}
 	g := &gpuWatch{interval: o.TelemetryInterval, reportPath: o.Report, preflight: preflightText,
-		command: "gorun " + shell.QuoteArgv(envplan.RedactArgs(args)), // the report is shared: no secret in it
+		command: "gorun " + shell.QuoteArgv(secrets.RedactArgs(args)), // the report is shared: no secret in it
 		det:     telemetry.NewDetector(), status: telemetry.NewStatus(), noticed: map[string]bool{}, start: time.Now()}
 	if o.Report != "" {
 		g.report = telemetry.NewReport()

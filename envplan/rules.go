@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -105,7 +106,7 @@ func (b *builder) collectUserEnv() error {
 		case name == "CUDA_VISIBLE_DEVICES" && !b.head:
 			b.userEnv[name] = Var{Value: value, Reason: reasonExported, Source: SourceUser}
 		case name == "CUDA_VISIBLE_DEVICES":
-			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", Redact(name, value))
+			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", secret.Redact(name, value))
 		}
 	}
 	for _, e := range b.spec.Gorun.Env {
@@ -271,9 +272,9 @@ func (b *builder) leftToNCCLNotes() {
 		case !set:
 			left = append(left, name)
 		case IsNCCLDebugKnob(name):
-			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, Redact(name, u.Value), u.Reason)
+			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, secret.Redact(name, u.Value), u.Reason)
 		case name == "NCCL_IB_GID_INDEX":
-			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", Redact(name, u.Value), u.Reason)
+			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", secret.Redact(name, u.Value), u.Reason)
 		}
 	}
 	if len(left) > 0 {

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/secret"
 
 	"bufio"
 	"bytes"
@@ -325,7 +326,7 @@ func envFacts(environ []string) map[string]string {
 		if keep {
 			// Facts are printed and sent to the head; credentials stay on
 			// the node.
-			out[k] = envplan.Redact(k, v)
+			out[k] = secret.Redact(k, v)
 		}
 	}
 	if len(out) == 0 {

@@ -1,13 +1,13 @@
-package envplan
+package secret
 
 import (
 	"regexp"
 	"strings"
 )
 
-// hiddenValue stands in for a secret (or the secret part of a value) in
+// Hidden stands in for a secret (or the secret part of a value) in
 // anything gorun prints.
-const hiddenValue = "<hidden>"
+const Hidden = "<hidden>"
 
 // secretSegment reports whether one '_'-separated segment of a name marks a
 // credential.
@@ -113,14 +113,14 @@ func IsSecret(name string) bool {
 // name may be empty for a value without one. Redact is idempotent.
 func Redact(name, value string) string {
 	if IsSecret(name) {
-		return hiddenValue
+		return Hidden
 	}
 	if strings.Contains(value, "PRIVATE KEY-----") {
-		return hiddenValue
+		return Hidden
 	}
 	value = redactUserinfo(value)
 	value = redactAssignments(value)
-	return tokenShape.ReplaceAllString(value, hiddenValue)
+	return tokenShape.ReplaceAllString(value, Hidden)
 }
 
 // redactUserinfo hides the password of every scheme://user:password@host
@@ -146,9 +146,9 @@ func redactUserinfo(s string) string {
 			continue
 		}
 		if user, _, hasPassword := strings.Cut(s[:at], ":"); hasPassword {
-			b.WriteString(user + ":" + hiddenValue)
+			b.WriteString(user + ":" + Hidden)
 		} else {
-			b.WriteString(hiddenValue)
+			b.WriteString(Hidden)
 		}
 		s = s[at:]
 	}
@@ -181,7 +181,7 @@ func redactAssignments(s string) string {
 			continue
 		}
 		b.WriteString(s[done : i+1])
-		b.WriteString(hiddenValue)
+		b.WriteString(Hidden)
 		done, i = end, end-1
 	}
 	if done == 0 {
