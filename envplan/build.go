@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -87,7 +88,7 @@ func (b *builder) cpus(list string) ([]int, error) {
 	if p, ok := b.cpulists[list]; ok {
 		return p.cpus, p.err
 	}
-	cpus, err := ParseCPUList(list)
+	cpus, err := cpuset.Parse(list)
 	b.cpulists[list] = parsedCPUs{cpus, err}
 	return cpus, err
 }
@@ -528,7 +529,7 @@ func (b *builder) split(f NodeFacts, ranks []RankPlan) cpuSplit {
 	}
 	sets, why := b.gpuLocalSplit(f, allowed, ranks)
 	if sets == nil && why == "" && len(ranks) > 1 {
-		sets = splitCPUs(allowed, len(ranks))
+		sets = cpuset.Split(allowed, len(ranks))
 		if sets == nil {
 			why = fmt.Sprintf("%d allowed CPUs cannot be split among %d ranks", len(allowed), len(ranks))
 		}
@@ -538,7 +539,7 @@ func (b *builder) split(f NodeFacts, ranks []RankPlan) cpuSplit {
 	}
 	lists := make([]string, len(sets))
 	for i := range sets {
-		lists[i] = FormatCPUList(sets[i])
+		lists[i] = cpuset.Format(sets[i])
 	}
 	return cpuSplit{lists: lists, fewest: fewestCPUs(ranks, sets)}
 }
@@ -583,7 +584,7 @@ func (b *builder) gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([
 			order = append(order, key)
 		}
 		if !slices.Contains(gr.lists, g.CPUs) {
-			gr.pool = union(gr.pool, local)
+			gr.pool = cpuset.Union(gr.pool, local)
 			gr.lists = append(gr.lists, g.CPUs)
 		}
 		gr.ranks = append(gr.ranks, i)
@@ -592,45 +593,17 @@ func (b *builder) gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([
 	var taken []int
 	for _, key := range order {
 		gr := groups[key]
-		pool := subtractCPUs(intersectCPUs(gr.pool, allowed), taken)
-		parts := splitCPUs(pool, len(gr.ranks))
+		pool := cpuset.Subtract(cpuset.Intersect(gr.pool, allowed), taken)
+		parts := cpuset.Split(pool, len(gr.ranks))
 		if parts == nil {
 			return nil, fmt.Sprintf("%d CPUs near the GPUs of %s cannot be split among %d ranks", len(pool), key, len(gr.ranks))
 		}
 		for j, ri := range gr.ranks {
 			sets[ri] = parts[j]
 		}
-		taken = union(taken, pool)
+		taken = cpuset.Union(taken, pool)
 	}
 	return sets, ""
-}
-
-// union merges two sorted distinct lists.
-func union(a, b []int) []int {
-	if len(a) == 0 {
-		return b
-	}
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]int, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i] < b[j]:
-			out = append(out, a[i])
-			i++
-		case a[i] > b[j]:
-			out = append(out, b[j])
-			j++
-		default:
-			out = append(out, a[i])
-			i++
-			j++
-		}
-	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
 }
 
 // listHosts names up to eight hosts and counts the rest, so a note stays

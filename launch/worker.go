@@ -23,6 +23,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -217,7 +218,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			set.Set(c)
 		}
 		if err := unix.SchedSetaffinity(0, &set); err != nil {
-			fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, envplan.FormatCPUList(cpus), err)
+			fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, cpuset.Format(cpus), err)
 			return 127
 		}
 	}
@@ -634,7 +635,7 @@ func rankCPUs(lists, localRank string) ([]int, error) {
 	if sets[r] == "" {
 		return nil, nil
 	}
-	return envplan.ParseCPUList(sets[r])
+	return cpuset.Parse(sets[r])
 }
 
 // rasEvery is how often the RAS reporter asks NCCL how many collectives

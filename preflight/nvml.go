@@ -1,7 +1,7 @@
 package preflight
 
 import (
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 
 	"fmt"
 	"math/bits"
@@ -218,7 +218,7 @@ func gpuFacts(lib nvml.Interface, d nvml.Device, index, cpuCount int) GPUFacts {
 	}
 	if cpuCount > 0 {
 		if words, ret := quietCall(func() ([]uint, nvml.Return) { return d.GetCpuAffinity(cpuCount) }); ret == nvml.SUCCESS {
-			g.LocalCPUs = envplan.FormatCPUList(decodeAffinity(words))
+			g.LocalCPUs = cpuset.Format(decodeAffinity(words))
 		}
 	}
 	if v, ret := quietCall(d.GetGpuFabricInfo); ret == nvml.SUCCESS {

@@ -1,7 +1,7 @@
 package preflight
 
 import (
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/secret"
 
 	"bufio"
@@ -87,7 +87,7 @@ func collectSystem(r sysReader, f *Facts) {
 	}
 	f.Arch = unameArch(runtime.GOARCH)
 	if s, err := r.read("sys/devices/system/cpu/online"); err == nil {
-		if cpus, err := envplan.ParseCPUList(s); err == nil {
+		if cpus, err := cpuset.Parse(s); err == nil {
 			f.CPUCount = len(cpus)
 		} else {
 			note("online CPUs", err)

@@ -1,11 +1,11 @@
-package envplan
+package cpuset
 
 import (
 	"slices"
 	"testing"
 )
 
-func TestParseCPUList(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		in      string
 		want    []int
@@ -30,18 +30,18 @@ func TestParseCPUList(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.in, func(t *testing.T) {
-			got, err := ParseCPUList(tt.in)
+			got, err := Parse(tt.in)
 			if (err != nil) != tt.wantErr {
-				t.Fatalf("ParseCPUList(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
+				t.Fatalf("Parse(%q) error = %v, want error %v", tt.in, err, tt.wantErr)
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("ParseCPUList(%q) = %v, want %v", tt.in, got, tt.want)
+				t.Errorf("Parse(%q) = %v, want %v", tt.in, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestFormatCPUList(t *testing.T) {
+func TestFormat(t *testing.T) {
 	tests := []struct {
 		in   []int
 		want string
@@ -56,17 +56,17 @@ func TestFormatCPUList(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.want, func(t *testing.T) {
 			in := slices.Clone(tt.in)
-			if got := FormatCPUList(tt.in); got != tt.want {
-				t.Errorf("FormatCPUList(%v) = %q, want %q", tt.in, got, tt.want)
+			if got := Format(tt.in); got != tt.want {
+				t.Errorf("Format(%v) = %q, want %q", tt.in, got, tt.want)
 			}
 			if !slices.Equal(in, tt.in) {
-				t.Errorf("FormatCPUList changed its argument to %v", tt.in)
+				t.Errorf("Format changed its argument to %v", tt.in)
 			}
 		})
 	}
 }
 
-func TestSplitCPUs(t *testing.T) {
+func TestSplit(t *testing.T) {
 	tests := []struct {
 		name string
 		cpus string
@@ -84,25 +84,25 @@ func TestSplitCPUs(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cpus, err := ParseCPUList(tt.cpus)
+			cpus, err := Parse(tt.cpus)
 			if err != nil {
 				t.Fatal(err)
 			}
-			parts := splitCPUs(cpus, tt.n)
+			parts := Split(cpus, tt.n)
 			if tt.want == nil {
 				if parts != nil {
-					t.Fatalf("splitCPUs(%s, %d) = %v, want no split", tt.cpus, tt.n, parts)
+					t.Fatalf("Split(%s, %d) = %v, want no split", tt.cpus, tt.n, parts)
 				}
 				return
 			}
 			var got []string
 			var all []int
 			for _, p := range parts {
-				got = append(got, FormatCPUList(p))
+				got = append(got, Format(p))
 				all = append(all, p...)
 			}
 			if !slices.Equal(got, tt.want) {
-				t.Errorf("splitCPUs(%s, %d) = %q, want %q", tt.cpus, tt.n, got, tt.want)
+				t.Errorf("Split(%s, %d) = %q, want %q", tt.cpus, tt.n, got, tt.want)
 			}
 			slices.Sort(all)
 			if !slices.Equal(all, cpus) {
@@ -112,34 +112,62 @@ func TestSplitCPUs(t *testing.T) {
 	}
 }
 
-func FuzzParseCPUList(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"", "0", "0-3,8", "8,0-2", "0-47,96-143", "3-1", "a,b", "1,,2", "0-65535"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, s string) {
-		cpus, err := ParseCPUList(s)
+		cpus, err := Parse(s)
 		if err != nil {
 			return
 		}
 		if !slices.IsSorted(cpus) || len(slices.Compact(slices.Clone(cpus))) != len(cpus) {
-			t.Fatalf("ParseCPUList(%q) = %v, not sorted and distinct", s, cpus)
+			t.Fatalf("Parse(%q) = %v, not sorted and distinct", s, cpus)
 		}
-		again, err := ParseCPUList(FormatCPUList(cpus))
+		again, err := Parse(Format(cpus))
 		if err != nil || !slices.Equal(again, cpus) {
 			t.Fatalf("round trip of %q: %v, %v", s, again, err)
 		}
 		for n := 1; n <= 9 && n <= len(cpus); n++ {
 			var all []int
-			for _, p := range splitCPUs(cpus, n) {
+			for _, p := range Split(cpus, n) {
 				if len(p) == 0 {
-					t.Fatalf("splitCPUs(%q, %d) has an empty part", s, n)
+					t.Fatalf("Split(%q, %d) has an empty part", s, n)
 				}
 				all = append(all, p...)
 			}
 			slices.Sort(all)
 			if !slices.Equal(all, cpus) {
-				t.Fatalf("splitCPUs(%q, %d) does not partition the list", s, n)
+				t.Fatalf("Split(%q, %d) does not partition the list", s, n)
 			}
 		}
 	})
+}
+
+func TestSetAlgebra(t *testing.T) {
+	tests := []struct {
+		name                       string
+		a, b                       []int
+		union, intersect, subtract []int
+	}{
+		{"both empty", nil, nil, nil, []int{}, []int{}},
+		{"a empty", nil, []int{1, 2}, []int{1, 2}, []int{}, []int{}},
+		{"b empty", []int{1, 2}, nil, []int{1, 2}, []int{}, []int{1, 2}},
+		{"disjoint", []int{0, 2}, []int{1, 3}, []int{0, 1, 2, 3}, []int{}, []int{0, 2}},
+		{"overlap", []int{0, 1, 2, 5}, []int{1, 2, 3}, []int{0, 1, 2, 3, 5}, []int{1, 2}, []int{0, 5}},
+		{"equal", []int{4, 7}, []int{4, 7}, []int{4, 7}, []int{4, 7}, []int{}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			if got := Union(tt.a, tt.b); !slices.Equal(got, tt.union) {
+				t.Errorf("Union = %v, want %v", got, tt.union)
+			}
+			if got := Intersect(tt.a, tt.b); !slices.Equal(got, tt.intersect) {
+				t.Errorf("Intersect = %v, want %v", got, tt.intersect)
+			}
+			if got := Subtract(tt.a, tt.b); !slices.Equal(got, tt.subtract) {
+				t.Errorf("Subtract = %v, want %v", got, tt.subtract)
+			}
+		})
+	}
 }

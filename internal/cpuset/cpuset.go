@@ -1,4 +1,4 @@
-package envplan
+package cpuset
 
 import (
 	"fmt"
@@ -11,11 +11,11 @@ import (
 // gigabytes.
 const maxCPU = 1 << 16
 
-// ParseCPUList parses the kernel's cpulist form ("0-3,8,10-11", as in
+// Parse parses the kernel's cpulist form ("0-3,8,10-11", as in
 // /sys/devices/system/node/node0/cpulist or a PCI device's local_cpulist)
 // into sorted, distinct CPU ids. Surrounding white space and a trailing
 // newline are ignored; an empty list yields no CPUs.
-func ParseCPUList(s string) ([]int, error) {
+func Parse(s string) ([]int, error) {
 	s = strings.TrimSpace(s)
 	if s == "" {
 		return nil, nil
@@ -94,9 +94,9 @@ func sortDistinct(ids []int) []int {
 	return out
 }
 
-// FormatCPUList writes CPU ids in the kernel's cpulist form, merging runs
+// Format writes CPU ids in the kernel's cpulist form, merging runs
 // into ranges: [0 1 2 3 8] → "0-3,8". The ids need not be sorted.
-func FormatCPUList(cpus []int) string {
+func Format(cpus []int) string {
 	if len(cpus) == 0 {
 		return ""
 	}
@@ -137,8 +137,8 @@ func cpuRanges(cpus []int) [][2]int {
 	return runs
 }
 
-// intersectCPUs returns the ids present in both sorted distinct lists.
-func intersectCPUs(a, b []int) []int {
+// Intersect returns the ids present in both sorted distinct lists.
+func Intersect(a, b []int) []int {
 	out := make([]int, 0, min(len(a), len(b)))
 	for i, j := 0, 0; i < len(a) && j < len(b); {
 		switch {
@@ -155,8 +155,8 @@ func intersectCPUs(a, b []int) []int {
 	return out
 }
 
-// subtractCPUs returns the ids of sorted distinct a that are not in b.
-func subtractCPUs(a, b []int) []int {
+// Subtract returns the ids of sorted distinct a that are not in b.
+func Subtract(a, b []int) []int {
 	out := make([]int, 0, len(a))
 	j := 0
 	for _, c := range a {
@@ -171,7 +171,36 @@ func subtractCPUs(a, b []int) []int {
 	return out
 }
 
-// splitCPUs divides sorted distinct CPUs into n disjoint sets, the way
+// Union merges two sorted distinct lists into one. It may return a or b
+// itself when the other is empty.
+func Union(a, b []int) []int {
+	if len(a) == 0 {
+		return b
+	}
+	if len(b) == 0 {
+		return a
+	}
+	out := make([]int, 0, len(a)+len(b))
+	i, j := 0, 0
+	for i < len(a) && j < len(b) {
+		switch {
+		case a[i] < b[j]:
+			out = append(out, a[i])
+			i++
+		case a[i] > b[j]:
+			out = append(out, b[j])
+			j++
+		default:
+			out = append(out, a[i])
+			i++
+			j++
+		}
+	}
+	out = append(out, a[i:]...)
+	return append(out, b[j:]...)
+}
+
+// Split divides sorted distinct CPUs into n disjoint sets, the way
 // torch's "exclusive" NUMA binding divides a node's cores: contiguous
 // chunks, lower indices getting one more when the count does not divide.
 //
@@ -181,7 +210,7 @@ func subtractCPUs(a, b []int) []int {
 // i of every run ("0-11,96-107"), keeping each core with its sibling.
 // Any other list is split as one sequence. It returns nil when some set
 // would be empty.
-func splitCPUs(cpus []int, n int) [][]int {
+func Split(cpus []int, n int) [][]int {
 	if n <= 0 || len(cpus) < n {
 		return nil
 	}
