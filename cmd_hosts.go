@@ -9,25 +9,26 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/userr"
 )
 
 // runHosts prints the resolved host list.
 func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
-	hosts, err := resolveHosts(opts)
+	list, err := resolveHosts(opts)
 	if err != nil {
 		return err
 	}
-	if hosts == nil {
-		hosts = []envplan.Host{}
+	if list == nil {
+		list = []hosts.Host{}
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(hosts)
+		return enc.Encode(list)
 	}
-	for _, h := range hosts {
+	for _, h := range list {
 		slots := "?"
 		if h.Slots > 0 {
 			slots = strconv.Itoa(h.Slots)
@@ -41,7 +42,7 @@ func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
 	return nil
 }
 
-func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
+func resolveHosts(opts envplan.Options) ([]hosts.Host, error) {
 	var data []byte
 	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error
@@ -50,7 +51,7 @@ func resolveHosts(opts envplan.Options) ([]envplan.Host, error) {
 				Fix: "give the path of a readable hostfile"}
 		}
 	}
-	return envplan.ResolveHosts(opts.Hosts, opts.Hostfile, data, opts.Include, opts.Exclude, os.Getenv)
+	return hosts.Resolve(opts.Hosts, opts.Hostfile, data, opts.Include, opts.Exclude, os.Getenv)
 }
 
 // environ returns the process environment as a map.

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -31,7 +32,7 @@ var errSSHSettings = errors.New("the ssh settings would fail every connection; n
 // every node inside a Slurm allocation (useSrun); else Local for the head
 // itself and SSH for the rest, dialled in parallel. On any failure every
 // connection is closed and the error names each failing host.
-func connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
+func connect(ctx context.Context, cl envplan.CommandLine, hosts []hosts.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
 	var err error
 	runners := make(map[string]sshexec.Runner)
 	if len(hosts) == 0 {

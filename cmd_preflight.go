@@ -13,6 +13,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
@@ -160,7 +161,7 @@ func writeJSON(w io.Writer, v any) error {
 
 // checkNodes runs preflight on every node (preflight.Run) and shows
 // progress on a terminal.
-func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
+func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []hosts.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	if len(hosts) > 0 {
 		targets = targets[:0]

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
@@ -94,9 +95,9 @@ func failedNodes(r preflight.Report, checks bool) map[string]string {
 	return failed
 }
 
-func keepHosts(hosts []envplan.Host, failed map[string]string) []envplan.Host {
-	var keep []envplan.Host
-	for _, h := range hosts {
+func keepHosts(all []hosts.Host, failed map[string]string) []hosts.Host {
+	var keep []hosts.Host
+	for _, h := range all {
 		if failed[h.Name] == "" {
 			keep = append(keep, h)
 		}

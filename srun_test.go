@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -15,26 +16,26 @@ func TestUseSrun(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(withSrun, "srun"), []byte("#!/bin/sh\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	hosts := []envplan.Host{{Name: "node0"}, {Name: "node1"}}
+	nodes := []hosts.Host{{Name: "node0"}, {Name: "node1"}}
 	for _, tc := range []struct {
 		name     string
 		launcher string
 		hostsOpt string
 		jobID    string
 		path     string
-		hosts    []envplan.Host
+		hosts    []hosts.Host
 		want     bool
 		wantErr  bool
 	}{
-		{"auto in an allocation", "auto", "", "7", withSrun, hosts, true, false},
-		{"auto with --hosts", "auto", "node0,node1", "7", withSrun, hosts, false, false},
-		{"auto outside an allocation", "auto", "", "", withSrun, hosts, false, false},
-		{"auto without srun", "auto", "", "7", t.TempDir(), hosts, false, false},
+		{"auto in an allocation", "auto", "", "7", withSrun, nodes, true, false},
+		{"auto with --hosts", "auto", "node0,node1", "7", withSrun, nodes, false, false},
+		{"auto outside an allocation", "auto", "", "", withSrun, nodes, false, false},
+		{"auto without srun", "auto", "", "7", t.TempDir(), nodes, false, false},
 		{"auto, local mode", "auto", "", "7", withSrun, nil, false, false},
-		{"ssh in an allocation", "ssh", "", "7", withSrun, hosts, false, false},
-		{"srun with --hosts", "srun", "node0,node1", "7", withSrun, hosts, true, false},
-		{"srun outside an allocation", "srun", "", "", withSrun, hosts, false, true},
-		{"srun not on the PATH", "srun", "", "7", t.TempDir(), hosts, false, true},
+		{"ssh in an allocation", "ssh", "", "7", withSrun, nodes, false, false},
+		{"srun with --hosts", "srun", "node0,node1", "7", withSrun, nodes, true, false},
+		{"srun outside an allocation", "srun", "", "", withSrun, nodes, false, true},
+		{"srun not on the PATH", "srun", "", "7", t.TempDir(), nodes, false, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SLURM_JOB_ID", tc.jobID)

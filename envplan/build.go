@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -44,8 +45,8 @@ type builder struct {
 	spec  Spec
 	cfg   Config
 	facts Facts
-	head  bool   // head-node mode: gorun starts torchrun on every host
-	hosts []Host // the nodes, in node-rank order
+	head  bool         // head-node mode: gorun starts torchrun on every host
+	hosts []hosts.Host // the nodes, in node-rank order
 
 	static     bool // torchrun's static rendezvous: ranks follow --node-rank
 	endpoint   bool // the user gave --rdzv-endpoint
@@ -104,7 +105,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		cpulists: map[string]parsedCPUs{},
 	}
 	if !b.head {
-		b.hosts = []Host{{Name: localHost}}
+		b.hosts = []hosts.Host{{Name: localHost}}
 	}
 	if spec.Torchrun.TrainingScript == "" {
 		return nil, &userr.InputError{
@@ -383,7 +384,7 @@ func (b *builder) build() (Plan, error) {
 // nproc returns how many workers torchrun starts on h, when that can be
 // known before the node runs: the host's slots, an integer
 // --nproc-per-node, or the node's GPU count for "gpu" and "auto".
-func (b *builder) nproc(h Host) (int, bool) {
+func (b *builder) nproc(h hosts.Host) (int, bool) {
 	if h.Slots > 0 {
 		return h.Slots, true
 	}
@@ -411,7 +412,7 @@ func (b *builder) nproc(h Host) (int, bool) {
 // CUDA ordinal order: CUDA_VISIBLE_DEVICES as the user set it, else the
 // host's --include/--exclude restriction. nil with ok true means no
 // restriction; ok false means a restriction gorun cannot read (UUIDs).
-func (b *builder) visibleGPUs(h Host) ([]int, bool) {
+func (b *builder) visibleGPUs(h hosts.Host) ([]int, bool) {
 	if v, set := b.userEnv["CUDA_VISIBLE_DEVICES"]; set {
 		var ids []int
 		for f := range strings.SplitSeq(v.Value, ",") {
@@ -429,7 +430,7 @@ func (b *builder) visibleGPUs(h Host) ([]int, bool) {
 // ranks plans the workers of one node. base is the global rank of local
 // rank 0, or -1 when the rendezvous decides. It also returns the size of
 // the smallest CPU set bound to a rank, 0 when ranks are not bound.
-func (b *builder) ranks(h Host, nproc, base int) ([]RankPlan, int) {
+func (b *builder) ranks(h hosts.Host, nproc, base int) ([]RankPlan, int) {
 	ranks := make([]RankPlan, nproc)
 	gpus := b.rankGPUs(h, nproc)
 	for l := range ranks {
@@ -443,7 +444,7 @@ func (b *builder) ranks(h Host, nproc, base int) ([]RankPlan, int) {
 }
 
 // rankGPUs returns each local rank's physical GPU, nil where unknown.
-func (b *builder) rankGPUs(h Host, nproc int) []*int {
+func (b *builder) rankGPUs(h hosts.Host, nproc int) []*int {
 	out := make([]*int, nproc)
 	if b.cfg.NProcPerNode == "cpu" {
 		return out
@@ -473,7 +474,7 @@ func (b *builder) rankGPUs(h Host, nproc int) []*int {
 // allow: ranks split the allowed CPUs local to their GPUs, ranks sharing a
 // NUMA node splitting that node's share evenly; without GPU locality, and
 // with more than one rank, the node's allowed CPUs are split evenly.
-func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
+func (b *builder) bindCPUs(h hosts.Host, ranks []RankPlan) int {
 	if b.cfg.RunPath || b.cfg.NumaBinding != "" || b.spec.Set("numa_binding") {
 		return 0 // noted once in closingNotes
 	}
@@ -650,7 +651,7 @@ type overridden struct {
 // user's options through as given; head-node mode first writes what gorun
 // decides per node, then the user's other options untouched, in their
 // order, and ends with the script and its arguments.
-func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
+func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string {
 	argv := strings.Fields(b.spec.Gorun.Torchrun)
 	if len(argv) == 0 {
 		argv = []string{"torchrun"}
@@ -750,7 +751,7 @@ func fewestCPUs(ranks []RankPlan, sets [][]int) int {
 // slotsGiven returns the spec's hosts, without the slot counts an explicit
 // --nproc-per-node overrides: those Slurm sets by default
 // (Host.DefaultSlots).
-func slotsGiven(spec Spec) []Host {
+func slotsGiven(spec Spec) []hosts.Host {
 	if !spec.Set("nproc_per_node") {
 		return spec.Hosts
 	}

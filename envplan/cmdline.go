@@ -12,6 +12,7 @@ import (
 	"time"
 	"unicode"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -667,7 +668,7 @@ func torchrunWorkerVar(name string) (fix string, set bool) {
 // checkEndpoint checks a --rdzv-endpoint the way the backends built into
 // torchrun read it (parse_rendezvous_endpoint, then the backend), more
 // strictly where torchrun's reading is ambiguous: HOST, HOST:PORT or
-// [IPV6]:PORT, HOST a valid host name or address (see hostNameProblem),
+// [IPV6]:PORT, HOST a valid host name or address (see hosts.CheckName),
 // PORT 0 to 65535. The static backend needs a port, and not 0; port 0 (the
 // OS picks one, as --standalone does) is for a single-node c10d
 // rendezvous only, since no other node could learn the port. An IPv6
@@ -712,8 +713,8 @@ func checkEndpoint(s setting, backend string, nnodesMax int) error {
 			return bad(fmt.Sprintf("%s has no host before ':'", userr.Quote(ep)), "write HOST:PORT, e.g. node1:29500")
 		}
 	}
-	if problem, fix := hostNameProblem(host); problem != "" {
-		return bad(problem, fix)
+	if err := hosts.CheckName(s.where, host); err != nil {
+		return err
 	}
 	if !hasPort {
 		if backend == "static" {

@@ -28,7 +28,7 @@ func TestP2PFaultRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := newSpec(append([]string{"--nproc-per-node", "2"}, tc.env...), "train.py")
-			spec.Hosts = hosts("a:2,b:2")
+			spec.Hosts = testHosts("a:2,b:2")
 			if tc.environ != nil {
 				spec.Environ = tc.environ
 			}

@@ -5,6 +5,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/hosts"
 )
 
 // newSpec builds a spec from torchrun options, the script and its arguments
@@ -18,13 +20,13 @@ func newSpec(options []string, script string, args ...string) Spec {
 	return Spec{CommandLine: cl, Environ: map[string]string{}}
 }
 
-// hosts parses "a:8,b:8" (slots optional) into hosts.
-func hosts(list string) []Host {
-	var hs []Host
+// testHosts parses "a:8,b:8" (slots optional) into hosts.
+func testHosts(list string) []hosts.Host {
+	var hs []hosts.Host
 	for h := range strings.SplitSeq(list, ",") {
 		name, slots, _ := strings.Cut(h, ":")
 		n, _ := strconv.Atoi(slots)
-		hs = append(hs, Host{Name: name, Slots: n})
+		hs = append(hs, hosts.Host{Name: name, Slots: n})
 	}
 	return hs
 }

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -173,7 +174,7 @@ func (e nodeEnv) decide(name string, v Var) {
 
 // env plans one node's environment: the user's variables, then gorun's
 // rules, each only where a fact or the user's request justifies it.
-func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool, fewestCPUs int) {
+func (b *builder) env(n *NodePlan, h hosts.Host, nproc int, nprocKnown bool, fewestCPUs int) {
 	maps.Copy(n.Env, b.userEnv)
 	e := nodeEnv{b: b, host: h.Name, env: n.Env}
 	f, known := b.facts[h.Name]

@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"errors"

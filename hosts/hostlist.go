@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"fmt"
@@ -13,7 +13,7 @@ import (
 // workers; the bound keeps arithmetic on slot counts far from overflow.
 const maxSlots = 1 << 16
 
-// ResolveHosts turns what the user gave into the job's hosts, in launch
+// Resolve turns what the user gave into the job's hosts, in launch
 // order. It is the one entry point main uses. Precedence:
 //
 //  1. --hosts and --hostfile are mutually exclusive; giving both is an
@@ -21,9 +21,9 @@ const maxSlots = 1 << 16
 //     hostfileData holds its contents.
 //  2. Otherwise, inside a Slurm allocation (SLURM_JOB_NODELIST or
 //     SLURM_NODELIST set), the allocation's nodes, with slots from the
-//     Slurm GPU or task counts (see HostsFromSlurm); but a gorun that is
+//     Slurm GPU or task counts (see FromSlurm); but a gorun that is
 //     one task of an srun step (SlurmStep) runs on its node alone.
-//  3. Otherwise no hosts: ResolveHosts returns nil, nil and gorun runs on
+//  3. Otherwise no hosts: Resolve returns nil, nil and gorun runs on
 //     this machine alone, as plain torchrun does.
 //
 // Every source refuses a host name that is not valid (see hostNameProblem)
@@ -33,7 +33,7 @@ const maxSlots = 1 << 16
 // --include / --exclude (DeepSpeed syntax) then filter whichever list was
 // chosen; they need a list, so giving them in local mode is a userr.InputError.
 // getenv is the head's environment lookup (os.Getenv in main).
-func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, exclude string, getenv func(string) string) ([]Host, error) {
+func Resolve(hostsFlag, hostfileName string, hostfileData []byte, include, exclude string, getenv func(string) string) ([]Host, error) {
 	if hostsFlag != "" && hostfileName != "" {
 		return nil, &userr.InputError{
 			Where:   "--hosts",
@@ -47,13 +47,13 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 	)
 	switch {
 	case hostsFlag != "":
-		hosts, err = ParseHosts(hostsFlag)
+		hosts, err = Parse(hostsFlag)
 	case hostfileName != "":
 		hosts, err = ParseHostfile(hostfileName, hostfileData)
 	case SlurmStep(getenv):
 		// One task of `srun gorun ...`: this node alone, as its torchrun.
 	default:
-		hosts, err = HostsFromSlurm(getenv)
+		hosts, err = FromSlurm(getenv)
 	}
 	if err != nil {
 		return nil, err
@@ -84,7 +84,7 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 	return hosts, nil
 }
 
-// ParseHosts parses the --hosts flag: a comma-separated list of hosts, each
+// Parse parses the --hosts flag: a comma-separated list of hosts, each
 // with an optional slot count, "h1:8,h2:8,h3". A host is a name (see
 // hostNameProblem), an IPv4 address, or an IPv6 address, in brackets when it
 // has a count ("[fe80::1]:8") and bare when it cannot be misread
@@ -92,7 +92,7 @@ func ResolveHosts(hostsFlag, hostfileName string, hostfileData []byte, include, 
 // items, bad names, bad or zero counts and duplicate hosts (localhost,
 // 127.0.0.1 and ::1 are one) are InputErrors whose Where gives the 1-based
 // column.
-func ParseHosts(list string) ([]Host, error) {
+func Parse(list string) ([]Host, error) {
 	const flag = "--hosts"
 	if strings.TrimSpace(list) == "" {
 		return nil, &userr.InputError{Where: flag, Problem: "empty host list", Fix: "write --hosts h1:8,h2:8"}

@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"encoding/json"
@@ -30,7 +30,7 @@ func wantInputError(t *testing.T, err error, where string, words ...string) {
 	}
 }
 
-func TestParseHosts(t *testing.T) {
+func TestParse(t *testing.T) {
 	tests := []struct {
 		name string
 		in   string
@@ -56,18 +56,18 @@ func TestParseHosts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseHosts(tt.in)
+			got, err := Parse(tt.in)
 			if err != nil {
-				t.Fatalf("ParseHosts(%q): %v", tt.in, err)
+				t.Fatalf("Parse(%q): %v", tt.in, err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("ParseHosts(%q) = %+v, want %+v", tt.in, got, tt.want)
+				t.Errorf("Parse(%q) = %+v, want %+v", tt.in, got, tt.want)
 			}
 		})
 	}
 }
 
-func TestParseHostsErrors(t *testing.T) {
+func TestParseErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		in    string
@@ -124,16 +124,16 @@ func TestParseHostsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseHosts(tt.in)
+			got, err := Parse(tt.in)
 			if err == nil {
-				t.Fatalf("ParseHosts(%q) = %+v, want error", tt.in, got)
+				t.Fatalf("Parse(%q) = %+v, want error", tt.in, got)
 			}
 			wantInputError(t, err, tt.where, tt.words...)
 		})
 	}
 }
 
-func TestResolveHosts(t *testing.T) {
+func TestResolve(t *testing.T) {
 	slurm := env(map[string]string{"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "4"})
 	noEnv := env(nil)
 	hostfile := []byte("w1 slots=2\nw2 slots=2\n")
@@ -156,18 +156,18 @@ func TestResolveHosts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ResolveHosts(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
+			got, err := Resolve(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
 			if err != nil {
-				t.Fatalf("ResolveHosts: %v", err)
+				t.Fatalf("Resolve: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("ResolveHosts = %#v, want %#v", got, tt.want)
+				t.Errorf("Resolve = %#v, want %#v", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestResolveHostsErrors(t *testing.T) {
+func TestResolveErrors(t *testing.T) {
 	noEnv := env(nil)
 	tests := []struct {
 		name             string
@@ -190,9 +190,9 @@ func TestResolveHostsErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ResolveHosts(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
+			got, err := Resolve(tt.hosts, tt.file, tt.data, tt.include, tt.exclude, tt.getenv)
 			if err == nil {
-				t.Fatalf("ResolveHosts = %+v, want error", got)
+				t.Fatalf("Resolve = %+v, want error", got)
 			}
 			wantInputError(t, err, tt.where, tt.words...)
 		})
@@ -221,42 +221,42 @@ func env(m map[string]string) func(string) string {
 	return func(k string) string { return m[k] }
 }
 
-func FuzzParseHosts(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	for _, s := range []string{"h1:8,h2:8,h3", "[fe80::1]:8", "a,,b", "h:0", "[x]:1", "10.0.0.1:4", "h1,H1", "-x"} {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, list string) {
-		hosts, err := ParseHosts(list)
+		hosts, err := Parse(list)
 		if err != nil {
 			var ie *userr.InputError
 			if !errors.As(err, &ie) || ie.Where == "" {
-				t.Fatalf("ParseHosts(%q): error %v is not a userr.InputError with Where", list, err)
+				t.Fatalf("Parse(%q): error %v is not a userr.InputError with Where", list, err)
 			}
 			return
 		}
 		seen := map[string]bool{}
 		for _, h := range hosts {
 			if problem, _ := hostNameProblem(h.Name); problem != "" || h.Slots < 0 || h.GPUs != nil {
-				t.Fatalf("ParseHosts(%q): bad host %+v (%s)", list, h, problem)
+				t.Fatalf("Parse(%q): bad host %+v (%s)", list, h, problem)
 			}
 			if seen[hostKey(h.Name)] {
-				t.Fatalf("ParseHosts(%q): duplicate %q accepted", list, h.Name)
+				t.Fatalf("Parse(%q): duplicate %q accepted", list, h.Name)
 			}
 			seen[hostKey(h.Name)] = true
 		}
 		if len(hosts) != strings.Count(list, ",")+1 {
-			t.Fatalf("ParseHosts(%q) = %d hosts for %d items", list, len(hosts), strings.Count(list, ",")+1)
+			t.Fatalf("Parse(%q) = %d hosts for %d items", list, len(hosts), strings.Count(list, ",")+1)
 		}
 	})
 }
 
-// FuzzResolveHosts feeds arbitrary input through every host source (the
+// FuzzResolve feeds arbitrary input through every host source (the
 // --hosts flag, a hostfile, a Slurm node list) and the --include/--exclude
-// filter. Whatever the input, ResolveHosts returns either a complete
+// filter. Whatever the input, Resolve returns either a complete
 // userr.InputError whose message is one printable line of bounded length, or
 // hosts whose names are valid (hostNameProblem), none the same machine as
 // another, that read back the same when written as a --hosts list.
-func FuzzResolveHosts(f *testing.F) {
+func FuzzResolve(f *testing.F) {
 	seeds := []struct {
 		hosts string
 		file  string
@@ -290,7 +290,7 @@ func FuzzResolveHosts(f *testing.F) {
 			include, excl = "", filter
 		}
 		getenv := env(map[string]string{"SLURM_JOB_NODELIST": slurm, "SLURM_GPUS_ON_NODE": "4"})
-		got, err := ResolveHosts(hostsFlag, fileName, file, include, excl, getenv)
+		got, err := Resolve(hostsFlag, fileName, file, include, excl, getenv)
 		if err != nil {
 			var ie *userr.InputError
 			if !errors.As(err, &ie) || ie.Where == "" || ie.Problem == "" || ie.Fix == "" {
@@ -330,7 +330,7 @@ func FuzzResolveHosts(f *testing.F) {
 			}
 			list = append(list, item)
 		}
-		back, err := ParseHosts(strings.Join(list, ","))
+		back, err := Parse(strings.Join(list, ","))
 		if err != nil {
 			t.Fatalf("%q does not read back: %v", list, err)
 		}

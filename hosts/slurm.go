@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"fmt"
@@ -33,7 +33,7 @@ const maxHostlistItem = 1024
 // brackets, empty or descending ranges, characters outside [A-Za-z0-9._-],
 // and more than 65536 names are InputErrors whose Where is
 // "SLURM_JOB_NODELIST (col N)". Names are not checked further, as Slurm
-// does not check them; HostsFromSlurm does.
+// does not check them; FromSlurm does.
 func ExpandSlurmHostlist(expr string) ([]string, error) {
 	names, _, err := expandHostlist("SLURM_JOB_NODELIST", expr)
 	return names, err
@@ -232,7 +232,7 @@ func parseRangeBound(s string) (uint64, error) {
 	return n, nil
 }
 
-// HostsFromSlurm returns the hosts of the Slurm allocation gorun runs in, or
+// FromSlurm returns the hosts of the Slurm allocation gorun runs in, or
 // nil, nil outside one. Nodes come from SLURM_JOB_NODELIST (or the older
 // SLURM_NODELIST), in Slurm's order; each must be a valid host name (see
 // hostNameProblem) and listed once. Slots come from the first of:
@@ -244,7 +244,7 @@ func parseRangeBound(s string) (uint64, error) {
 //
 // When none is set, Slots is 0 (not stated). A malformed value is an
 // userr.InputError naming the variable.
-func HostsFromSlurm(getenv func(string) string) ([]Host, error) {
+func FromSlurm(getenv func(string) string) ([]Host, error) {
 	source, list := "SLURM_JOB_NODELIST", getenv("SLURM_JOB_NODELIST")
 	if list == "" {
 		source, list = "SLURM_NODELIST", getenv("SLURM_NODELIST")

@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"fmt"
@@ -96,6 +96,18 @@ func hostNameProblem(name string) (problem, fix string) {
 			"write an IPv4 address as four numbers from 0 to 255 (10.0.0.1), or give the host's name"
 	}
 	return "", ""
+}
+
+// CheckName refuses a name that cannot name a node, by the rules of
+// hostNameProblem: nil when name is a host name, an IPv4 address or an IPv6
+// address, else an *userr.InputError at where that says what is wrong and
+// how to fix it. Other parsers (a --rdzv-endpoint's host) use it so that
+// every host gorun reads follows one rule.
+func CheckName(where, name string) error {
+	if problem, fix := hostNameProblem(name); problem != "" {
+		return &userr.InputError{Where: where, Problem: problem, Fix: fix}
+	}
+	return nil
 }
 
 // labelByte reports whether c may appear in a host name label.

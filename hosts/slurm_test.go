@@ -1,4 +1,4 @@
-package envplan
+package hosts
 
 import (
 	"errors"
@@ -116,7 +116,7 @@ func TestExpandSlurmHostlistErrors(t *testing.T) {
 	}
 }
 
-func TestHostsFromSlurm(t *testing.T) {
+func TestFromSlurm(t *testing.T) {
 	hosts := func(slots ...int) []Host {
 		out := make([]Host, len(slots))
 		for i, s := range slots {
@@ -145,18 +145,18 @@ func TestHostsFromSlurm(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := HostsFromSlurm(env(tt.env))
+			got, err := FromSlurm(env(tt.env))
 			if err != nil {
-				t.Fatalf("HostsFromSlurm: %v", err)
+				t.Fatalf("FromSlurm: %v", err)
 			}
 			if !reflect.DeepEqual(got, tt.want) {
-				t.Errorf("HostsFromSlurm = %+v, want %+v", got, tt.want)
+				t.Errorf("FromSlurm = %+v, want %+v", got, tt.want)
 			}
 		})
 	}
 }
 
-func TestHostsFromSlurmErrors(t *testing.T) {
+func TestFromSlurmErrors(t *testing.T) {
 	nodes := map[string]string{"SLURM_JOB_NODELIST": "n[1-4]"}
 	with := func(k, v string) map[string]string {
 		m := map[string]string{k: v}
@@ -197,9 +197,9 @@ func TestHostsFromSlurmErrors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := HostsFromSlurm(env(tt.env))
+			got, err := FromSlurm(env(tt.env))
 			if err == nil {
-				t.Fatalf("HostsFromSlurm = %+v, want error", got)
+				t.Fatalf("FromSlurm = %+v, want error", got)
 			}
 			wantInputError(t, err, tt.where, tt.words...)
 		})
@@ -261,6 +261,10 @@ func FuzzExpandSlurmHostlist(f *testing.F) {
 				t.Fatalf("ExpandSlurmHostlist(%q): bad name %q", expr, n)
 			}
 		}
+		// Compress inverts the expansion, whatever it was.
+		if back, err := ExpandSlurmHostlist(Compress(names)); err != nil || !reflect.DeepEqual(back, names) {
+			t.Fatalf("ExpandSlurmHostlist(Compress(%q)) = %q, %v", names, back, err)
+		}
 		// A plain list (no brackets) expands to its own items.
 		if !strings.ContainsAny(expr, "[]") {
 			want := strings.FieldsFunc(expr, func(r rune) bool { return r == ',' || r == ' ' || r == '\t' })
@@ -297,46 +301,9 @@ func TestSlurmStep(t *testing.T) {
 	}
 	// A task of `srun gorun`: its node alone, not the allocation.
 	env := map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "SLURM_JOB_NODELIST": "node[0-2]"}
-	hosts, err := ResolveHosts("", "", nil, "", "", func(k string) string { return env[k] })
+	hosts, err := Resolve("", "", nil, "", "", func(k string) string { return env[k] })
 	if err != nil || hosts != nil {
-		t.Errorf("ResolveHosts in a step = %v, %v; want local mode", hosts, err)
-	}
-}
-
-// Slurm sets SLURM_TASKS_PER_NODE=1(x3) under a plain `sbatch -N 3`: an
-// explicit --nproc-per-node wins over it, not over counts the user asked
-// Slurm for.
-func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
-	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want int
-	}{
-		{"default task count", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)"}, 2},
-		{"asked tasks per node", map[string]string{"SLURM_TASKS_PER_NODE": "4(x3)", "SLURM_NTASKS_PER_NODE": "4"}, 4},
-		{"GPUs on the node", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_GPUS_ON_NODE": "8"}, 8},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"SLURM_JOB_NODELIST": "node[0-2]"}
-			for k, v := range tc.env {
-				env[k] = v
-			}
-			hosts, err := HostsFromSlurm(func(k string) string { return env[k] })
-			if err != nil {
-				t.Fatal(err)
-			}
-			spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
-			spec.Hosts = hosts
-			p, err := Build(spec, nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, n := range p.Nodes {
-				if got := len(ranksOf(n)); got != tc.want {
-					t.Errorf("%s: %d ranks, want %d", n.Host, got, tc.want)
-				}
-			}
-		})
+		t.Errorf("Resolve in a step = %v, %v; want local mode", hosts, err)
 	}
 }
 
