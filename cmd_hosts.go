@@ -8,14 +8,14 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/userr"
 )
 
 // runHosts prints the resolved host list.
-func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
+func runHosts(opts cmdline.Options, asJSON bool, out io.Writer) error {
 	list, err := resolveHosts(opts)
 	if err != nil {
 		return err
@@ -42,7 +42,7 @@ func runHosts(opts envplan.Options, asJSON bool, out io.Writer) error {
 	return nil
 }
 
-func resolveHosts(opts envplan.Options) ([]hosts.Host, error) {
+func resolveHosts(opts cmdline.Options) ([]hosts.Host, error) {
 	var data []byte
 	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error

@@ -14,6 +14,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
@@ -32,7 +33,7 @@ var errSSHSettings = errors.New("the ssh settings would fail every connection; n
 // every node inside a Slurm allocation (useSrun); else Local for the head
 // itself and SSH for the rest, dialled in parallel. On any failure every
 // connection is closed and the error names each failing host.
-func connect(ctx context.Context, cl envplan.CommandLine, hosts []hosts.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
+func connect(ctx context.Context, cl cmdline.CommandLine, hosts []hosts.Host, self string, stderr io.Writer) (map[string]sshexec.Runner, error) {
 	var err error
 	runners := make(map[string]sshexec.Runner)
 	if len(hosts) == 0 {
@@ -93,8 +94,8 @@ func closeAll(runners map[string]sshexec.Runner) {
 // runLaunch is the main job: parse, resolve hosts, connect, check, plan,
 // then print the plan (--dry-run) or launch and supervise.
 func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	cl, err := envplan.ParseCommandLine(args, os.Getenv)
-	if errors.Is(err, envplan.ErrHelp) {
+	cl, err := cmdline.Parse(args, os.Getenv)
+	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, usage())
 		return err
 	}
@@ -102,7 +103,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 		return err
 	}
 	if more := slurmStepArgs(args, cl); len(more) > len(args) {
-		if cl, err = envplan.ParseCommandLine(more, os.Getenv); err != nil {
+		if cl, err = cmdline.Parse(more, os.Getenv); err != nil {
 			return err
 		}
 	}
@@ -180,7 +181,7 @@ func runLaunch(ctx context.Context, args []string, stdout, stderr io.Writer) err
 // there. -m and --no-python name a module or a program, not a file; on
 // several nodes the script lives on the nodes, and preflight hashes it
 // there.
-func checkScript(cl envplan.CommandLine, multiNode bool) error {
+func checkScript(cl cmdline.CommandLine, multiNode bool) error {
 	script := cl.Torchrun.TrainingScript
 	if cl.Torchrun.Module || cl.Torchrun.NoPython {
 		return nil
@@ -237,7 +238,7 @@ const restartBackoff = time.Second
 
 // supervise runs the plan under launch.Run, with a second Ctrl-C turning
 // the graceful stop into an immediate one.
-func supervise(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, plan envplan.Plan, runners map[string]sshexec.Runner, watch *gpuWatch, stdout, stderr io.Writer) error {
+func supervise(ctx context.Context, cl cmdline.CommandLine, spec envplan.Spec, plan envplan.Plan, runners map[string]sshexec.Runner, watch *gpuWatch, stdout, stderr io.Writer) error {
 	head := len(spec.Hosts) > 0
 	kill, finished := make(chan struct{}), make(chan struct{})
 	defer close(finished)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
@@ -44,7 +45,7 @@ gorun --help lists the gorun and torchrun options.
 // runPreflight runs only the checks (or explains a pasted topology).
 func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON, topoFile, bandwidth, rest, err := preflightArgs(args)
-	if errors.Is(err, envplan.ErrHelp) {
+	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, preflightUsage)
 		return err
 	}
@@ -70,7 +71,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		rep.WriteText(stdout)
 		return nil
 	}
-	cl, err := envplan.ParseCommandLine(append(rest, "-"), os.Getenv) // the script is optional here
+	cl, err := cmdline.Parse(append(rest, "-"), os.Getenv) // the script is optional here
 	if err != nil {
 		return err
 	}
@@ -116,7 +117,7 @@ func preflightArgs(args []string) (asJSON bool, topoFile *string, bandwidth stri
 		name, value, hasValue := strings.Cut(a, "=")
 		switch {
 		case a == "--help" || a == "-h":
-			return false, nil, "", nil, envplan.ErrHelp
+			return false, nil, "", nil, cmdline.ErrHelp
 		case a == "--json":
 			asJSON = true
 		case name == "--bandwidth":
@@ -161,7 +162,7 @@ func writeJSON(w io.Writer, v any) error {
 
 // checkNodes runs preflight on every node (preflight.Run) and shows
 // progress on a terminal.
-func checkNodes(ctx context.Context, cl envplan.CommandLine, hosts []hosts.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
+func checkNodes(ctx context.Context, cl cmdline.CommandLine, hosts []hosts.Host, runners map[string]sshexec.Runner, progress io.Writer) preflight.Report {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	if len(hosts) > 0 {
 		targets = targets[:0]

@@ -22,6 +22,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
@@ -54,7 +55,7 @@ func exitCode(err error) int {
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
 	switch {
-	case err == nil, errors.Is(err, envplan.ErrHelp):
+	case err == nil, errors.Is(err, cmdline.ErrHelp):
 		return exitOK
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary
@@ -129,7 +130,7 @@ func newApp(ctx context.Context) *cli.App {
 					if c.NArg() > 0 {
 						return noArguments("gorun hosts", c.Args().First())
 					}
-					opts := envplan.Options{Hosts: c.String("hosts"), Hostfile: c.String("hostfile"),
+					opts := cmdline.Options{Hosts: c.String("hosts"), Hostfile: c.String("hostfile"),
 						Include: c.String("include"), Exclude: c.String("exclude")}
 					return runHosts(opts, c.Bool("json"), c.App.Writer)
 				},

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/launch"
@@ -25,7 +26,7 @@ const recheckTimeout = 30 * time.Second
 // checks). A node that fails is dropped while at least --nnodes' minimum
 // remain, and the plan is rebuilt for the nodes left; without a range, or
 // with too few left, the run stops with the findings (exit 2).
-func recheck(ctx context.Context, cl envplan.CommandLine, spec envplan.Spec, plan envplan.Plan,
+func recheck(ctx context.Context, cl cmdline.CommandLine, spec envplan.Spec, plan envplan.Plan,
 	runners map[string]sshexec.Runner, diag io.Writer) (envplan.Spec, envplan.Plan, error) {
 	user := ctx
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)

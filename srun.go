@@ -7,7 +7,7 @@ import (
 	"os/exec"
 	"time"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
@@ -17,7 +17,7 @@ import (
 // useSrun says whether the head reaches the nodes through srun
 // (--launcher): auto picks srun inside a Slurm allocation whose nodes are
 // the job's (no --hosts or --hostfile) when srun is on the PATH.
-func useSrun(o envplan.Options, hosts []hosts.Host) (bool, error) {
+func useSrun(o cmdline.Options, hosts []hosts.Host) (bool, error) {
 	_, lookErr := exec.LookPath("srun")
 	inAllocation := os.Getenv("SLURM_JOB_ID") != ""
 	switch o.Launcher {
@@ -41,7 +41,7 @@ func useSrun(o envplan.Options, hosts []hosts.Host) (bool, error) {
 // its commands as job steps on its node. gorun reaches the nodes through
 // the shared filesystem, else through sbcast (sshexec.PlaceSrunAgent),
 // unless --remote-gorun names it.
-func connectSrun(ctx context.Context, cl envplan.CommandLine, hosts []hosts.Host, self string) (map[string]sshexec.Runner, error) {
+func connectSrun(ctx context.Context, cl cmdline.CommandLine, hosts []hosts.Host, self string) (map[string]sshexec.Runner, error) {
 	path := cl.Gorun.RemoteGorun
 	if path == "" {
 		bin, err := sshexec.HashBinary(self)
@@ -70,7 +70,7 @@ func hostNames(hosts []hosts.Host) []string {
 // slurmNodeFindings is Slurm's word on the allocation's nodes (drained,
 // down, not responding), when gorun runs inside one and the nodes are its;
 // none when sinfo cannot be asked.
-func slurmNodeFindings(ctx context.Context, o envplan.Options, hosts []hosts.Host) []preflight.Finding {
+func slurmNodeFindings(ctx context.Context, o cmdline.Options, hosts []hosts.Host) []preflight.Finding {
 	if len(hosts) == 0 || o.Hosts != "" || o.Hostfile != "" || os.Getenv("SLURM_JOB_ID") == "" {
 		return nil
 	}
@@ -87,7 +87,7 @@ func slurmNodeFindings(ctx context.Context, o envplan.Options, hosts []hosts.Hos
 // slurmStepArgs completes the command line of one task of `srun gorun`
 // with a static rendezvous over several nodes: without --node-rank every
 // torchrun would be node 0, so the task's SLURM_NODEID is its rank.
-func slurmStepArgs(args []string, cl envplan.CommandLine) []string {
+func slurmStepArgs(args []string, cl cmdline.CommandLine) []string {
 	if !hosts.SlurmStep(os.Getenv) || cl.Set("node_rank") || cl.Torchrun.NNodesMax < 2 || cl.Torchrun.RdzvBackend != "static" {
 		return args
 	}

@@ -6,7 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -40,7 +40,7 @@ func TestUseSrun(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Setenv("SLURM_JOB_ID", tc.jobID)
 			t.Setenv("PATH", tc.path)
-			got, err := useSrun(envplan.Options{Launcher: tc.launcher, Hosts: tc.hostsOpt}, tc.hosts)
+			got, err := useSrun(cmdline.Options{Launcher: tc.launcher, Hosts: tc.hostsOpt}, tc.hosts)
 			var input *userr.InputError
 			if tc.wantErr != (err != nil) || (err != nil && !errors.As(err, &input)) {
 				t.Fatalf("useSrun: %v, want an input error: %v", err, tc.wantErr)

@@ -15,6 +15,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	// main_test.go declares a const secret, so the package takes another name here.
 	secrets "github.com/gorun/gorun/internal/secret"
@@ -64,7 +65,7 @@ type gpuWatch struct {
 // newGPUWatch returns nil when telemetry is off (--telemetry-interval 0).
 // It creates the --telemetry file now, so a path that cannot be written is
 // refused before anything starts.
-func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string) (*gpuWatch, error) {
+func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string) (*gpuWatch, error) {
 	o := cl.Gorun
 	if o.TelemetryInterval <= 0 {
 		if o.Telemetry != "" || o.Report != "" {

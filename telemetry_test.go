@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -56,7 +57,7 @@ func frameJSON(t *testing.T, f telemetry.Frame) []byte {
 // report, an Xid is a finding line, and the report is written at the end.
 func TestGPUWatch(t *testing.T) {
 	dir := t.TempDir()
-	cl := envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second,
+	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second,
 		Telemetry: filepath.Join(dir, "t.jsonl"), Report: filepath.Join(dir, "r.html")}}
 	g, err := newGPUWatch(cl, []string{"--nproc-per-node", "1", "train.py"}, "preflight: OK")
 	if err != nil {
@@ -101,7 +102,7 @@ func TestGPUWatch(t *testing.T) {
 }
 
 func TestGPUWatchOff(t *testing.T) {
-	g, err := newGPUWatch(envplan.CommandLine{}, nil, "")
+	g, err := newGPUWatch(cmdline.CommandLine{}, nil, "")
 	if g != nil || err != nil {
 		t.Fatalf("interval 0: %v, %v; want no watch", g, err)
 	}
@@ -115,7 +116,7 @@ func TestGPUWatchOff(t *testing.T) {
 	if o.Telemetry != nil || o.Status != nil {
 		t.Error("options set without telemetry")
 	}
-	_, err = newGPUWatch(envplan.CommandLine{Gorun: envplan.Options{Report: "r.html"}}, nil, "")
+	_, err = newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{Report: "r.html"}}, nil, "")
 	if err == nil {
 		t.Error("--report with --telemetry-interval 0 accepted")
 	}
@@ -154,7 +155,7 @@ func TestTelemetryLocalRun(t *testing.T) {
 }
 
 func TestGPUWatchNoStatusOffTerminal(t *testing.T) {
-	g, err := newGPUWatch(envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second}}, nil, "")
+	g, err := newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second}}, nil, "")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,7 +5,7 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/urfave/cli/v2"
 )
@@ -71,7 +71,7 @@ gorun options:
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
 	line := " "
-	for _, name := range envplan.TorchrunOptionNames() {
+	for _, name := range cmdline.TorchrunOptionNames() {
 		if len(line)+len(name)+1 > 78 {
 			b.WriteString(line + "\n")
 			line = " "

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/userr"
@@ -43,7 +44,7 @@ func Build(spec Spec, facts Facts) (Plan, error) {
 // builder carries the job-wide decisions while the nodes are planned.
 type builder struct {
 	spec  Spec
-	cfg   Config
+	cfg   cmdline.Config
 	facts Facts
 	head  bool         // head-node mode: gorun starts torchrun on every host
 	hosts []hosts.Host // the nodes, in node-rank order
@@ -126,7 +127,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 
 // copyConfig returns c with its slice and map copied and never nil, so the
 // plan shares nothing with the caller and renders [] and {} rather than null.
-func copyConfig(c Config) Config {
+func copyConfig(c cmdline.Config) cmdline.Config {
 	c.TrainingScriptArgs = append([]string{}, c.TrainingScriptArgs...)
 	rc := make(map[string]string, len(c.RdzvConfigs))
 	maps.Copy(rc, c.RdzvConfigs)
@@ -705,7 +706,7 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 // (argparse would keep the '=' of "-x=value"). Long names are written in
 // their underscore spelling ("--nproc_per_node"), the one every torchrun
 // accepts: 2.x takes both, 1.x only that one.
-func appendArg(argv []string, a Arg) []string {
+func appendArg(argv []string, a cmdline.Arg) []string {
 	name := a.Name
 	if name == "" || strings.HasPrefix(name, "--") {
 		name = "--" + a.Dest

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -96,7 +97,8 @@ func TestBuildInputErrors(t *testing.T) {
 			return newSpec([]string{"--node-rank=1"}, "train.py")
 		}, "--node-rank"},
 		{"node rank from PET_", func() Spec {
-			cl, err := ParseCommandLineWith([]string{"train.py"}, envOf(map[string]string{"PET_NODE_RANK": "3", "PET_NNODES": "2"}), fixedID)
+			env := map[string]string{"PET_NODE_RANK": "3", "PET_NNODES": "2"}
+			cl, err := cmdline.ParseWith([]string{"train.py"}, func(k string) string { return env[k] }, nil)
 			if err != nil {
 				panic(err)
 			}
@@ -135,7 +137,7 @@ func TestBuild(t *testing.T) {
 	}{
 		{"local mode passes options as given", func() Spec {
 			s := newSpec([]string{"--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=x"}, "train.py", "--x")
-			s.Given = append(s.Given, Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
+			s.Given = append(s.Given, cmdline.Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py", "--x"}
@@ -481,7 +483,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"short options keep their value apart", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Given = []Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
+			s.Given = []cmdline.Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}

@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 )
 
@@ -13,7 +14,7 @@ import (
 // with the real command-line parser; --standalone gets a fixed run id.
 func newSpec(options []string, script string, args ...string) Spec {
 	argv := append(append(slices.Clone(options), script), args...)
-	cl, err := ParseCommandLineWith(argv, nil, func() string { return "f2e03d02-f82d-4185-b5d1-03dbaa8ee4e1" })
+	cl, err := cmdline.ParseWith(argv, nil, func() string { return "f2e03d02-f82d-4185-b5d1-03dbaa8ee4e1" })
 	if err != nil {
 		panic(fmt.Sprintf("test spec %q: %v", argv, err))
 	}

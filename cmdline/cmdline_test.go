@@ -1,4 +1,4 @@
-package envplan
+package cmdline
 
 import (
 	"errors"
@@ -336,9 +336,9 @@ func TestParseCommandLineAccepts(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseCommandLineWith(tc.argv, envOf(tc.env), fixedID)
+			got, err := ParseWith(tc.argv, envOf(tc.env), fixedID)
 			if err != nil {
-				t.Fatalf("ParseCommandLineWith(%q): %v", tc.argv, err)
+				t.Fatalf("ParseWith(%q): %v", tc.argv, err)
 			}
 			want := defaultConfig("train.py")
 			if tc.cfg != nil {
@@ -489,9 +489,9 @@ func TestParseCommandLineRefuses(t *testing.T) {
 	cases = append(cases, torchrunVarRefusals()...)
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseCommandLineWith(tc.argv, envOf(tc.env), fixedID)
+			got, err := ParseWith(tc.argv, envOf(tc.env), fixedID)
 			if err == nil {
-				t.Fatalf("ParseCommandLineWith(%q) = %+v, want an error", tc.argv, got.Torchrun)
+				t.Fatalf("ParseWith(%q) = %+v, want an error", tc.argv, got.Torchrun)
 			}
 			var ie *userr.InputError
 			if !errors.As(err, &ie) {
@@ -529,9 +529,9 @@ func TestParseCommandLineHelp(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			_, err := ParseCommandLine(tc.argv, nil)
+			_, err := Parse(tc.argv, nil)
 			if got := errors.Is(err, ErrHelp); got != tc.help {
-				t.Errorf("ParseCommandLine(%q) error = %v, want help %v", tc.argv, err, tc.help)
+				t.Errorf("Parse(%q) error = %v, want help %v", tc.argv, err, tc.help)
 			}
 		})
 	}
@@ -712,7 +712,7 @@ func TestEverySpelling(t *testing.T) {
 			for _, form := range forms {
 				argv := append(append([]string{}, form...), "train.py")
 				t.Run(strings.Join(form, " "), func(t *testing.T) {
-					cl, err := ParseCommandLineWith(argv, nil, fixedID)
+					cl, err := ParseWith(argv, nil, fixedID)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -736,7 +736,7 @@ func TestEverySpelling(t *testing.T) {
 			value = "1"
 		}
 		t.Run(env, func(t *testing.T) {
-			cl, err := ParseCommandLineWith([]string{"train.py"}, envOf(map[string]string{env: value}), fixedID)
+			cl, err := ParseWith([]string{"train.py"}, envOf(map[string]string{env: value}), fixedID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -754,11 +754,11 @@ func TestEverySpelling(t *testing.T) {
 func TestParseCommandLineStandaloneID(t *testing.T) {
 	uuid4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	argv := []string{"--standalone", "train.py"}
-	a, err := ParseCommandLine(argv, nil)
+	a, err := Parse(argv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	b, err := ParseCommandLine(argv, nil)
+	b, err := Parse(argv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -770,14 +770,14 @@ func TestParseCommandLineStandaloneID(t *testing.T) {
 	if a.Torchrun.RdzvID == b.Torchrun.RdzvID {
 		t.Errorf("two standalone runs share the id %s", a.Torchrun.RdzvID)
 	}
-	c, err := ParseCommandLineWith(argv, nil, nil)
+	c, err := ParseWith(argv, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if c.Torchrun.RdzvID != placeholderRdzvID || !uuid4.MatchString(placeholderRdzvID) {
 		t.Errorf("placeholder id = %q", c.Torchrun.RdzvID)
 	}
-	if d, _ := ParseCommandLine([]string{"train.py"}, nil); d.Torchrun.RdzvID != "none" {
+	if d, _ := Parse([]string{"train.py"}, nil); d.Torchrun.RdzvID != "none" {
 		t.Errorf("non-standalone id = %q, want none", d.Torchrun.RdzvID)
 	}
 }
@@ -786,7 +786,7 @@ func TestParseCommandLineStandaloneID(t *testing.T) {
 // slices are the caller's.
 func TestParseCommandLineDoesNotAlias(t *testing.T) {
 	argv := []string{"--env", "A=1", "train.py", "x"}
-	cl, err := ParseCommandLine(argv, nil)
+	cl, err := Parse(argv, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -860,7 +860,7 @@ func FuzzParseCommandLine(f *testing.F) {
 				env[k] = v
 			}
 		}
-		cl, err := ParseCommandLineWith(argv, envOf(env), fixedID)
+		cl, err := ParseWith(argv, envOf(env), fixedID)
 		if err != nil {
 			var ie *userr.InputError
 			if !errors.Is(err, ErrHelp) && (!errors.As(err, &ie) || ie.Where == "" || ie.Problem == "") {
@@ -984,7 +984,7 @@ func TestTorchrunVarFix(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseCommandLineWith([]string{"--env", tt.name + "=x", "train.py"}, nil, fixedID)
+			_, err := ParseWith([]string{"--env", tt.name + "=x", "train.py"}, nil, fixedID)
 			var ie *userr.InputError
 			if !errors.As(err, &ie) || !strings.Contains(ie.Fix, tt.fix) {
 				t.Errorf("error %v: want a fix naming %s", err, tt.fix)
@@ -1001,7 +1001,7 @@ func TestEnvAcceptsVariablesTorchrunReads(t *testing.T) {
 		"rank=lowercase is not torchrun's", "MASTER_ADDRESS=x", "CUDA_VISIBLE_DEVICES=0,1",
 	} {
 		t.Run(kv, func(t *testing.T) {
-			cl, err := ParseCommandLineWith([]string{"--env", kv, "train.py"}, nil, fixedID)
+			cl, err := ParseWith([]string{"--env", kv, "train.py"}, nil, fixedID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1034,7 +1034,7 @@ func TestRdzvEndpointAccepts(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cl, err := ParseCommandLineWith(append(tt.argv, "train.py"), nil, fixedID)
+			cl, err := ParseWith(append(tt.argv, "train.py"), nil, fixedID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1051,7 +1051,7 @@ func TestMasterPortAccepts(t *testing.T) {
 		want        int
 	}{{"1", "1", 1}, {"65535", "65535", 65535}, {"as Python writes it", " 2_9500 ", 29500}} {
 		t.Run(tt.name, func(t *testing.T) {
-			cl, err := ParseCommandLineWith([]string{"--master-port", tt.value, "train.py"}, nil, fixedID)
+			cl, err := ParseWith([]string{"--master-port", tt.value, "train.py"}, nil, fixedID)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -1080,7 +1080,7 @@ func TestErrorsDoNotEchoEnvValues(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseCommandLineWith(tt.argv, nil, fixedID)
+			_, err := ParseWith(tt.argv, nil, fixedID)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -1100,7 +1100,7 @@ func TestErrorsDoNotEchoEnvValues(t *testing.T) {
 // A huge option is shown once, cut, with its length.
 func TestUnknownOptionIsCut(t *testing.T) {
 	long := "--" + strings.Repeat("x", 100_000)
-	_, err := ParseCommandLineWith([]string{long, long, long, "-a", "-b", "-c", "-d", "train.py"}, nil, fixedID)
+	_, err := ParseWith([]string{long, long, long, "-a", "-b", "-c", "-d", "train.py"}, nil, fixedID)
 	if err == nil {
 		t.Fatal("no error")
 	}
@@ -1132,7 +1132,7 @@ func TestParseErrorsEscapeControls(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			_, err := ParseCommandLineWith(tt.argv, nil, fixedID)
+			_, err := ParseWith(tt.argv, nil, fixedID)
 			if err == nil {
 				t.Fatal("no error")
 			}
@@ -1144,5 +1144,34 @@ func TestParseErrorsEscapeControls(t *testing.T) {
 				t.Errorf("message %q holds a control character or invalid UTF-8", msg)
 			}
 		})
+	}
+}
+
+func TestPreflightBandwidthOption(t *testing.T) {
+	for _, tc := range []struct {
+		argv    []string
+		want    string
+		wantErr string
+	}{
+		{[]string{"train.py"}, "", ""},
+		{[]string{"--preflight-bandwidth", "node", "train.py"}, "node", ""},
+		{[]string{"--preflight-bandwidth=all", "--preflight", "warn", "train.py"}, "all", ""},
+		{[]string{"--preflight-band", "off", "train.py"}, "off", ""},
+		{[]string{"--preflight-bandwidth", "fast", "train.py"}, "", "fast"},
+	} {
+		cl, err := Parse(tc.argv, func(string) string { return "" })
+		if tc.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+				t.Errorf("%q: err %v, want one naming %q", tc.argv, err, tc.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.argv, err)
+			continue
+		}
+		if cl.Gorun.PreflightBandwidth != tc.want {
+			t.Errorf("%q: PreflightBandwidth %q, want %q", tc.argv, cl.Gorun.PreflightBandwidth, tc.want)
+		}
 	}
 }

@@ -1,4 +1,4 @@
-package envplan
+package cmdline
 
 import (
 	"bytes"

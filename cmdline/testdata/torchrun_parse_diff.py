@@ -15,7 +15,7 @@ gorun refuses them and torchrun's parser does not.
 
 Run it where torch is installed:
 
-    python3 envplan/testdata/torchrun_parse_diff.py path/to/gorun
+    python3 cmdline/testdata/torchrun_parse_diff.py path/to/gorun
 """
 import contextlib, io, json, re, subprocess, sys, uuid
 

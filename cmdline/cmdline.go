@@ -1,4 +1,4 @@
-package envplan
+package cmdline
 
 import (
 	"crypto/rand"
@@ -16,7 +16,7 @@ import (
 	"github.com/gorun/gorun/internal/userr"
 )
 
-// ErrHelp is returned by ParseCommandLine when the user asked for help
+// ErrHelp is returned by Parse when the user asked for help
 // (-h, --help, or an unambiguous prefix such as --he). main prints the help
 // text and exits 0, as torchrun does.
 var ErrHelp = errors.New("help requested")
@@ -25,22 +25,22 @@ var ErrHelp = errors.New("help requested")
 // LaunchConfig puts in rdzv_configs when --rdzv-conf gives none.
 const defaultRdzvTimeout = "900"
 
-// placeholderRdzvID is the rendezvous id ParseCommandLineWith uses for
+// placeholderRdzvID is the rendezvous id ParseWith uses for
 // --standalone when it is given no id source, so that tests and golden plans
 // stay deterministic. It has the shape of a uuid4, like torchrun's own id.
 const placeholderRdzvID = "00000000-0000-4000-8000-000000000000"
 
-// ParseCommandLine parses a gorun launch command line: everything after the
+// Parse parses a gorun launch command line: everything after the
 // program name, `[gorun options] [torchrun options] training_script [script
 // args...]`, with torchrun 2.11's argparse rules (prefixes, both spellings,
 // PET_<DEST> defaults read through getenv). A --standalone run gets a fresh
 // random uuid4 as its rendezvous id, like torchrun. Errors caused by the input
 // are *userr.InputError; -h/--help returns ErrHelp.
-func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, error) {
-	return ParseCommandLineWith(argv, getenv, newUUID4)
+func Parse(argv []string, getenv func(string) string) (CommandLine, error) {
+	return ParseWith(argv, getenv, newUUID4)
 }
 
-// ParseCommandLineWith is ParseCommandLine with the source of the --standalone
+// ParseWith is Parse with the source of the --standalone
 // rendezvous id injected. A nil newID yields the fixed placeholder
 // "00000000-0000-4000-8000-000000000000"; a nil getenv means an empty
 // environment.
@@ -52,7 +52,7 @@ func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, e
 //
 // A prefix that matches both spellings of one option (--nproc matches
 // --nproc-per-node and --nproc_per_node) is ambiguous, as argparse has it
-// (checked against torchrun 2.11: envplan/testdata/torchrun_parse_diff.py).
+// (checked against torchrun 2.11: cmdline/testdata/torchrun_parse_diff.py).
 //
 // Differences from torchrun, all deliberate:
 //   - arguments after the training script are never inspected (some Python
@@ -72,7 +72,7 @@ func ParseCommandLine(argv []string, getenv func(string) string) (CommandLine, e
 //   - an error echoes at most 80 characters of any value, and never the
 //     value of an --env or the part after '=' of an unknown option (a
 //     mistyped --env).
-func ParseCommandLineWith(argv []string, getenv func(string) string, newID func() string) (CommandLine, error) {
+func ParseWith(argv []string, getenv func(string) string, newID func() string) (CommandLine, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
