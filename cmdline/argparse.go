@@ -30,17 +30,40 @@ const (
 // optionSpec is one option as argparse declares it.
 type optionSpec struct {
 	names   []string // canonical dashed long name first, then aliases, short last
-	dest    string   // argparse dest (torchrun) or a key (gorun)
+	dest    string   // argparse dest (torchrun), a key (gorun's and subcommands' options)
 	kind    optKind
 	typ     valueType
 	choices []string
-	env     bool // PET_<DEST> supplies the default (torchrun env/check_env)
-	gorun   bool
+	env     bool       // PET_<DEST> supplies the default (torchrun env/check_env)
+	gorun   *gorunRule // how one of gorun's own options is stored; nil for torchrun's
 }
 
 func (s *optionSpec) canonical() string { return s.names[0] }
 
 func (s *optionSpec) envName() string { return "PET_" + strings.ToUpper(s.dest) }
+
+// table is one parser's options, indexed for argparse's lookups.
+type table struct {
+	specs  []*optionSpec
+	byName map[string]*optionSpec
+	names  []string // every option string, in declaration order
+}
+
+func newTable(specs []*optionSpec) table {
+	t := table{specs: specs, byName: map[string]*optionSpec{}}
+	for _, s := range specs {
+		for _, n := range s.names {
+			t.byName[n] = s
+			t.names = append(t.names, n)
+		}
+	}
+	return t
+}
+
+// applyFunc records one option read from argv: spec s as typed ("--nnod",
+// "-r"), with its value ("" for a flag). argi is the index in argv of the
+// option's own string, for messages.
+type applyFunc func(s *optionSpec, typed, value string, argi int) error
 
 // tokenKind is argparse's classification of one argv string: 'A' (an
 // argument) or 'O' (an option, known, ambiguous or unknown).
@@ -71,11 +94,11 @@ var negativeNumber = regexp.MustCompile(`^-(?:\d+|\d*\.\d+)\n?$`)
 
 // classify follows argparse's _parse_optional and _get_option_tuples, except
 // that candidates are counted per option, not per spelling.
-func (p *parser) classify(tok string) (match, tokenKind) {
+func (t *table) classify(tok string) (match, tokenKind) {
 	if tok == "" || tok[0] != '-' {
 		return match{}, tokArg
 	}
-	if s, ok := p.byName[tok]; ok {
+	if s, ok := t.byName[tok]; ok {
 		return match{spec: s, typed: tok}, tokOption
 	}
 	if len(tok) == 1 {
@@ -83,7 +106,7 @@ func (p *parser) classify(tok string) (match, tokenKind) {
 	}
 	// An exact option name before '=' always wins over prefix matches.
 	if name, val, ok := strings.Cut(tok, "="); ok {
-		if s, ok := p.byName[name]; ok {
+		if s, ok := t.byName[name]; ok {
 			return match{spec: s, typed: name, explicit: val, hasExplicit: true, sep: true}, tokOption
 		}
 	}
@@ -99,10 +122,10 @@ func (p *parser) classify(tok string) (match, tokenKind) {
 	prefix, val, hasEq := strings.Cut(tok, "=")
 	var matched []string
 	if strings.HasPrefix(tok, "--") {
-		for _, n := range p.names {
+		for _, n := range t.names {
 			if strings.HasPrefix(n, prefix) {
 				matched = append(matched, n)
-				add(match{spec: p.byName[n], typed: prefix, explicit: val, hasExplicit: hasEq, sep: hasEq})
+				add(match{spec: t.byName[n], typed: prefix, explicit: val, hasExplicit: hasEq, sep: hasEq})
 			}
 		}
 		// As argparse: a prefix of two spellings of one option
@@ -113,11 +136,11 @@ func (p *parser) classify(tok string) (match, tokenKind) {
 	} else {
 		// A short option may carry its value: -r3.
 		short := tok[:2]
-		for _, n := range p.names {
+		for _, n := range t.names {
 			if n == short {
-				add(match{spec: p.byName[n], typed: short, explicit: tok[2:], hasExplicit: true})
+				add(match{spec: t.byName[n], typed: short, explicit: tok[2:], hasExplicit: true})
 			} else if strings.HasPrefix(n, prefix) {
-				add(match{spec: p.byName[n], typed: prefix, explicit: val, hasExplicit: hasEq, sep: hasEq})
+				add(match{spec: t.byName[n], typed: prefix, explicit: val, hasExplicit: hasEq, sep: hasEq})
 			}
 		}
 	}
@@ -138,8 +161,10 @@ func (p *parser) classify(tok string) (match, tokenKind) {
 
 // consume applies the option matched at argv[i] (and, for a value option
 // without an attached value, argv[i+1]) and returns the index of the last
-// argv string it used. Short flags chain as argparse allows: -mr3 is -m -r 3.
-func (p *parser) consume(m match, argv []string, i int) (int, error) {
+// argv string it used. Short flags chain as argparse allows: -mr3 is -m -r 3;
+// a chain that goes on with letters naming no option is added to *unknown.
+func (t *table) consume(m match, argv []string, i int, apply applyFunc, unknown *[]string) (int, error) {
+	argi := i
 	help := false
 	for {
 		switch m.spec.kind {
@@ -156,7 +181,7 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 			}
 			if m.spec.kind == kindHelp {
 				help = true
-			} else if err := p.apply(m.spec, m.typed, ""); err != nil {
+			} else if err := apply(m.spec, m.typed, "", argi); err != nil {
 				return i, err
 			}
 			if !m.hasExplicit {
@@ -167,9 +192,9 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 			}
 			// -mXYZ: the rest names more short options.
 			next := "-" + m.explicit[:1]
-			s, ok := p.byName[next]
+			s, ok := t.byName[next]
 			if !ok {
-				p.unknown = append(p.unknown, "-"+m.explicit)
+				*unknown = append(*unknown, "-"+m.explicit)
 				if help {
 					return i, ErrHelp
 				}
@@ -190,13 +215,13 @@ func (p *parser) consume(m match, argv []string, i int) (int, error) {
 				if i+1 >= len(argv) || argv[i+1] == "--" {
 					return i, missingValue(m.typed)
 				}
-				if _, kind := p.classify(argv[i+1]); kind != tokArg {
+				if _, kind := t.classify(argv[i+1]); kind != tokArg {
 					return i, missingValue(m.typed)
 				}
 				i++
 				value = argv[i]
 			}
-			return i, p.apply(m.spec, m.typed, value)
+			return i, apply(m.spec, m.typed, value, argi)
 		}
 	}
 }
@@ -220,6 +245,24 @@ func ambiguousError(m match) error {
 		Where:   m.typed,
 		Problem: "ambiguous option: could match " + strings.Join(names, ", "),
 		Fix:     "write more of the option's name",
+	}
+}
+
+// unrecognized refuses the options in unknown, as argparse's
+// "unrecognized arguments" does: the first is Where, up to five are listed.
+func unrecognized(unknown []string, fix string) error {
+	const listed = 5
+	shown := make([]string, 0, listed+1)
+	for _, u := range unknown[:min(len(unknown), listed)] {
+		shown = append(shown, unknownOption(u))
+	}
+	if len(unknown) > listed {
+		shown = append(shown, fmt.Sprintf("and %d more", len(unknown)-listed))
+	}
+	return &userr.InputError{
+		Where:   unknownOption(unknown[0]),
+		Problem: "unrecognized arguments: " + strings.Join(shown, " "),
+		Fix:     fix,
 	}
 }
 

@@ -2,7 +2,6 @@ package cmdline
 
 import (
 	"errors"
-	"fmt"
 	"strings"
 
 	"github.com/gorun/gorun/internal/userr"
@@ -94,7 +93,7 @@ func ParseWith(argv []string, getenv func(string) string, newID func() string) (
 func TorchrunOptionNames() []string {
 	var names []string
 	for _, s := range optionTable() {
-		if !s.gorun && s.kind != kindHelp {
+		if s.gorun == nil && s.kind != kindHelp {
 			names = append(names, s.canonical())
 		}
 	}
@@ -106,17 +105,18 @@ func TorchrunOptionNames() []string {
 func GorunOptionNames() []string {
 	var names []string
 	for _, s := range optionTable() {
-		if s.gorun {
+		if s.gorun != nil {
 			names = append(names, s.canonical())
 		}
 	}
 	return names
 }
 
+// parser reads one launch command line: its table holds torchrun's
+// options and gorun's own, and it gathers what argv and the PET_ variables
+// set.
 type parser struct {
-	specs  []*optionSpec
-	byName map[string]*optionSpec
-	names  []string // every option string, in declaration order
+	table
 
 	set       map[string]setting // torchrun dest -> value given on argv or PET_
 	argvSet   map[string]bool
@@ -127,28 +127,19 @@ type parser struct {
 	script     string
 	scriptArgs []string
 	haveScript bool
-	argi       int // index in argv of the option being applied, for errors
 
-	gorun       Options
-	includeFrom string
-	excludeFrom string
-	formatFrom  string // --format as typed, when given
+	gorun      Options
+	gorunGiven map[string]string // dest of each gorun option on argv -> the spelling typed last
 }
 
 func newParser() *parser {
 	p := &parser{
-		specs:   optionTable(),
-		byName:  map[string]*optionSpec{},
-		set:     map[string]setting{},
-		argvSet: map[string]bool{},
-		gorun:   Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval},
+		table:      newTable(optionTable()),
+		set:        map[string]setting{},
+		argvSet:    map[string]bool{},
+		gorunGiven: map[string]string{},
 	}
-	for _, s := range p.specs {
-		for _, n := range s.names {
-			p.byName[n] = s
-			p.names = append(p.names, n)
-		}
-	}
+	p.gorun = gorunDefaults(p.specs)
 	return p
 }
 
@@ -180,8 +171,7 @@ func (p *parser) parseArgv(argv []string) error {
 			p.unknown = append(p.unknown, tok)
 			continue
 		}
-		p.argi = i
-		next, err := p.consume(m, argv, i)
+		next, err := p.consume(m, argv, i, p.apply, &p.unknown)
 		if err != nil {
 			return err
 		}
@@ -208,28 +198,16 @@ func (p *parser) finishArgv() error {
 		return &userr.InputError{Where: "training_script", Problem: "the training script is an empty string", Fix: "name the script or module to run"}
 	}
 	if len(p.unknown) > 0 {
-		const listed = 5
-		shown := make([]string, 0, listed+1)
-		for _, u := range p.unknown[:min(len(p.unknown), listed)] {
-			shown = append(shown, unknownOption(u))
-		}
-		if len(p.unknown) > listed {
-			shown = append(shown, fmt.Sprintf("and %d more", len(p.unknown)-listed))
-		}
-		return &userr.InputError{
-			Where:   unknownOption(p.unknown[0]),
-			Problem: "unrecognized arguments: " + strings.Join(shown, " "),
-			Fix:     "see gorun --help; options go before the training script, its own arguments after it",
-		}
+		return unrecognized(p.unknown, "see gorun --help; options go before the training script, its own arguments after it")
 	}
 	return nil
 }
 
 // apply records one option from argv: typed checks first, as argparse does
 // while it reads the value; a repeated option replaces the earlier value.
-func (p *parser) apply(s *optionSpec, typed, value string) error {
-	if s.gorun {
-		return p.applyGorun(s, typed, value)
+func (p *parser) apply(s *optionSpec, typed, value string, argi int) error {
+	if s.gorun != nil {
+		return p.applyGorun(s, typed, value, argi)
 	}
 	if s.kind == kindFlag {
 		value = "1"

@@ -604,14 +604,14 @@ func TestGorunNamesDoNotShadowTorchrun(t *testing.T) {
 				}
 			}
 		}
-		if m, kind := p.classify(g); kind != tokOption || !m.spec.gorun || m.spec.canonical() != g {
+		if m, kind := p.classify(g); kind != tokOption || m.spec.gorun == nil || m.spec.canonical() != g {
 			t.Errorf("%s does not resolve to itself", g)
 		}
 	}
 	for _, o := range torchrunOptions {
 		for _, n := range o {
 			m, kind := p.classify(n)
-			if kind != tokOption || m.spec.gorun || m.spec.canonical() != o[0] {
+			if kind != tokOption || m.spec.gorun != nil || m.spec.canonical() != o[0] {
 				t.Errorf("%s does not resolve to %s", n, o[0])
 			}
 		}
@@ -1173,5 +1173,65 @@ func TestPreflightBandwidthOption(t *testing.T) {
 		if cl.Gorun.PreflightBandwidth != tc.want {
 			t.Errorf("%q: PreflightBandwidth %q, want %q", tc.argv, cl.Gorun.PreflightBandwidth, tc.want)
 		}
+	}
+}
+
+// Each row of gorun's table sets its own field of Options and no other,
+// and the defaults the rows give are Options' documented ones.
+func TestEveryGorunOption(t *testing.T) {
+	if got := gorunDefaults(optionTable()); !reflect.DeepEqual(got, defaultOptions()) {
+		t.Errorf("defaults = %+v, want %+v", got, defaultOptions())
+	}
+	samples := map[string]struct{ value, field string }{
+		"--hosts":               {"a:1", "Hosts"},
+		"--hostfile":            {"hf", "Hostfile"},
+		"--include":             {"a", "Include"},
+		"--exclude":             {"a", "Exclude"},
+		"--env":                 {"A=1", "Env"},
+		"--torchrun":            {"python -m torch.distributed.run", "Torchrun"},
+		"--dry-run":             {"", "DryRun"},
+		"--format":              {"json", "Format"},
+		"--preflight":           {"warn", "Preflight"},
+		"--launcher":            {"ssh", "Launcher"},
+		"--preflight-bandwidth": {"node", "PreflightBandwidth"},
+		"--ssh-config":          {"cfg", "SSHConfig"},
+		"--ssh-user":            {"me", "SSHUser"},
+		"--ssh-port":            {"2222", "SSHPort"},
+		"--ssh-identity":        {"id", "SSHIdentity"},
+		"--known-hosts":         {"kh", "KnownHosts"},
+		"--ssh-accept-new":      {"", "SSHAcceptNew"},
+		"--remote-gorun":        {"/opt/gorun", "RemoteGorun"},
+		"--hang-timeout":        {"90", "HangTimeout"},
+		"--flight-recorder":     {"fr", "FlightRecorder"},
+		"--telemetry":           {"t.jsonl", "Telemetry"},
+		"--telemetry-interval":  {"2s", "TelemetryInterval"},
+		"--report":              {"r.html", "Report"},
+	}
+	for _, name := range GorunOptionNames() {
+		t.Run(name, func(t *testing.T) {
+			sample, ok := samples[name]
+			if !ok {
+				t.Fatalf("no sample value for %s", name)
+			}
+			argv := []string{name}
+			if sample.value != "" {
+				argv = append(argv, sample.value)
+			}
+			want := defaultOptions()
+			if name == "--format" {
+				argv, want.DryRun = append(argv, "--dry-run"), true
+			}
+			cl, err := Parse(append(argv, "train.py"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got, def := reflect.ValueOf(cl.Gorun), reflect.ValueOf(want)
+			for i := range got.NumField() {
+				changed := !reflect.DeepEqual(got.Field(i).Interface(), def.Field(i).Interface())
+				if field := got.Type().Field(i).Name; changed != (field == sample.field) {
+					t.Errorf("%s: field %s changed: %v", name, field, changed)
+				}
+			}
+		})
 	}
 }

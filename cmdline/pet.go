@@ -11,7 +11,7 @@ import (
 // flag is also on argv (torchrun reads it when it builds its parser).
 func (p *parser) applyEnv(getenv func(string) string) error {
 	for _, s := range p.specs {
-		if s.gorun || !s.env {
+		if s.gorun != nil || !s.env {
 			continue
 		}
 		name := s.envName()

@@ -13,10 +13,16 @@ import (
 // LaunchConfig puts in rdzv_configs when --rdzv-conf gives none.
 const defaultRdzvTimeout = "900"
 
-// optionTable declares every option in torchrun 2.11's order
-// (torch/distributed/run.py get_args_parser), then gorun's. It is a function,
-// not a variable, so nothing at package level can be mutated.
+// optionTable declares every option of the launch command line: torchrun's,
+// then gorun's. It is a function, not a variable, so nothing at package
+// level can be mutated.
 func optionTable() []*optionSpec {
+	return append(torchrunTable(), gorunTable()...)
+}
+
+// torchrunTable declares torchrun 2.11's options in its own order
+// (torch/distributed/run.py get_args_parser).
+func torchrunTable() []*optionSpec {
 	v := func(dest string, names ...string) *optionSpec {
 		return &optionSpec{names: names, dest: dest, kind: kindValue, env: true}
 	}
@@ -26,12 +32,6 @@ func optionTable() []*optionSpec {
 	typed := func(s *optionSpec, t valueType) *optionSpec { s.typ = t; return s }
 	choice := func(s *optionSpec, c ...string) *optionSpec { s.choices = c; return s }
 	noEnv := func(s *optionSpec) *optionSpec { s.env = false; return s }
-	gv := func(dest string, names ...string) *optionSpec {
-		return &optionSpec{names: names, dest: dest, kind: kindValue, gorun: true}
-	}
-	gf := func(dest string, names ...string) *optionSpec {
-		return &optionSpec{names: names, dest: dest, kind: kindFlag, gorun: true}
-	}
 	return []*optionSpec{
 		{names: []string{"--help", "-h"}, dest: "help", kind: kindHelp},
 		v("nnodes", "--nnodes"),
@@ -63,30 +63,6 @@ func optionTable() []*optionSpec {
 		noEnv(choice(v("numa_binding", "--numa-binding", "--numa_binding"), "node", "socket", "exclusive", "core-complex")),
 		v("signals_to_handle", "--signals-to-handle", "--signals_to_handle"),
 		f("virtual_local_rank", "--virtual-local-rank", "--virtual_local_rank"),
-
-		gv("hosts", "--hosts"),
-		gv("hostfile", "--hostfile"),
-		gv("include", "--include"),
-		gv("exclude", "--exclude"),
-		gv("env", "--env"),
-		gv("torchrun", "--torchrun"),
-		gf("dry_run", "--dry-run"),
-		choice(gv("format", "--format"), "table", "json", "shell"),
-		choice(gv("preflight", "--preflight"), "on", "warn", "off"),
-		choice(gv("launcher", "--launcher"), "auto", "ssh", "srun"),
-		choice(gv("preflight_bandwidth", "--preflight-bandwidth"), "off", "node", "all"),
-		gv("ssh_config", "--ssh-config"),
-		gv("ssh_user", "--ssh-user"),
-		gv("ssh_port", "--ssh-port"),
-		gv("ssh_identity", "--ssh-identity"),
-		gv("known_hosts", "--known-hosts"),
-		gf("ssh_accept_new", "--ssh-accept-new"),
-		gv("remote_gorun", "--remote-gorun"),
-		gv("hang_timeout", "--hang-timeout"),
-		gv("flight_recorder", "--flight-recorder"),
-		gv("telemetry", "--telemetry"),
-		gv("telemetry_interval", "--telemetry-interval"),
-		gv("report", "--report"),
 	}
 }
 
