@@ -44,7 +44,7 @@ func runHosts(opts cmdline.Options, asJSON bool, out io.Writer) error {
 
 func resolveHosts(opts cmdline.Options) ([]hosts.Host, error) {
 	var data []byte
-	if opts.Hostfile != "" && opts.Hosts == "" { // both: ResolveHosts says they exclude each other
+	if opts.Hostfile != "" && opts.Hosts == "" { // both: hosts.Resolve says they exclude each other
 		var err error
 		if data, err = inputfile.Read(opts.Hostfile, inputfile.DefaultMax); err != nil {
 			return nil, &userr.InputError{Where: "--hostfile", Problem: err.Error(),

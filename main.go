@@ -83,7 +83,7 @@ func newApp(ctx context.Context) *cli.App {
 		Usage:     "torchrun, launched from one head node, checked first, supervised as one group",
 		UsageText: "gorun [gorun options] [torchrun options] training_script [script args...]\n   gorun preflight [options] [script]\n   gorun hosts [--hosts|--hostfile|Slurm] [--json]",
 		// The launch command line follows torchrun's argparse rules, which
-		// urfave/cli's flag parser does not; envplan parses it.
+		// urfave/cli's flag parser does not; cmdline parses it.
 		SkipFlagParsing: true,
 		HideHelp:        true,
 		HideVersion:     true,

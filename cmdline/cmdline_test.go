@@ -60,7 +60,7 @@ type okCase struct {
 	given []Arg // nil: not checked
 }
 
-func TestParseCommandLineAccepts(t *testing.T) {
+func TestParseAccepts(t *testing.T) {
 	cases := []okCase{
 		{name: "defaults", argv: []string{"train.py"}, given: []Arg{}},
 		{
@@ -378,7 +378,7 @@ type errCase struct {
 	problem string // a substring of Problem
 }
 
-func TestParseCommandLineRefuses(t *testing.T) {
+func TestParseRefuses(t *testing.T) {
 	cases := []errCase{
 		{name: "ambiguous rdzv", argv: []string{"--rdzv", "x", "train.py"}, where: "--rdzv", problem: "--rdzv-backend, --rdzv-endpoint, --rdzv-id, --rdzv-conf"},
 		{name: "format without dry-run", argv: []string{"--format", "json", "train.py"}, where: "--format", problem: "--dry-run was not given"},
@@ -510,7 +510,7 @@ func TestParseCommandLineRefuses(t *testing.T) {
 	}
 }
 
-func TestParseCommandLineHelp(t *testing.T) {
+func TestParseHelp(t *testing.T) {
 	cases := []struct {
 		name string
 		argv []string
@@ -751,7 +751,7 @@ func TestEverySpelling(t *testing.T) {
 	}
 }
 
-func TestParseCommandLineStandaloneID(t *testing.T) {
+func TestParseStandaloneID(t *testing.T) {
 	uuid4 := regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-4[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$`)
 	argv := []string{"--standalone", "train.py"}
 	a, err := Parse(argv, nil)
@@ -784,7 +784,7 @@ func TestParseCommandLineStandaloneID(t *testing.T) {
 
 // The parser must not keep or share state between calls: the result's
 // slices are the caller's.
-func TestParseCommandLineDoesNotAlias(t *testing.T) {
+func TestParseDoesNotAlias(t *testing.T) {
 	argv := []string{"--env", "A=1", "train.py", "x"}
 	cl, err := Parse(argv, nil)
 	if err != nil {
@@ -832,7 +832,7 @@ func TestPythonNumbers(t *testing.T) {
 	}
 }
 
-func FuzzParseCommandLine(f *testing.F) {
+func FuzzParse(f *testing.F) {
 	seeds := [][2]string{
 		{"train.py", ""},
 		{"--nproc-per-node=8\x00train.py\x00--lr\x003e-4", ""},
