@@ -30,10 +30,13 @@ func secretSegment(s string) bool {
 
 // secretSubstrings mark a credential anywhere in a name: names run words
 // together (PGPASSWORD, SSHPASS, HFTOKEN), and these never occur in an
-// innocent one except the exempt names.
-var secretSubstrings = []string{
-	"PASSWORD", "PASSWD", "PASSPHRASE", "SSHPASS", "SECRET", "TOKEN", "CREDENTIAL",
-	"APIKEY", "ACCESSKEY", "PRIVATEKEY", "CONNECTION_STRING",
+// innocent one except the exempt names. An array, returned by value, so
+// no caller can change the rule.
+func secretSubstrings() [11]string {
+	return [...]string{
+		"PASSWORD", "PASSWD", "PASSPHRASE", "SSHPASS", "SECRET", "TOKEN", "CREDENTIAL",
+		"APIKEY", "ACCESSKEY", "PRIVATEKEY", "CONNECTION_STRING",
+	}
 }
 
 // exemptName reports whether a name the word rules would hide is known to
@@ -83,7 +86,7 @@ func IsSecret(name string) bool {
 	if exemptName(upper) {
 		return false
 	}
-	for _, w := range secretSubstrings {
+	for _, w := range secretSubstrings() {
 		if strings.Contains(upper, w) {
 			return true
 		}
