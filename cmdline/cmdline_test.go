@@ -495,7 +495,7 @@ func TestParseRefuses(t *testing.T) {
 			}
 			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("error %v (%T) is not an *userr.InputError", err, err)
+				t.Fatalf("error %v (%T) is not a *userr.InputError", err, err)
 			}
 			if ie.Where != tc.where {
 				t.Errorf("Where = %q, want %q (%v)", ie.Where, tc.where, err)
@@ -1086,7 +1086,7 @@ func TestErrorsDoNotEchoEnvValues(t *testing.T) {
 			}
 			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("error %v is not an *userr.InputError", err)
+				t.Fatalf("error %v is not a *userr.InputError", err)
 			}
 			for _, s := range []string{err.Error(), ie.Where, ie.Problem, ie.Fix} {
 				if strings.Contains(s, secret[2:]) {

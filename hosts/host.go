@@ -100,7 +100,7 @@ func hostNameProblem(name string) (problem, fix string) {
 
 // CheckName refuses a name that cannot name a node, by the rules of
 // hostNameProblem: nil when name is a host name, an IPv4 address or an IPv6
-// address, else an *userr.InputError at where that says what is wrong and
+// address, else a *userr.InputError at where that says what is wrong and
 // how to fix it. Other parsers (a --rdzv-endpoint's host) use it so that
 // every host gorun reads follows one rule.
 func CheckName(where, name string) error {

@@ -12,7 +12,7 @@ import (
 	"github.com/gorun/gorun/internal/userr"
 )
 
-// wantInputError fails unless err is an *userr.InputError at where whose message
+// wantInputError fails unless err is a *userr.InputError at where whose message
 // contains each of words.
 func wantInputError(t *testing.T, err error, where string, words ...string) {
 	t.Helper()
