@@ -13,8 +13,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 )
@@ -39,14 +40,14 @@ func TestExitCode(t *testing.T) {
 		want int
 	}{
 		{nil, exitOK},
-		{envplan.ErrHelp, exitOK},
+		{cmdline.ErrHelp, exitOK},
 		{&launch.JobFailed{Failure: launch.Failure{Code: 7}}, 7},
 		{&launch.JobFailed{Failure: launch.Failure{Code: launch.ExitHang}}, exitHang},
 		{&launch.JobFailed{Failure: launch.Failure{Code: -1}}, exitFailure},
 		{fmt.Errorf("prepare attempt 2: %w", launch.ErrInterrupted), exitInterrupted},
 		{cli.Exit("", 9), 9},
 		{fmt.Errorf("prepare attempt 2: recheck: %w: only 1 node", job.ErrRecheckFailed), exitRecheck},
-		{&envplan.InputError{Where: "x", Problem: "y"}, exitUsage},
+		{&userr.InputError{Where: "x", Problem: "y"}, exitUsage},
 		{job.ErrPreflightFailed, exitUsage},
 		{fmt.Errorf("%w: node a", job.ErrUnreachable), exitUsage},
 		{fmt.Errorf("%w: known_hosts", job.ErrSSHSettings), exitUsage},
@@ -83,7 +84,7 @@ func TestHelpAndVersion(t *testing.T) {
 	} {
 		t.Run(strings.Join(tc.args, " "), func(t *testing.T) {
 			out, err := app(t, tc.args...)
-			var input *envplan.InputError
+			var input *userr.InputError
 			if tc.err != errors.As(err, &input) || (!tc.err && err != nil) {
 				t.Fatalf("err = %v, want an input error: %v", err, tc.err)
 			}
@@ -111,7 +112,7 @@ func TestHostsCommand(t *testing.T) {
 		t.Errorf("no hosts: %q, %v", out, err)
 	}
 	for _, bad := range [][]string{{"hosts", "--bogus"}, {"hosts", "--hosts"}, {"hosts", "--hostfile", filepath.Join(dir, "missing")}, {"hosts", "x"}} {
-		var input *envplan.InputError
+		var input *userr.InputError
 		if _, err := app(t, bad...); !errors.As(err, &input) {
 			t.Errorf("%q: %v, want an input error", bad, err)
 		}

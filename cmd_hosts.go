@@ -2,38 +2,41 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // runHosts is `gorun hosts`: the resolved host list, in launch order.
 func runHosts(args []string, out io.Writer) error {
 	opts, asJSON, err := hostsArgs(args)
 	if err != nil {
-		if err == envplan.ErrHelp {
+		if errors.Is(err, cmdline.ErrHelp) {
 			_, err = io.WriteString(out, hostsUsage)
 		}
 		return err
 	}
-	hosts, err := job.ResolveHosts(opts, os.Getenv)
+	nodes, err := job.ResolveHosts(opts, os.Getenv)
 	if err != nil {
 		return err
 	}
-	if hosts == nil {
-		hosts = []envplan.Host{}
+	if nodes == nil {
+		nodes = []hosts.Host{}
 	}
 	if asJSON {
 		enc := json.NewEncoder(out)
 		enc.SetIndent("", "  ")
-		return enc.Encode(hosts)
+		return enc.Encode(nodes)
 	}
-	for _, h := range hosts {
+	for _, h := range nodes {
 		slots := "?"
 		if h.Slots > 0 {
 			slots = strconv.Itoa(h.Slots)
@@ -47,38 +50,22 @@ func runHosts(args []string, out io.Writer) error {
 	return nil
 }
 
+// hostsCommand is `gorun hosts`'s command line, in the launch grammar.
+func hostsCommand() cmdline.Subcommand {
+	return cmdline.Subcommand{Name: "hosts", Options: []cmdline.SubOption{
+		{Name: "--hosts"}, {Name: "--hostfile"}, {Name: "--include"}, {Name: "--exclude"}, {Name: "--json", Flag: true}}}
+}
+
 // hostsArgs reads `gorun hosts`'s options.
-func hostsArgs(args []string) (opts envplan.Options, asJSON bool, err error) {
-	for i := 0; i < len(args); i++ {
-		name, value, hasValue := strings.Cut(args[i], "=")
-		switch name {
-		case "-h", "--help":
-			return opts, false, envplan.ErrHelp
-		case "--json":
-			asJSON = true
-			continue
-		case "--hosts", "--hostfile", "--include", "--exclude":
-		default:
-			return opts, false, &envplan.InputError{Where: "gorun hosts " + args[i], Problem: "is not an option of gorun hosts",
-				Fix: "it takes --hosts, --hostfile, --include, --exclude and --json; gorun hosts --help explains them"}
-		}
-		if !hasValue {
-			if i+1 >= len(args) {
-				return opts, false, &envplan.InputError{Where: "gorun hosts " + name, Problem: "expected one argument", Fix: "gorun hosts --help"}
-			}
-			i++
-			value = args[i]
-		}
-		switch name {
-		case "--hosts":
-			opts.Hosts = value
-		case "--hostfile":
-			opts.Hostfile = value
-		case "--include":
-			opts.Include = value
-		case "--exclude":
-			opts.Exclude = value
-		}
+func hostsArgs(args []string) (opts cmdline.Options, asJSON bool, err error) {
+	v, rest, err := cmdline.ParseSubcommand(args, hostsCommand())
+	if err != nil {
+		return opts, false, err
 	}
-	return opts, asJSON, nil
+	if len(rest) > 0 {
+		return opts, false, &userr.InputError{Where: "gorun hosts", Problem: fmt.Sprintf("takes no arguments, and %q was given", rest[0]),
+			Fix: "it takes --hosts, --hostfile, --include, --exclude and --json; gorun hosts --help explains them"}
+	}
+	opts = cmdline.Options{Hosts: v["--hosts"], Hostfile: v["--hostfile"], Include: v["--include"], Exclude: v["--exclude"]}
+	return opts, v["--json"] == "true", nil
 }

@@ -11,15 +11,15 @@ import (
 	"os/exec"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/term"
 )
 
 // runLaunch is the main job: argv → job.Config, then job.Run.
 func runLaunch(ctx context.Context, kill <-chan struct{}, args []string, stdout, stderr io.Writer) error {
-	cl, err := envplan.ParseCommandLine(args, os.Getenv)
-	if errors.Is(err, envplan.ErrHelp) {
+	cl, err := cmdline.Parse(args, os.Getenv)
+	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, usage())
 		return err
 	}
@@ -34,7 +34,7 @@ func runLaunch(ctx context.Context, kill <-chan struct{}, args []string, stdout,
 }
 
 // jobConfig gathers what a run reads of this process.
-func jobConfig(args []string, cl envplan.CommandLine) (job.Config, error) {
+func jobConfig(args []string, cl cmdline.CommandLine) (job.Config, error) {
 	self, err := os.Executable()
 	if err != nil {
 		return job.Config{}, fmt.Errorf("locate the gorun binary: %w", err)

@@ -7,11 +7,11 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
 )
 
@@ -39,7 +39,7 @@ gorun --help lists the gorun and torchrun options.
 // runPreflight runs only the checks (or explains a pasted topology).
 func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	asJSON, topoFile, bandwidth, rest, err := preflightArgs(args)
-	if errors.Is(err, envplan.ErrHelp) {
+	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, preflightUsage)
 		return err
 	}
@@ -48,12 +48,12 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	}
 	if topoFile != nil {
 		if len(rest) > 0 {
-			return &envplan.InputError{Where: "--topo-file", Problem: fmt.Sprintf("explains a saved topology and contacts no node, so %q has nothing to act on", rest[0]),
+			return &userr.InputError{Where: "--topo-file", Problem: fmt.Sprintf("explains a saved topology and contacts no node, so %q has nothing to act on", rest[0]),
 				Fix: "use `gorun preflight --topo-file FILE [--json]` alone, or drop --topo-file to check the nodes"}
 		}
 		data, err := inputfile.Read(*topoFile, inputfile.DefaultMax)
 		if err != nil {
-			return &envplan.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
+			return &userr.InputError{Where: "--topo-file", Problem: err.Error(), Fix: "give the path of a saved `nvidia-smi topo -m` output"}
 		}
 		rep, err := preflight.ExplainTopology(*topoFile, data)
 		if err != nil {
@@ -65,7 +65,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		rep.WriteText(stdout)
 		return nil
 	}
-	cl, err := envplan.ParseCommandLine(append(rest, "-"), os.Getenv) // the script is optional here
+	cl, err := cmdline.Parse(append(rest, "-"), os.Getenv) // the script is optional here
 	if err != nil {
 		return err
 	}
@@ -94,49 +94,27 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	return err
 }
 
-// preflightArgs takes preflight's own options off the front of args.
-// topoFile is nil when --topo-file was not given.
+// preflightCommand is `gorun preflight`'s own options, before the launch
+// command line, in its grammar.
+func preflightCommand() cmdline.Subcommand {
+	return cmdline.Subcommand{Name: "preflight", Launch: true, Options: []cmdline.SubOption{
+		{Name: "--json", Flag: true},
+		{Name: "--bandwidth", Choices: []string{preflight.BandwidthNode, preflight.BandwidthAll},
+			Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"},
+		{Name: "--topo-file", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}}}
+}
+
+// preflightArgs takes preflight's own options out of args. topoFile is nil
+// when --topo-file was not given.
 func preflightArgs(args []string) (asJSON bool, topoFile *string, bandwidth string, rest []string, err error) {
-	for i := 0; i < len(args); i++ {
-		a := args[i]
-		name, value, hasValue := strings.Cut(a, "=")
-		switch {
-		case a == "--help" || a == "-h":
-			return false, nil, "", nil, envplan.ErrHelp
-		case a == "--json":
-			asJSON = true
-		case name == "--bandwidth":
-			if !hasValue {
-				if i+1 >= len(args) {
-					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected node or all", Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
-				}
-				i++
-				value = args[i]
-			}
-			if value != preflight.BandwidthNode && value != preflight.BandwidthAll {
-				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: fmt.Sprintf("%q is not node or all", value),
-					Fix: "--bandwidth node (each node) or --bandwidth all (and between nodes)"}
-			}
-			bandwidth = value
-		case name == "--topo-file" || name == "--topo_file":
-			if !hasValue {
-				if i+1 >= len(args) {
-					return false, nil, "", nil, &envplan.InputError{Where: a, Problem: "expected a file name", Fix: "--topo-file FILE"}
-				}
-				i++
-				value = args[i]
-			}
-			if value == "" {
-				return false, nil, "", nil, &envplan.InputError{Where: name, Problem: "the file name is empty", Fix: "--topo-file FILE, the saved output of `nvidia-smi topo -m`"}
-			}
-			topoFile = &value
-		case a == "--":
-			return asJSON, topoFile, bandwidth, append(rest, args[i:]...), nil
-		default:
-			rest = append(rest, a)
-		}
+	v, rest, err := cmdline.ParseSubcommand(args, preflightCommand())
+	if err != nil {
+		return false, nil, "", nil, err
 	}
-	return asJSON, topoFile, bandwidth, rest, nil
+	if f, ok := v["--topo-file"]; ok {
+		topoFile = &f
+	}
+	return v["--json"] == "true", topoFile, v["--bandwidth"], rest, nil
 }
 
 func writeJSON(w io.Writer, v any) error {

@@ -24,8 +24,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 )
@@ -66,11 +67,11 @@ func secondSignal(ctx context.Context) <-chan struct{} {
 
 // exitCode is the one place errors become exit codes.
 func exitCode(err error, stderr io.Writer) int {
-	var input *envplan.InputError
+	var input *userr.InputError
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
 	switch {
-	case err == nil, errors.Is(err, envplan.ErrHelp):
+	case err == nil, errors.Is(err, cmdline.ErrHelp):
 		return exitOK
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary; a hang is launch.ExitHang
@@ -96,7 +97,7 @@ func exitCode(err error, stderr io.Writer) int {
 }
 
 func printErr(w io.Writer, err error) {
-	fmt.Fprintln(w, "gorun:", envplan.Printable(err.Error()))
+	fmt.Fprintln(w, "gorun:", userr.Printable(err.Error()))
 }
 
 func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 )
 
 // TestREADMEAmbiguousPrefixes computes the torchrun option prefixes that
@@ -19,7 +19,7 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 	// of every multi-word option (envplan's table has both for each), and
 	// argparse's --help.
 	torchrun := []string{"--help"}
-	for _, n := range envplan.TorchrunOptionNames() {
+	for _, n := range cmdline.TorchrunOptionNames() {
 		if !strings.HasPrefix(n, "--") {
 			continue
 		}
@@ -29,7 +29,7 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 		}
 	}
 	exact := map[string]bool{}
-	for _, n := range append(slices.Clone(torchrun), envplan.GorunOptionNames()...) {
+	for _, n := range append(slices.Clone(torchrun), cmdline.GorunOptionNames()...) {
 		exact[n] = true
 	}
 	var became []string
@@ -48,7 +48,7 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 			if matches != 1 { // ambiguous already in torchrun (argparse counts both spellings)
 				continue
 			}
-			_, err := envplan.ParseCommandLine([]string{p + "=1", "train.py"}, func(string) string { return "" })
+			_, err := cmdline.Parse([]string{p + "=1", "train.py"}, func(string) string { return "" })
 			if err != nil && strings.Contains(err.Error(), "ambiguous option") {
 				became = append(became, p)
 			}

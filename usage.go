@@ -6,7 +6,8 @@ import (
 	"runtime/debug"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // hostsUsage is `gorun hosts --help`.
@@ -52,7 +53,7 @@ func runHelp(args []string, w io.Writer) error {
 	}
 	text := helpTopic(args[0])
 	if text == "" || len(args) > 1 {
-		return &envplan.InputError{Where: "gorun help " + strings.Join(args, " "),
+		return &userr.InputError{Where: "gorun help " + strings.Join(args, " "),
 			Problem: "takes one command name: preflight, hosts or version",
 			Fix:     "gorun help lists the options of a launch; gorun help preflight, hosts or version explains that command"}
 	}
@@ -67,7 +68,7 @@ func runVersion(args []string, w io.Writer) error {
 			_, err := io.WriteString(w, versionUsage)
 			return err
 		}
-		return &envplan.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no options and no arguments, and %q was given", args[0]),
+		return &userr.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no options and no arguments, and %q was given", args[0]),
 			Fix: "run gorun version alone; gorun version --help says what it prints"}
 	}
 	_, err := fmt.Fprintln(w, "gorun", version())
@@ -127,7 +128,7 @@ Exit codes: 0 success; the failing worker's own code (128+N for signal N);
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
 	line := " "
-	for _, name := range envplan.TorchrunOptionNames() {
+	for _, name := range cmdline.TorchrunOptionNames() {
 		if len(line)+len(name)+1 > 78 {
 			b.WriteString(line + "\n")
 			line = " "

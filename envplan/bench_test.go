@@ -3,6 +3,8 @@ package envplan
 import (
 	"fmt"
 	"testing"
+
+	"github.com/gorun/gorun/hosts"
 )
 
 // BenchmarkBuild1024x8 plans a 1024-node job with 8 GPUs per node and full
@@ -14,7 +16,7 @@ func BenchmarkBuild1024x8(b *testing.B) {
 	facts := Facts{}
 	for i := range 1024 {
 		name := fmt.Sprintf("node%04d", i)
-		s.Hosts = append(s.Hosts, Host{Name: name, Slots: 8})
+		s.Hosts = append(s.Hosts, hosts.Host{Name: name, Slots: 8})
 		facts[name] = dgxFacts("eth0", fmt.Sprintf("10.%d.%d.1", i/256, i%256))
 	}
 	b.ReportAllocs()

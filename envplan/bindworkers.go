@@ -3,6 +3,8 @@ package envplan
 import (
 	"slices"
 	"strings"
+
+	"github.com/gorun/gorun/hosts"
 )
 
 // RankCPUsVar carries each local rank's CPU set to the worker's supervisor:
@@ -29,7 +31,7 @@ const WorkerEchoVar = "GORUN_WORKER_ECHO"
 // gorun. The supervisor reports the worker's start, lines and exit to the
 // node agent as they happen. Not possible with --run-path, where the script
 // runs inside torchrun's own process tree.
-func (b *builder) wrapWorkers(n *NodePlan, h Host) {
+func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 	if b.cfg.RunPath {
 		return
 	}

@@ -6,6 +6,11 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // localHost names the single node of local mode (no hosts given). Facts for
@@ -27,7 +32,7 @@ const defaultMasterPort = 29500
 // rendezvous), --nproc-per-node from the host's slots, and --max-restarts=0,
 // since gorun restarts the whole group itself.
 //
-// Errors caused by the spec are *InputError.
+// Errors caused by the spec are *userr.InputError.
 func Build(spec Spec, facts Facts) (Plan, error) {
 	b, err := newBuilder(spec, facts)
 	if err != nil {
@@ -39,10 +44,10 @@ func Build(spec Spec, facts Facts) (Plan, error) {
 // builder carries the job-wide decisions while the nodes are planned.
 type builder struct {
 	spec  Spec
-	cfg   Config
+	cfg   cmdline.Config
 	facts Facts
-	head  bool   // head-node mode: gorun starts torchrun on every host
-	hosts []Host // the nodes, in node-rank order
+	head  bool         // head-node mode: gorun starts torchrun on every host
+	hosts []hosts.Host // the nodes, in node-rank order
 
 	static     bool // torchrun's static rendezvous: ranks follow --node-rank
 	endpoint   bool // the user gave --rdzv-endpoint
@@ -85,7 +90,7 @@ func (b *builder) cpus(list string) ([]int, error) {
 	if p, ok := b.cpulists[list]; ok {
 		return p.cpus, p.err
 	}
-	cpus, err := ParseCPUList(list)
+	cpus, err := cpuset.Parse(list)
 	b.cpulists[list] = parsedCPUs{cpus, err}
 	return cpus, err
 }
@@ -101,10 +106,10 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		cpulists: map[string]parsedCPUs{},
 	}
 	if !b.head {
-		b.hosts = []Host{{Name: localHost}}
+		b.hosts = []hosts.Host{{Name: localHost}}
 	}
 	if spec.Torchrun.TrainingScript == "" {
-		return nil, &InputError{
+		return nil, &userr.InputError{
 			Where:   "training_script",
 			Problem: "no training script given",
 			Fix:     "name the script (or module, with -m) after the options: gorun [options] train.py [args]",
@@ -122,7 +127,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 
 // copyConfig returns c with its slice and map copied and never nil, so the
 // plan shares nothing with the caller and renders [] and {} rather than null.
-func copyConfig(c Config) Config {
+func copyConfig(c cmdline.Config) cmdline.Config {
 	c.TrainingScriptArgs = append([]string{}, c.TrainingScriptArgs...)
 	rc := make(map[string]string, len(c.RdzvConfigs))
 	maps.Copy(rc, c.RdzvConfigs)
@@ -147,7 +152,7 @@ func (b *builder) decideRendezvous() error {
 
 	if b.head {
 		if c.Standalone && n > 1 {
-			return &InputError{
+			return &userr.InputError{
 				Where:   "--standalone",
 				Problem: fmt.Sprintf("--standalone runs a single-node job, but %d hosts were given", n),
 				Fix:     "drop --standalone, or give one host",
@@ -162,16 +167,16 @@ func (b *builder) decideRendezvous() error {
 		}
 		c.NNodesMin, c.NNodesMax = b.nnodesMin, b.nnodesMax
 		if _, p := splitEndpoint(c.RdzvEndpoint); b.endpoint && p == "0" && n > 1 {
-			return &InputError{
+			return &userr.InputError{
 				Where:   b.givenAs("rdzv_endpoint"),
-				Problem: fmt.Sprintf("port 0 in %s lets the store listen on a port that the other %d nodes never learn", quote(c.RdzvEndpoint), n-1),
+				Problem: fmt.Sprintf("port 0 in %s lets the store listen on a port that the other %d nodes never learn", userr.Quote(c.RdzvEndpoint), n-1),
 				Fix:     "give a port number; port 0 suits only a single-node c10d rendezvous",
 			}
 		}
 	} else if b.static && c.NodeRank >= c.NNodesMax {
 		// torchrun's static rendezvous would wait for a rank that
 		// cannot exist; in head-node mode gorun numbers the nodes itself.
-		return &InputError{
+		return &userr.InputError{
 			Where:   b.givenAs("node_rank"),
 			Problem: fmt.Sprintf("node rank %d is not below the node count %d", c.NodeRank, c.NNodesMax),
 			Fix:     fmt.Sprintf("give --node-rank from 0 to %d, or raise --nnodes", c.NNodesMax-1),
@@ -261,13 +266,13 @@ func (b *builder) checkNNodes(n int) error {
 	}
 	switch {
 	case lo == hi && hi != n:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("--nnodes=%s but %d hosts were given", given, n),
 			Fix:     "drop --nnodes (gorun sets it from the hosts) or give that many hosts",
 		}
 	case b.static && n > hi:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("static rendezvous waits for --nnodes maximum %d, but %d hosts were given", hi, n),
 			Fix:     "give at most that many hosts, or use --rdzv-backend=c10d, where extra nodes wait as spares",
@@ -278,7 +283,7 @@ func (b *builder) checkNNodes(n int) error {
 		// that fails its checks before a restart.
 		b.note(NoteInfo, "--nnodes=%s with a static rendezvous: torchrun gets --nnodes=%d, the hosts of this attempt; on a restart gorun drops a node that fails its checks while at least %d remain", given, n, lo)
 	case n < lo:
-		return &InputError{
+		return &userr.InputError{
 			Where:   "--nnodes",
 			Problem: fmt.Sprintf("--nnodes=%s needs at least %d nodes, but %d hosts were given", given, lo, n),
 			Fix:     "give more hosts or lower the minimum",
@@ -380,7 +385,7 @@ func (b *builder) build() (Plan, error) {
 // nproc returns how many workers torchrun starts on h, when that can be
 // known before the node runs: the host's slots, an integer
 // --nproc-per-node, or the node's GPU count for "gpu" and "auto".
-func (b *builder) nproc(h Host) (int, bool) {
+func (b *builder) nproc(h hosts.Host) (int, bool) {
 	if h.Slots > 0 {
 		return h.Slots, true
 	}
@@ -408,7 +413,7 @@ func (b *builder) nproc(h Host) (int, bool) {
 // CUDA ordinal order: CUDA_VISIBLE_DEVICES as the user set it, else the
 // host's --include/--exclude restriction. nil with ok true means no
 // restriction; ok false means a restriction gorun cannot read (UUIDs).
-func (b *builder) visibleGPUs(h Host) ([]int, bool) {
+func (b *builder) visibleGPUs(h hosts.Host) ([]int, bool) {
 	if v, set := b.userEnv["CUDA_VISIBLE_DEVICES"]; set {
 		var ids []int
 		for f := range strings.SplitSeq(v.Value, ",") {
@@ -426,7 +431,7 @@ func (b *builder) visibleGPUs(h Host) ([]int, bool) {
 // ranks plans the workers of one node. base is the global rank of local
 // rank 0, or -1 when the rendezvous decides. It also returns the size of
 // the smallest CPU set bound to a rank, 0 when ranks are not bound.
-func (b *builder) ranks(h Host, nproc, base int) ([]RankPlan, int) {
+func (b *builder) ranks(h hosts.Host, nproc, base int) ([]RankPlan, int) {
 	ranks := make([]RankPlan, nproc)
 	gpus := b.rankGPUs(h, nproc)
 	for l := range ranks {
@@ -440,7 +445,7 @@ func (b *builder) ranks(h Host, nproc, base int) ([]RankPlan, int) {
 }
 
 // rankGPUs returns each local rank's physical GPU, nil where unknown.
-func (b *builder) rankGPUs(h Host, nproc int) []*int {
+func (b *builder) rankGPUs(h hosts.Host, nproc int) []*int {
 	out := make([]*int, nproc)
 	if b.cfg.NProcPerNode == "cpu" {
 		return out
@@ -470,7 +475,7 @@ func (b *builder) rankGPUs(h Host, nproc int) []*int {
 // allow: ranks split the allowed CPUs local to their GPUs, ranks sharing a
 // NUMA node splitting that node's share evenly; without GPU locality, and
 // with more than one rank, the node's allowed CPUs are split evenly.
-func (b *builder) bindCPUs(h Host, ranks []RankPlan) int {
+func (b *builder) bindCPUs(h hosts.Host, ranks []RankPlan) int {
 	if b.cfg.RunPath || b.cfg.NumaBinding != "" || b.spec.Set("numa_binding") {
 		return 0 // noted once in closingNotes
 	}
@@ -526,7 +531,7 @@ func (b *builder) split(f NodeFacts, ranks []RankPlan) cpuSplit {
 	}
 	sets, why := b.gpuLocalSplit(f, allowed, ranks)
 	if sets == nil && why == "" && len(ranks) > 1 {
-		sets = splitCPUs(allowed, len(ranks))
+		sets = cpuset.Split(allowed, len(ranks))
 		if sets == nil {
 			why = fmt.Sprintf("%d allowed CPUs cannot be split among %d ranks", len(allowed), len(ranks))
 		}
@@ -536,7 +541,7 @@ func (b *builder) split(f NodeFacts, ranks []RankPlan) cpuSplit {
 	}
 	lists := make([]string, len(sets))
 	for i := range sets {
-		lists[i] = FormatCPUList(sets[i])
+		lists[i] = cpuset.Format(sets[i])
 	}
 	return cpuSplit{lists: lists, fewest: fewestCPUs(ranks, sets)}
 }
@@ -581,7 +586,7 @@ func (b *builder) gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([
 			order = append(order, key)
 		}
 		if !slices.Contains(gr.lists, g.CPUs) {
-			gr.pool = union(gr.pool, local)
+			gr.pool = cpuset.Union(gr.pool, local)
 			gr.lists = append(gr.lists, g.CPUs)
 		}
 		gr.ranks = append(gr.ranks, i)
@@ -590,45 +595,17 @@ func (b *builder) gpuLocalSplit(f NodeFacts, allowed []int, ranks []RankPlan) ([
 	var taken []int
 	for _, key := range order {
 		gr := groups[key]
-		pool := subtractCPUs(intersectCPUs(gr.pool, allowed), taken)
-		parts := splitCPUs(pool, len(gr.ranks))
+		pool := cpuset.Subtract(cpuset.Intersect(gr.pool, allowed), taken)
+		parts := cpuset.Split(pool, len(gr.ranks))
 		if parts == nil {
 			return nil, fmt.Sprintf("%d CPUs near the GPUs of %s cannot be split among %d ranks", len(pool), key, len(gr.ranks))
 		}
 		for j, ri := range gr.ranks {
 			sets[ri] = parts[j]
 		}
-		taken = union(taken, pool)
+		taken = cpuset.Union(taken, pool)
 	}
 	return sets, ""
-}
-
-// union merges two sorted distinct lists.
-func union(a, b []int) []int {
-	if len(a) == 0 {
-		return b
-	}
-	if len(b) == 0 {
-		return a
-	}
-	out := make([]int, 0, len(a)+len(b))
-	i, j := 0, 0
-	for i < len(a) && j < len(b) {
-		switch {
-		case a[i] < b[j]:
-			out = append(out, a[i])
-			i++
-		case a[i] > b[j]:
-			out = append(out, b[j])
-			j++
-		default:
-			out = append(out, a[i])
-			i++
-			j++
-		}
-	}
-	out = append(out, a[i:]...)
-	return append(out, b[j:]...)
 }
 
 // listHosts names up to eight hosts and counts the rest, so a note stays
@@ -675,7 +652,7 @@ type overridden struct {
 // user's options through as given; head-node mode first writes what gorun
 // decides per node, then the user's other options untouched, in their
 // order, and ends with the script and its arguments.
-func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
+func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string {
 	argv := strings.Fields(b.spec.Gorun.Torchrun)
 	if len(argv) == 0 {
 		argv = []string{"torchrun"}
@@ -729,7 +706,7 @@ func (b *builder) command(h Host, i, nproc int, nprocKnown bool) []string {
 // (argparse would keep the '=' of "-x=value"). Long names are written in
 // their underscore spelling ("--nproc_per_node"), the one every torchrun
 // accepts: 2.x takes both, 1.x only that one.
-func appendArg(argv []string, a Arg) []string {
+func appendArg(argv []string, a cmdline.Arg) []string {
 	name := a.Name
 	if name == "" || strings.HasPrefix(name, "--") {
 		name = "--" + a.Dest
@@ -775,7 +752,7 @@ func fewestCPUs(ranks []RankPlan, sets [][]int) int {
 // slotsGiven returns the spec's hosts, without the slot counts an explicit
 // --nproc-per-node overrides: those Slurm sets by default
 // (Host.DefaultSlots).
-func slotsGiven(spec Spec) []Host {
+func slotsGiven(spec Spec) []hosts.Host {
 	if !spec.Set("nproc_per_node") {
 		return spec.Hosts
 	}

@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // hasNote reports whether some note of the level contains every fragment.
@@ -47,22 +51,22 @@ func TestBuildInputErrors(t *testing.T) {
 	}{
 		{"standalone with two hosts", func() Spec {
 			s := newSpec([]string{"--standalone"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, "--standalone"},
 		{"nnodes differs from hosts", func() Spec {
 			s := newSpec([]string{"--nnodes=3"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, "--nnodes"},
 		{"static range below the hosts", func() Spec {
 			s := newSpec([]string{"--nnodes=1:2"}, "train.py")
-			s.Hosts = hosts("a,b,c")
+			s.Hosts = testHosts("a,b,c")
 			return s
 		}, "--nnodes"},
 		{"elastic minimum above hosts", func() Spec {
 			s := newSpec([]string{"--nnodes=3:4", "--rdzv_backend=c10d", "--rdzv_endpoint=a:29400"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, "--nnodes"},
 		{"no script", func() Spec {
@@ -93,7 +97,8 @@ func TestBuildInputErrors(t *testing.T) {
 			return newSpec([]string{"--node-rank=1"}, "train.py")
 		}, "--node-rank"},
 		{"node rank from PET_", func() Spec {
-			cl, err := ParseCommandLineWith([]string{"train.py"}, envOf(map[string]string{"PET_NODE_RANK": "3", "PET_NNODES": "2"}), fixedID)
+			env := map[string]string{"PET_NODE_RANK": "3", "PET_NNODES": "2"}
+			cl, err := cmdline.ParseWith([]string{"train.py"}, func(k string) string { return env[k] }, nil)
 			if err != nil {
 				panic(err)
 			}
@@ -101,19 +106,19 @@ func TestBuildInputErrors(t *testing.T) {
 		}, "PET_NODE_RANK"},
 		{"c10d endpoint port 0 with several hosts", func() Spec {
 			s := newSpec([]string{"--rdzv-backend=c10d", "--rdzv-endpoint=node1:0"}, "train.py")
-			s.Hosts = hosts("node1,node2")
+			s.Hosts = testHosts("node1,node2")
 			return s
 		}, "--rdzv-endpoint"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := Build(tt.spec(), nil)
-			var ie *InputError
+			var ie *userr.InputError
 			if !errors.As(err, &ie) {
-				t.Fatalf("Build error = %v, want *InputError", err)
+				t.Fatalf("Build error = %v, want *userr.InputError", err)
 			}
 			if ie.Where != tt.where || ie.Fix == "" {
-				t.Errorf("InputError = %+v, want Where %q and a fix", ie, tt.where)
+				t.Errorf("userr.InputError = %+v, want Where %q and a fix", ie, tt.where)
 			}
 			if strings.Contains(err.Error(), "secret-token") {
 				t.Errorf("error shows the --env value: %v", err)
@@ -132,7 +137,7 @@ func TestBuild(t *testing.T) {
 	}{
 		{"local mode passes options as given", func() Spec {
 			s := newSpec([]string{"--nproc_per_node=4", "--max_restarts=2", "--rdzv_id=x"}, "train.py", "--x")
-			s.Given = append(s.Given, Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
+			s.Given = append(s.Given, cmdline.Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py", "--x"}
@@ -164,7 +169,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"static head node decides per node", func() Spec {
 			s := newSpec([]string{"--nnodes=2", "--max_restarts=5", "--node_rank=3"}, "train.py", "--lr", "1")
-			s.Hosts = hosts("a:2,b:2")
+			s.Hosts = testHosts("a:2,b:2")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--node_rank=1",
@@ -195,7 +200,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"user master address wins", func() Spec {
 			s := newSpec([]string{"--master_addr=10.9.9.9", "--master_port=1234"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			for _, n := range p.Nodes {
@@ -215,7 +220,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"user output choice keeps tee off", func() Spec {
 			s := newSpec([]string{"--redirects=3"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			if argvHasPrefix(p.Nodes[0].Command, "--tee") || !argvHas(p.Nodes[0].Command, "--redirects=3") {
@@ -224,7 +229,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"c10d rendezvous decides ranks", func() Spec {
 			s := newSpec([]string{"--rdzv_backend=c10d", "--rdzv_endpoint=a:29400", "--nproc_per_node=2"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			for _, n := range p.Nodes {
@@ -249,7 +254,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"static with endpoint keeps node rank", func() Spec {
 			s := newSpec([]string{"--rdzv_endpoint=a:29600", "--nproc_per_node=1"}, "train.py")
-			s.Hosts = hosts("a,b")
+			s.Hosts = testHosts("a,b")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			n := p.Nodes[1]
@@ -265,7 +270,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"standalone on one host", func() Spec {
 			s := newSpec([]string{"--standalone", "--nproc_per_node=2"}, "train.py")
-			s.Hosts = hosts("a")
+			s.Hosts = testHosts("a")
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			if !argvHas(p.Nodes[0].Command, "--standalone") || argvHasPrefix(p.Nodes[0].Command, "--node_rank") {
@@ -280,7 +285,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"unequal slots give prefix ranks", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Hosts = hosts("a:3,b:1,c:2")
+			s.Hosts = testHosts("a:3,b:1,c:2")
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			var got [][]int
@@ -299,7 +304,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"unknown nproc leaves later ranks unknown", func() Spec {
 			s := newSpec([]string{"--nproc_per_node=gpu"}, "train.py")
-			s.Hosts = hosts("a,b,c:2")
+			s.Hosts = testHosts("a,b,c:2")
 			return s
 		}, Facts{"a": smallFacts(2, "eth0", "10.0.0.1")}, func(t *testing.T, p Plan) {
 			if got := ranksOf(p.Nodes[0]); !slices.Equal(got, []int{0, 1}) {
@@ -314,7 +319,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"slots replace the user's nproc", func() Spec {
 			s := newSpec([]string{"--nproc_per_node=4"}, "train.py")
-			s.Hosts = hosts("a:2,b")
+			s.Hosts = testHosts("a:2,b")
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			if !argvHas(p.Nodes[0].Command, "--nproc_per_node=2") || argvHas(p.Nodes[0].Command, "--nproc_per_node=4") {
@@ -329,7 +334,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"user environment wins and is warned about", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Hosts = []Host{{Name: "a", Slots: 2, GPUs: []int{2, 3}}, {Name: "b", Slots: 2}}
+			s.Hosts = []hosts.Host{{Name: "a", Slots: 2, GPUs: []int{2, 3}}, {Name: "b", Slots: 2}}
 			s.Environ = map[string]string{
 				"NCCL_SOCKET_IFNAME": "eth9",
 				"NCCL_NVLS_ENABLE":   "0",
@@ -380,7 +385,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"include restricts GPUs", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Hosts = []Host{{Name: "a", Slots: 2, GPUs: []int{1, 3}}}
+			s.Hosts = []hosts.Host{{Name: "a", Slots: 2, GPUs: []int{1, 3}}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			n := p.Nodes[0]
@@ -456,7 +461,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"static range: torchrun gets the attempt's hosts, the range is gorun's", func() Spec {
 			s := newSpec([]string{"--nnodes=1:3"}, "train.py")
-			s.Hosts = hosts("a:1,b:1")
+			s.Hosts = testHosts("a:1,b:1")
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			if c := p.Nodes[1].Command; !slices.Contains(c, "--nnodes=2") {
@@ -478,7 +483,7 @@ func TestBuild(t *testing.T) {
 		}},
 		{"short options keep their value apart", func() Spec {
 			s := newSpec(nil, "train.py")
-			s.Given = []Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
+			s.Given = []cmdline.Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
@@ -527,7 +532,7 @@ func TestBuildDeterministic(t *testing.T) {
 // TestBuildSharesNothing checks that the plan does not alias the spec.
 func TestBuildSharesNothing(t *testing.T) {
 	s := newSpec(nil, "train.py", "--x")
-	s.Hosts = []Host{{Name: "a", Slots: 2, GPUs: []int{0, 1}}}
+	s.Hosts = []hosts.Host{{Name: "a", Slots: 2, GPUs: []int{0, 1}}}
 	p, err := Build(s, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -588,12 +593,49 @@ func TestBuildChecksByMode(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			s := newSpec(tt.options, "train.py")
 			if tt.hosts != "" {
-				s.Hosts = hosts(tt.hosts)
+				s.Hosts = testHosts(tt.hosts)
 			}
 			_, err := Build(s, nil)
-			var ie *InputError
+			var ie *userr.InputError
 			if tt.ok && err != nil || !tt.ok && !errors.As(err, &ie) {
 				t.Errorf("Build: %v, want ok %v", err, tt.ok)
+			}
+		})
+	}
+}
+
+// Slurm sets SLURM_TASKS_PER_NODE=1(x3) under a plain `sbatch -N 3`: an
+// explicit --nproc-per-node wins over it, not over counts the user asked
+// Slurm for.
+func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		env  map[string]string
+		want int
+	}{
+		{"default task count", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)"}, 2},
+		{"asked tasks per node", map[string]string{"SLURM_TASKS_PER_NODE": "4(x3)", "SLURM_NTASKS_PER_NODE": "4"}, 4},
+		{"GPUs on the node", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_GPUS_ON_NODE": "8"}, 8},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			env := map[string]string{"SLURM_JOB_NODELIST": "node[0-2]"}
+			for k, v := range tc.env {
+				env[k] = v
+			}
+			hosts, err := hosts.FromSlurm(func(k string) string { return env[k] })
+			if err != nil {
+				t.Fatal(err)
+			}
+			spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
+			spec.Hosts = hosts
+			p, err := Build(spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, n := range p.Nodes {
+				if got := len(ranksOf(n)); got != tc.want {
+					t.Errorf("%s: %d ranks, want %d", n.Host, got, tc.want)
+				}
 			}
 		})
 	}

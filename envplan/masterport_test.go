@@ -7,7 +7,7 @@ import (
 
 func TestWithMasterPort(t *testing.T) {
 	spec := newSpec(nil, "train.py")
-	spec.Hosts = hosts("a:1,b:1")
+	spec.Hosts = testHosts("a:1,b:1")
 	p, err := Build(spec, Facts{"a": smallFacts(1, "eth0", "10.0.0.1"), "b": smallFacts(1, "eth0", "10.0.0.2")})
 	if err != nil {
 		t.Fatal(err)

@@ -28,7 +28,7 @@ func TestP2PFaultRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			spec := newSpec(append([]string{"--nproc-per-node", "2"}, tc.env...), "train.py")
-			spec.Hosts = hosts("a:2,b:2")
+			spec.Hosts = testHosts("a:2,b:2")
 			if tc.environ != nil {
 				spec.Environ = tc.environ
 			}
@@ -61,34 +61,5 @@ func TestP2PFaultRule(t *testing.T) {
 				}
 			}
 		})
-	}
-}
-
-func TestPreflightBandwidthOption(t *testing.T) {
-	for _, tc := range []struct {
-		argv    []string
-		want    string
-		wantErr string
-	}{
-		{[]string{"train.py"}, "", ""},
-		{[]string{"--preflight-bandwidth", "node", "train.py"}, "node", ""},
-		{[]string{"--preflight-bandwidth=all", "--preflight", "warn", "train.py"}, "all", ""},
-		{[]string{"--preflight-band", "off", "train.py"}, "off", ""},
-		{[]string{"--preflight-bandwidth", "fast", "train.py"}, "", "fast"},
-	} {
-		cl, err := ParseCommandLine(tc.argv, func(string) string { return "" })
-		if tc.wantErr != "" {
-			if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-				t.Errorf("%q: err %v, want one naming %q", tc.argv, err, tc.wantErr)
-			}
-			continue
-		}
-		if err != nil {
-			t.Errorf("%q: %v", tc.argv, err)
-			continue
-		}
-		if cl.Gorun.PreflightBandwidth != tc.want {
-			t.Errorf("%q: PreflightBandwidth %q, want %q", tc.argv, cl.Gorun.PreflightBandwidth, tc.want)
-		}
 	}
 }

@@ -1,14 +1,16 @@
 package envplan
 
+import "github.com/gorun/gorun/cmdline"
+
 // Plan is what gorun will run where, and why. Its JSON form is the public
 // `--dry-run --format json` contract:
 //
 //	{"config": {...}, "nodes": [{"host", "node_rank", "address", "command",
 //	  "env": {NAME: {"value", "reason", "source"}}, "ranks": [...]}], "notes": [...]}
 type Plan struct {
-	Config Config     `json:"config"`
-	Nodes  []NodePlan `json:"nodes"`
-	Notes  []Note     `json:"notes"`
+	Config cmdline.Config `json:"config"`
+	Nodes  []NodePlan     `json:"nodes"`
+	Notes  []Note         `json:"notes"`
 }
 
 // NodePlan is one node's torchrun invocation.

@@ -5,26 +5,29 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
 )
 
 // newSpec builds a spec from torchrun options, the script and its arguments
 // with the real command-line parser; --standalone gets a fixed run id.
 func newSpec(options []string, script string, args ...string) Spec {
 	argv := append(append(slices.Clone(options), script), args...)
-	cl, err := ParseCommandLineWith(argv, nil, func() string { return "f2e03d02-f82d-4185-b5d1-03dbaa8ee4e1" })
+	cl, err := cmdline.ParseWith(argv, nil, func() string { return "f2e03d02-f82d-4185-b5d1-03dbaa8ee4e1" })
 	if err != nil {
 		panic(fmt.Sprintf("test spec %q: %v", argv, err))
 	}
 	return Spec{CommandLine: cl, Environ: map[string]string{}}
 }
 
-// hosts parses "a:8,b:8" (slots optional) into hosts.
-func hosts(list string) []Host {
-	var hs []Host
+// testHosts parses "a:8,b:8" (slots optional) into hosts.
+func testHosts(list string) []hosts.Host {
+	var hs []hosts.Host
 	for h := range strings.SplitSeq(list, ",") {
 		name, slots, _ := strings.Cut(h, ":")
 		n, _ := strconv.Atoi(slots)
-		hs = append(hs, Host{Name: name, Slots: n})
+		hs = append(hs, hosts.Host{Name: name, Slots: n})
 	}
 	return hs
 }

@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/shell"
 )
 
@@ -33,7 +34,7 @@ func RenderTable(w io.Writer, p Plan) error {
 		t.line("notes:")
 		for _, n := range p.Notes {
 			tag := "[" + n.Level + "]"
-			t.wrap("  "+tag+" ", strings.Repeat(" ", 3+len(tag)), Redact("", n.Message))
+			t.wrap("  "+tag+" ", strings.Repeat(" ", 3+len(tag)), secret.Redact("", n.Message))
 		}
 	}
 	return bw.Flush()
@@ -62,7 +63,7 @@ func RenderBrief(w io.Writer, p Plan) error {
 	}
 	for _, n := range p.Notes {
 		if n.Level == NoteWarn {
-			t.wrap("  [warn] ", "         ", Redact("", n.Message))
+			t.wrap("  [warn] ", "         ", secret.Redact("", n.Message))
 		}
 	}
 	t.line("  (gorun --dry-run shows every variable and why)")
@@ -166,8 +167,8 @@ func (t tableWriter) node(n NodePlan) {
 	}
 	for _, name := range slices.Sorted(maps.Keys(n.Env)) {
 		v := n.Env[name]
-		value := hiddenValue
-		if shown := Redact(name, v.Value); shown != hiddenValue {
+		value := secret.Hidden
+		if shown := secret.Redact(name, v.Value); shown != secret.Hidden {
 			value = displayWord(shown)
 		}
 		t.line("    " + name + "=" + value + "  [" + v.Source + "]")
@@ -256,7 +257,7 @@ func normalize(p Plan) Plan {
 	}
 	notes := make([]Note, len(p.Notes))
 	for i, n := range p.Notes {
-		n.Message = Redact("", n.Message) // as in the table
+		n.Message = secret.Redact("", n.Message) // as in the table
 		notes[i] = n
 	}
 	p.Notes = notes
@@ -270,7 +271,7 @@ func normalize(p Plan) Plan {
 		}
 		env := make(map[string]Var, len(n.Env))
 		for name, v := range n.Env {
-			v.Value = Redact(name, v.Value)
+			v.Value = secret.Redact(name, v.Value)
 			env[name] = v
 		}
 		n.Env = env
@@ -347,7 +348,7 @@ func RenderShell(w io.Writer, p Plan) error {
 // hiddenInShell reports whether the shell form must not print the value.
 // An empty value hides nothing.
 func hiddenInShell(name string, v Var) bool {
-	return v.Value != "" && Redact(name, v.Value) != v.Value
+	return v.Value != "" && secret.Redact(name, v.Value) != v.Value
 }
 
 // shellHidden returns the assignment that passes a hidden value from the

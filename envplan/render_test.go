@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/hosts"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/golden")
@@ -26,7 +28,7 @@ func goldenCases() []goldenCase {
 	local.Environ = map[string]string{"PATH": "/usr/bin", "NCCL_DEBUG": "INFO", "HOME": "/root"}
 
 	static2 := newSpec([]string{"--max-restarts=3"}, "train.py", "--lr", "3e-4", "--name", "run one")
-	static2.Hosts = hosts("node1:8,node2:8")
+	static2.Hosts = testHosts("node1:8,node2:8")
 	static2.Environ = map[string]string{
 		"PATH":             "/opt/torch/bin:/usr/bin",
 		"LD_LIBRARY_PATH":  "/usr/local/nvidia/lib64",
@@ -36,7 +38,7 @@ func goldenCases() []goldenCase {
 	static2.Gorun.Env = []string{"PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True"}
 
 	include3 := newSpec(nil, "train.py")
-	include3.Hosts = []Host{
+	include3.Hosts = []hosts.Host{
 		{Name: "gpu-a", Slots: 2, GPUs: []int{0, 2}},
 		{Name: "gpu-b", Slots: 1, GPUs: []int{3}},
 		{Name: "gpu-c", Slots: 4},
@@ -44,10 +46,10 @@ func goldenCases() []goldenCase {
 
 	c10d := newSpec([]string{"--nnodes=1:2", "--nproc-per-node=4", "--rdzv-backend=c10d",
 		"--rdzv-endpoint=node1:29400", "--rdzv-id=job42", "--module"}, "trainer.main", "--config", "cfg.yaml")
-	c10d.Hosts = hosts("node1,node2")
+	c10d.Hosts = testHosts("node1,node2")
 
 	pending := newSpec([]string{"--nproc-per-node=gpu"}, "train.py")
-	pending.Hosts = hosts("node1,node2")
+	pending.Hosts = testHosts("node1,node2")
 	pending.Environ = map[string]string{"CUDA_VISIBLE_DEVICES": "0,1"}
 
 	secrets := newSpec([]string{"--nproc-per-node=2"}, "train.py")
@@ -119,7 +121,7 @@ func TestTableWidth(t *testing.T) {
 	cases := goldenCases()
 	long := newSpec([]string{"--nproc-per-node=3"}, "/very/long/path/to/the/training/script/that/goes/on/and/on/train.py",
 		strings.Split(strings.Repeat("--flag value ", 20), " ")...)
-	long.Hosts = hosts("a-rather-long-host-name-in-a-big-cluster-0001.example.org,b")
+	long.Hosts = testHosts("a-rather-long-host-name-in-a-big-cluster-0001.example.org,b")
 	long.Gorun.Env = []string{"NCCL_DEBUG_SUBSYS=" + strings.Repeat("INIT,", 30) + "ENV", "X=multi\nline value"}
 	cases = append(cases, goldenCase{"long", long, Facts{"b": {CPUs: "0,2,4,6,8,10,12,14,16,18,20,22,24,26,28,30,32,34,36,38,40,42,44,46,48", Gorun: testGorun, Python: testPython}}})
 	for _, c := range cases {
@@ -182,7 +184,7 @@ func TestShellRoundTrip(t *testing.T) {
 		t.Skip("no sh")
 	}
 	s := newSpec([]string{"--master-addr=$(touch /tmp/pwned)"}, "train.py", hostileWords...)
-	s.Hosts = hosts("n1:2,n2:2")
+	s.Hosts = testHosts("n1:2,n2:2")
 	s.Gorun.Torchrun = "printf %s\\n"
 	s.Gorun.Env = []string{"A_VAR=it's \"x\" $HOME `id`", "EMPTY="}
 	p, err := Build(s, nil)
@@ -245,7 +247,7 @@ func TestRenderJSONEmpty(t *testing.T) {
 
 func TestRenderBrief(t *testing.T) {
 	spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
-	spec.Hosts = hosts("a:2,b:2")
+	spec.Hosts = testHosts("a:2,b:2")
 	p, err := Build(spec, Facts{"a": smallFacts(2, "eth0", "10.0.0.1"), "b": smallFacts(2, "eth0", "10.0.0.2")})
 	if err != nil {
 		t.Fatal(err)

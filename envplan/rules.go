@@ -6,6 +6,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/secret"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // carriedPrefixes and carriedNames select the head's exported variables that
@@ -103,14 +107,14 @@ func (b *builder) collectUserEnv() error {
 		case name == "CUDA_VISIBLE_DEVICES" && !b.head:
 			b.userEnv[name] = Var{Value: value, Reason: reasonExported, Source: SourceUser}
 		case name == "CUDA_VISIBLE_DEVICES":
-			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", Redact(name, value))
+			b.note(NoteWarn, "CUDA_VISIBLE_DEVICES=%s on the head node is not carried to the nodes: it names the head's GPUs; use --include/--exclude or --env CUDA_VISIBLE_DEVICES=...", secret.Redact(name, value))
 		}
 	}
 	for _, e := range b.spec.Gorun.Env {
 		name, value, ok := strings.Cut(e, "=")
 		if !ok || !validEnvName(name) {
 			// Only the name is shown: the value may be a secret.
-			return &InputError{
+			return &userr.InputError{
 				Where:   "--env",
 				Problem: fmt.Sprintf("%q is not a variable assignment", name),
 				Fix:     "write --env NAME=VALUE, NAME made of letters, digits and _ and not starting with a digit",
@@ -170,7 +174,7 @@ func (e nodeEnv) decide(name string, v Var) {
 
 // env plans one node's environment: the user's variables, then gorun's
 // rules, each only where a fact or the user's request justifies it.
-func (b *builder) env(n *NodePlan, h Host, nproc int, nprocKnown bool, fewestCPUs int) {
+func (b *builder) env(n *NodePlan, h hosts.Host, nproc int, nprocKnown bool, fewestCPUs int) {
 	maps.Copy(n.Env, b.userEnv)
 	e := nodeEnv{b: b, host: h.Name, env: n.Env}
 	f, known := b.facts[h.Name]
@@ -269,9 +273,9 @@ func (b *builder) leftToNCCLNotes() {
 		case !set:
 			left = append(left, name)
 		case IsNCCLDebugKnob(name):
-			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, Redact(name, u.Value), u.Reason)
+			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, secret.Redact(name, u.Value), u.Reason)
 		case name == "NCCL_IB_GID_INDEX":
-			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", Redact(name, u.Value), u.Reason)
+			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", secret.Redact(name, u.Value), u.Reason)
 		}
 	}
 	if len(left) > 0 {

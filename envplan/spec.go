@@ -1,11 +1,17 @@
 package envplan
 
+import (
+	"github.com/gorun/gorun/hosts"
+
+	"github.com/gorun/gorun/cmdline"
+)
+
 // Spec is everything Build needs from the user: the parsed command line, the
 // resolved hosts and the head's environment.
 type Spec struct {
-	CommandLine
+	cmdline.CommandLine
 	// Hosts in launch order; empty means one local node (plain torchrun mode).
-	Hosts []Host
+	Hosts []hosts.Host
 	// Environ is the head's environment (os.Environ as a map). Variables the
 	// user exported that matter to the job (NCCL_*, GLOO_*, TORCH_*, ...) are
 	// carried to every node and marked source "user".

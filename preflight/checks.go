@@ -8,8 +8,8 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/clockevent"
+	"github.com/gorun/gorun/internal/secret"
 )
 
 // Severity grades a finding. Order matters: fail is worse than warn is worse
@@ -423,7 +423,7 @@ func checkVisibleDevices(f Facts, want Want) []Finding {
 		return nil
 	}
 	needGPU, _ := want.gpusWanted()
-	ev := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q, %d GPUs on the node", envplan.Redact("CUDA_VISIBLE_DEVICES", v), len(f.GPUs))
+	ev := fmt.Sprintf("CUDA_VISIBLE_DEVICES=%q, %d GPUs on the node", secret.Redact("CUDA_VISIBLE_DEVICES", v), len(f.GPUs))
 	ids, _ := parseVisibleDevices(v)
 	if len(ids) == 0 {
 		fd := Finding{ID: "env.cuda_visible_devices", Severity: SeverityWarn,
@@ -870,7 +870,7 @@ func checkCUDAEnv(f Facts) []Finding {
 	var set []string
 	for _, name := range cudaDebugEnv {
 		if v, ok := f.Env[name]; ok {
-			set = append(set, name+"="+envplan.Redact(name, v))
+			set = append(set, name+"="+secret.Redact(name, v))
 		}
 	}
 	if len(set) == 0 {

@@ -37,7 +37,7 @@ type Facts struct {
 	Torch        TorchFacts  `json:"torch"`
 	// Env holds the variables that shape a GPU job (CUDA_*, NCCL_*, TORCH_*,
 	// NVIDIA_*, LD_LIBRARY_PATH, ...) as found on the node, each value as
-	// envplan.Redact prints it. Other variables are never collected, and a
+	// secret.Redact prints it. Other variables are never collected, and a
 	// credential among these (NCCL_PLUGIN_API_KEY, a password in a URL) is
 	// hidden on the node, so secrets do not travel.
 	Env map[string]string `json:"env,omitempty"`

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/secret"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // The variable lists gorun carries, taken from NCCL 2.30.7's sources:
@@ -122,7 +124,7 @@ var ncclNotSettings = map[string]bool{
 // names, and debugging knobs left set (envplan.IsNCCLDebugKnob). Valid site
 // settings such as NCCL_NVLS_ENABLE=0 or NCCL_SOCKET_IFNAME are never
 // flagged; they are listed in one ok finding. Findings come in
-// variable-name order. Values in the evidence pass through envplan.Redact:
+// variable-name order. Values in the evidence pass through secret.Redact:
 // an NCCL plugin's API key is an NCCL_* variable too.
 func LintNCCLEnv(environ map[string]string) []Finding {
 	names := loadNCCLNames()
@@ -138,7 +140,7 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 	var fine []string
 	for _, k := range keys {
 		v := environ[k]
-		ev := k + "=" + envplan.Redact(k, v)
+		ev := k + "=" + secret.Redact(k, v)
 		warn := func(id, msg, remedy string) {
 			out = append(out, Finding{ID: id, Severity: SeverityWarn, Message: msg, Evidence: ev, Remedy: remedy})
 		}
@@ -213,7 +215,7 @@ func ibHCAPrefix(v string) (Finding, bool) {
 		ID:       "nccl.env.ib-hca-prefix",
 		Severity: SeverityWarn,
 		Message:  "NCCL_IB_HCA entries without a leading = are prefixes: mlx5_1 also selects mlx5_10 to mlx5_19",
-		Evidence: "NCCL_IB_HCA=" + envplan.Redact("NCCL_IB_HCA", v),
+		Evidence: "NCCL_IB_HCA=" + secret.Redact("NCCL_IB_HCA", v),
 		Remedy:   "write the list with = for exact names, e.g. NCCL_IB_HCA==mlx5_0:1,mlx5_1:1 (or ^=mlx5_4 to exclude)",
 	}, true
 }
@@ -225,7 +227,7 @@ func suggestNCCL(n ncclNames, name string) string {
 	var near []string
 	limit := max(2, len(name)/6)
 	for _, k := range n.sorted {
-		d := envplan.EditDistance(name, k)
+		d := userr.EditDistance(name, k)
 		if d > limit {
 			continue
 		}

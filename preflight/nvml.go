@@ -1,6 +1,8 @@
 package preflight
 
 import (
+	"github.com/gorun/gorun/internal/cpuset"
+
 	"fmt"
 	"math/bits"
 	"sort"
@@ -9,7 +11,6 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/clockevent"
 )
 
@@ -219,7 +220,7 @@ func gpuFacts(lib nvml.Interface, d nvml.Device, index, cpuCount int) GPUFacts {
 	}
 	if cpuCount > 0 {
 		if words, ret := quietCall(func() ([]uint, nvml.Return) { return d.GetCpuAffinity(cpuCount) }); ret == nvml.SUCCESS {
-			g.LocalCPUs = envplan.FormatCPUList(decodeAffinity(words))
+			g.LocalCPUs = cpuset.Format(decodeAffinity(words))
 		}
 	}
 	if v, ret := quietCall(d.GetGpuFabricInfo); ret == nvml.SUCCESS {

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/secret"
 )
 
 // NodeReport is one node's facts and the findings about it.
@@ -30,7 +30,7 @@ type Report struct {
 
 // NewReport assembles a Report: findings sorted worst first (stable, so
 // checks keep their order within a severity) and OK computed. Every text it
-// will print passes through envplan.Redact once more: the facts' Env (a
+// will print passes through secret.Redact once more: the facts' Env (a
 // node running an older gorun sends it as it was) and each finding's
 // message, evidence and remedy (error text from a node or SSH can quote
 // anything), so a credential that slipped past a check is still hidden.
@@ -41,7 +41,7 @@ func NewReport(nodes []NodeReport, across []Finding) Report {
 		if n.Facts.Env != nil {
 			env := make(map[string]string, len(n.Facts.Env))
 			for k, v := range n.Facts.Env {
-				env[k] = envplan.Redact(k, v)
+				env[k] = secret.Redact(k, v)
 			}
 			n.Facts.Env = env
 		}
@@ -56,14 +56,14 @@ func NewReport(nodes []NodeReport, across []Finding) Report {
 	return r
 }
 
-// redactFindings returns fs with their texts as envplan.Redact prints a
+// redactFindings returns fs with their texts as secret.Redact prints a
 // value without a name.
 func redactFindings(fs []Finding) []Finding {
 	out := make([]Finding, len(fs))
 	for i, f := range fs {
-		f.Message = envplan.Redact("", f.Message)
-		f.Evidence = envplan.Redact("", f.Evidence)
-		f.Remedy = envplan.Redact("", f.Remedy)
+		f.Message = secret.Redact("", f.Message)
+		f.Evidence = secret.Redact("", f.Evidence)
+		f.Remedy = secret.Redact("", f.Remedy)
 		out[i] = f
 	}
 	return out

@@ -1,7 +1,8 @@
 package preflight
 
 import (
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/secret"
 
 	"bufio"
 	"bytes"
@@ -86,7 +87,7 @@ func collectSystem(r sysReader, f *Facts) {
 	}
 	f.Arch = unameArch(runtime.GOARCH)
 	if s, err := r.read("sys/devices/system/cpu/online"); err == nil {
-		if cpus, err := envplan.ParseCPUList(s); err == nil {
+		if cpus, err := cpuset.Parse(s); err == nil {
 			f.CPUCount = len(cpus)
 		} else {
 			note("online CPUs", err)
@@ -325,7 +326,7 @@ func envFacts(environ []string) map[string]string {
 		if keep {
 			// Facts are printed and sent to the head; credentials stay on
 			// the node.
-			out[k] = envplan.Redact(k, v)
+			out[k] = secret.Redact(k, v)
 		}
 	}
 	if len(out) == 0 {

@@ -1,7 +1,7 @@
 package preflight
 
 import (
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 
 	"os"
 	"path/filepath"
@@ -76,7 +76,7 @@ func TestParseProcVersion(t *testing.T) {
 
 func TestDecodeAffinity(t *testing.T) {
 	words := []uint{0b1011, 1 << 63, 0, 1}
-	got := envplan.FormatCPUList(decodeAffinity(words))
+	got := cpuset.Format(decodeAffinity(words))
 	if want := "0-1,3,127,192"; got != want {
 		t.Errorf("decodeAffinity = %q, want %q", got, want)
 	}

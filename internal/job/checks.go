@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
@@ -16,16 +18,16 @@ import (
 // every node; nothing is started.
 func Preflight(ctx context.Context, cfg Config, ui UI) (preflight.Report, error) {
 	cl := cfg.CommandLine
-	hosts, err := ResolveHosts(cl.Gorun, cfg.Getenv)
+	nodes, err := ResolveHosts(cl.Gorun, cfg.Getenv)
 	if err != nil {
 		return preflight.Report{}, err
 	}
-	runners, err := Connect(ctx, cl, hosts, cfg, ui.Err)
+	runners, err := Connect(ctx, cl, nodes, cfg, ui.Err)
 	if err != nil {
 		return preflight.Report{}, interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(runners)
-	report := Check(ctx, cl, hosts, runners, cfg, ui)
+	report := Check(ctx, cl, nodes, runners, cfg, ui)
 	if ctx.Err() != nil {
 		return report, interrupted(ctx, "during preflight", nil)
 	}
@@ -37,11 +39,11 @@ const maxScriptBytes = 16 << 20
 
 // Check runs preflight on every node (preflight.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
-func Check(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
+func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
-	if len(hosts) > 0 {
+	if len(nodes) > 0 {
 		targets = targets[:0]
-		for _, h := range hosts {
+		for _, h := range nodes {
 			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
 		}
 	}
@@ -49,17 +51,17 @@ func Check(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, ru
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
 		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
 		Environ: cfg.Environ,
-		Across:  slurmNodeFindings(ctx, cl.Gorun, hosts, cfg.Getenv),
+		Across:  slurmNodeFindings(ctx, cl.Gorun, nodes, cfg.Getenv),
 	}
 	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
 		opts.Bandwidth = bw
 	}
-	if len(hosts) > 0 {
+	if len(nodes) > 0 {
 		master := ""
 		if cl.Set("master_addr") {
 			master = cl.Torchrun.MasterAddr
 		}
-		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, hosts[0].Name, runners[hosts[0].Name].Addr())
+		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, nodes[0].Name, runners[nodes[0].Name].Addr())
 	}
 	if !cl.Torchrun.NoPython && cl.Torchrun.TrainingScript != "" {
 		if src, err := inputfile.Read(cl.Torchrun.TrainingScript, maxScriptBytes); err == nil {
@@ -80,13 +82,13 @@ func Check(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, ru
 // slurmNodeFindings is Slurm's word on the allocation's nodes (drained,
 // down, not responding), when gorun runs inside one and the nodes are its;
 // none when sinfo cannot be asked.
-func slurmNodeFindings(ctx context.Context, o envplan.Options, hosts []envplan.Host, getenv func(string) string) []preflight.Finding {
-	if len(hosts) == 0 || o.Hosts != "" || o.Hostfile != "" || getenv("SLURM_JOB_ID") == "" {
+func slurmNodeFindings(ctx context.Context, o cmdline.Options, nodes []hosts.Host, getenv func(string) string) []preflight.Finding {
+	if len(nodes) == 0 || o.Hosts != "" || o.Hostfile != "" || getenv("SLURM_JOB_ID") == "" {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
-	argv := preflight.SinfoArgv(hostNames(hosts))
+	argv := preflight.SinfoArgv(hostNames(nodes))
 	out, err := exec.CommandContext(ctx, argv[0], argv[1:]...).Output()
 	if err != nil {
 		return nil

@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"io"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -36,8 +38,8 @@ func (t Transport) String() string {
 // allocation whose nodes are the job's (no --hosts or --hostfile) when srun
 // is on the PATH; --launcher srun outside an allocation, or without srun,
 // is refused before anything starts.
-func chooseTransport(o envplan.Options, hosts []envplan.Host, cfg Config) (Transport, error) {
-	if len(hosts) == 0 && o.Launcher != "srun" {
+func chooseTransport(o cmdline.Options, nodes []hosts.Host, cfg Config) (Transport, error) {
+	if len(nodes) == 0 && o.Launcher != "srun" {
 		return TransportLocal, nil
 	}
 	_, lookErr := cfg.LookPath("srun")
@@ -48,12 +50,12 @@ func chooseTransport(o envplan.Options, hosts []envplan.Host, cfg Config) (Trans
 	case "srun":
 		switch {
 		case !inAllocation:
-			return 0, &envplan.InputError{Where: "--launcher srun", Problem: "gorun is not inside a Slurm allocation (SLURM_JOB_ID is not set)",
+			return 0, &userr.InputError{Where: "--launcher srun", Problem: "gorun is not inside a Slurm allocation (SLURM_JOB_ID is not set)",
 				Fix: "run gorun from an sbatch script or an salloc shell, or use --launcher ssh"}
 		case lookErr != nil:
-			return 0, &envplan.InputError{Where: "--launcher srun", Problem: "srun is not on the PATH",
+			return 0, &userr.InputError{Where: "--launcher srun", Problem: "srun is not on the PATH",
 				Fix: "add Slurm's bin directory to PATH, or use --launcher ssh"}
-		case len(hosts) == 0:
+		case len(nodes) == 0:
 			return TransportLocal, nil
 		}
 		return TransportSrun, nil
@@ -68,8 +70,8 @@ func chooseTransport(o envplan.Options, hosts []envplan.Host, cfg Config) (Trans
 // every node inside a Slurm allocation; else Local for the head itself and
 // SSH for the rest, dialled in parallel. On any failure every connection
 // is closed and the error names each failing host.
-func Connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, cfg Config, diag io.Writer) (map[string]sshexec.Runner, error) {
-	t, err := chooseTransport(cl.Gorun, hosts, cfg)
+func Connect(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, cfg Config, diag io.Writer) (map[string]sshexec.Runner, error) {
+	t, err := chooseTransport(cl.Gorun, nodes, cfg)
 	if err != nil {
 		return nil, err
 	}
@@ -77,12 +79,12 @@ func Connect(ctx context.Context, cl envplan.CommandLine, hosts []envplan.Host, 
 	case TransportLocal:
 		return map[string]sshexec.Runner{"localhost": sshexec.NewLocal(cfg.Self)}, nil
 	case TransportSrun:
-		return connectSrun(ctx, cl.Gorun, hosts, cfg.Self)
+		return connectSrun(ctx, cl.Gorun, nodes, cfg.Self)
 	}
-	return connectSSH(ctx, cl.Gorun, hosts, cfg.Self, diag)
+	return connectSSH(ctx, cl.Gorun, nodes, cfg.Self, diag)
 }
 
-func connectSSH(ctx context.Context, o envplan.Options, hosts []envplan.Host, self string, diag io.Writer) (map[string]sshexec.Runner, error) {
+func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self string, diag io.Writer) (map[string]sshexec.Runner, error) {
 	sc := sshexec.Config{
 		User: o.SSHUser, Port: o.SSHPort, Identity: o.SSHIdentity,
 		SSHConfigFile: o.SSHConfig, KnownHosts: o.KnownHosts,
@@ -91,7 +93,7 @@ func connectSSH(ctx context.Context, o envplan.Options, hosts []envplan.Host, se
 	}
 	runners := make(map[string]sshexec.Runner)
 	var remote []string
-	for _, h := range hosts {
+	for _, h := range nodes {
 		if sshexec.IsLocalHost(h.Name) {
 			runners[h.Name] = sshexec.NewLocal(self)
 		} else {
@@ -128,19 +130,19 @@ func connectSSH(ctx context.Context, o envplan.Options, hosts []envplan.Host, se
 // its commands as job steps on its node. gorun reaches the nodes through
 // the shared filesystem, else through sbcast (sshexec.PlaceSrunAgent),
 // unless --remote-gorun names it.
-func connectSrun(ctx context.Context, o envplan.Options, hosts []envplan.Host, self string) (map[string]sshexec.Runner, error) {
+func connectSrun(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self string) (map[string]sshexec.Runner, error) {
 	path := o.RemoteGorun
 	if path == "" {
 		bin, err := sshexec.HashBinary(self)
 		if err != nil {
 			return nil, fmt.Errorf("read the gorun binary: %w", err)
 		}
-		if path, err = sshexec.PlaceSrunAgent(ctx, hostNames(hosts), bin); err != nil {
+		if path, err = sshexec.PlaceSrunAgent(ctx, hostNames(nodes), bin); err != nil {
 			return nil, fmt.Errorf("%w:\n%w", ErrUnreachable, err)
 		}
 	}
-	runners := make(map[string]sshexec.Runner, len(hosts))
-	for _, h := range hosts {
+	runners := make(map[string]sshexec.Runner, len(nodes))
+	for _, h := range nodes {
 		runners[h.Name] = sshexec.NewSrun(h.Name, path)
 	}
 	return runners, nil
@@ -152,9 +154,9 @@ func closeAll(runners map[string]sshexec.Runner) {
 	}
 }
 
-func hostNames(hosts []envplan.Host) []string {
-	names := make([]string, len(hosts))
-	for i, h := range hosts {
+func hostNames(nodes []hosts.Host) []string {
+	names := make([]string, len(nodes))
+	for i, h := range nodes {
 		names[i] = h.Name
 	}
 	return names

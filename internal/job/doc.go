@@ -14,7 +14,7 @@
 // closing UI.Kill skips the grace. Every connection Run opens is closed and
 // every process it starts has been waited for when it returns.
 //
-// Errors caused by the user's input are *envplan.InputError values
+// Errors caused by the user's input are *userr.InputError values
 // returned before anything starts; the sentinels below mark the other
 // outcomes main maps to their own exit codes.
 package job

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"sync"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -72,13 +72,13 @@ func (p fakeProcess) Wait() (int, error) { return int(p), nil }
 func (fakeProcess) Stop(bool)            {}
 func (fakeProcess) Tell(byte)            {}
 
-// parse is envplan.ParseCommandLine that fails the test on an error.
+// parse is cmdline.Parse that fails the test on an error.
 func parse(t interface {
 	Helper()
 	Fatalf(string, ...any)
-}, args ...string) envplan.CommandLine {
+}, args ...string) cmdline.CommandLine {
 	t.Helper()
-	cl, err := envplan.ParseCommandLine(args, func(string) string { return "" })
+	cl, err := cmdline.Parse(args, func(string) string { return "" })
 	if err != nil {
 		t.Fatalf("parse %q: %v", args, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -69,7 +70,7 @@ func (fr *flightRecorder) gather(ctx context.Context, k int, plan envplan.Plan) 
 		src := envplan.FlightRecorderDir(fr.runID, n.Host)
 		got, err := fetchDumps(ctx, r, src, filepath.Join(attemptDir, n.Host))
 		if err != nil {
-			fmt.Fprintf(fr.diag, "gorun: flight recorder: %s: %v (the dumps stay in %s there)\n", n.Host, envplan.Printable(err.Error()), src)
+			fmt.Fprintf(fr.diag, "gorun: flight recorder: %s: %v (the dumps stay in %s there)\n", n.Host, userr.Printable(err.Error()), src)
 			continue
 		}
 		if got > 0 {

@@ -10,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -53,7 +54,7 @@ func (h *recorder) Finish(_ context.Context, a *Attempt, res launch.Result, err 
 func fakeRun(t *testing.T, args []string, codes ...int) (*run, envplan.Plan, *fakeRunner, *bytes.Buffer) {
 	t.Helper()
 	cl := parse(t, append([]string{"--hosts", "node0:1"}, append(args, "x.py")...)...)
-	spec := envplan.Spec{CommandLine: cl, Hosts: []envplan.Host{{Name: "node0", Slots: 1}}}
+	spec := envplan.Spec{CommandLine: cl, Hosts: []hosts.Host{{Name: "node0", Slots: 1}}}
 	plan, err := envplan.Build(spec, nil)
 	if err != nil {
 		t.Fatal(err)

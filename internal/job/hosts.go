@@ -5,22 +5,24 @@ import (
 	"os"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // ResolveHosts reads the host list the options name (--hosts, --hostfile,
 // a Slurm allocation, with --include/--exclude); none means local mode.
-func ResolveHosts(o envplan.Options, getenv func(string) string) ([]envplan.Host, error) {
+func ResolveHosts(o cmdline.Options, getenv func(string) string) ([]hosts.Host, error) {
 	var data []byte
 	if o.Hostfile != "" && o.Hosts == "" { // both: ResolveHosts says they exclude each other
 		var err error
 		if data, err = inputfile.Read(o.Hostfile, inputfile.DefaultMax); err != nil {
-			return nil, &envplan.InputError{Where: "--hostfile", Problem: err.Error(),
+			return nil, &userr.InputError{Where: "--hostfile", Problem: err.Error(),
 				Fix: "give the path of a readable hostfile"}
 		}
 	}
-	return envplan.ResolveHosts(o.Hosts, o.Hostfile, data, o.Include, o.Exclude, getenv)
+	return hosts.Resolve(o.Hosts, o.Hostfile, data, o.Include, o.Exclude, getenv)
 }
 
 // checkScript refuses a training script torchrun would only fail on after
@@ -28,7 +30,7 @@ func ResolveHosts(o envplan.Options, getenv func(string) string) ([]envplan.Host
 // there. -m and --no-python name a module or a program, not a file; on
 // several nodes the script lives on the nodes, and preflight hashes it
 // there.
-func checkScript(cl envplan.CommandLine, multiNode bool) error {
+func checkScript(cl cmdline.CommandLine, multiNode bool) error {
 	script := cl.Torchrun.TrainingScript
 	if cl.Torchrun.Module || cl.Torchrun.NoPython {
 		return nil
@@ -39,8 +41,8 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	}
 	if !strings.ContainsAny(script, "/.") {
 		for _, c := range []string{"preflight", "hosts", "version", "help"} {
-			if envplan.EditDistance(script, c) <= 2 {
-				return &envplan.InputError{Where: script, Problem: "is neither a file nor a gorun command",
+			if userr.EditDistance(script, c) <= 2 {
+				return &userr.InputError{Where: script, Problem: "is neither a file nor a gorun command",
 					Fix: fmt.Sprintf("did you mean `gorun %s`? (gorun --help lists the commands)", c)}
 			}
 		}
@@ -48,7 +50,7 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 	if multiNode {
 		return nil
 	}
-	return &envplan.InputError{Where: "training script", Problem: err.Error(),
+	return &userr.InputError{Where: "training script", Problem: err.Error(),
 		Fix: "give the path of the script to run (relative to this directory), or -m MODULE, or --no-python PROGRAM"}
 }
 
@@ -56,14 +58,14 @@ func checkScript(cl envplan.CommandLine, multiNode bool) error {
 // rendezvous over several nodes: without --node-rank every torchrun would
 // be node 0, so the task's SLURM_NODEID is its rank. Elsewhere it is the
 // command line as parsed.
-func slurmStep(cfg Config) (envplan.CommandLine, error) {
+func slurmStep(cfg Config) (cmdline.CommandLine, error) {
 	cl := cfg.CommandLine
-	if !envplan.SlurmStep(cfg.Getenv) || cl.Set("node_rank") || cl.Torchrun.NNodesMax < 2 || cl.Torchrun.RdzvBackend != "static" {
+	if !hosts.SlurmStep(cfg.Getenv) || cl.Set("node_rank") || cl.Torchrun.NNodesMax < 2 || cl.Torchrun.RdzvBackend != "static" {
 		return cl, nil
 	}
 	id := cfg.Getenv("SLURM_NODEID")
 	if id == "" {
 		return cl, nil
 	}
-	return envplan.ParseCommandLine(append([]string{"--node-rank=" + id}, cfg.Args...), cfg.Getenv)
+	return cmdline.Parse(append([]string{"--node-rank=" + id}, cfg.Args...), cfg.Getenv)
 }

@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -36,7 +37,7 @@ type Config struct {
 	// (secrets redacted), and `srun gorun` parses it again with the node
 	// rank Slurm gives.
 	Args        []string
-	CommandLine envplan.CommandLine
+	CommandLine cmdline.CommandLine
 	Getenv      func(string) string
 	Environ     map[string]string // the head's environment
 	Self        string            // this gorun binary, uploaded to the nodes
@@ -72,7 +73,7 @@ func (ui UI) width() int {
 // run is one job's state on the head.
 type run struct {
 	cfg   Config
-	cl    envplan.CommandLine
+	cl    cmdline.CommandLine
 	ui    UI
 	spec  envplan.Spec
 	conns map[string]sshexec.Runner
@@ -85,18 +86,18 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if err != nil {
 		return err
 	}
-	hosts, err := ResolveHosts(cl.Gorun, cfg.Getenv)
+	nodes, err := ResolveHosts(cl.Gorun, cfg.Getenv)
 	if err != nil {
 		return err
 	}
-	if err := checkScript(cl, len(hosts) > 0); err != nil {
+	if err := checkScript(cl, len(nodes) > 0); err != nil {
 		return err
 	}
-	if _, err := chooseTransport(cl.Gorun, hosts, cfg); err != nil {
+	if _, err := chooseTransport(cl.Gorun, nodes, cfg); err != nil {
 		return err
 	}
 	r := &run{cfg: cfg, cl: cl, ui: ui,
-		spec: envplan.Spec{CommandLine: cl, Hosts: hosts, Environ: cfg.Environ, RunID: cfg.RunID}}
+		spec: envplan.Spec{CommandLine: cl, Hosts: nodes, Environ: cfg.Environ, RunID: cfg.RunID}}
 	if _, err := envplan.Build(r.spec, nil); err != nil { // bad input refused before connecting anywhere
 		return err
 	}
@@ -111,7 +112,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		}
 		return renderPlan(ui.Out, plan, cl.Gorun.Format)
 	}
-	if r.conns, err = Connect(ctx, cl, hosts, cfg, ui.Err); err != nil {
+	if r.conns, err = Connect(ctx, cl, nodes, cfg, ui.Err); err != nil {
 		return interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(r.conns)
@@ -119,7 +120,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	var facts envplan.Facts
 	var preflightText string // for --report
 	if cl.Gorun.Preflight != "off" {
-		report := Check(ctx, cl, hosts, r.conns, cfg, ui)
+		report := Check(ctx, cl, nodes, r.conns, cfg, ui)
 		if ctx.Err() != nil {
 			return interrupted(ctx, "during preflight; nothing was started", nil)
 		}
@@ -128,7 +129,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		switch {
 		case !report.OK || hasWarnings(report):
 			io.WriteString(ui.Err, text.String())
-		case len(hosts) > 0: // all clear: one line, the first of the report
+		case len(nodes) > 0: // all clear: one line, the first of the report
 			first, _, _ := strings.Cut(text.String(), "\n")
 			fmt.Fprintln(ui.Err, first)
 		}
@@ -145,7 +146,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if cl.Gorun.DryRun {
 		return renderPlan(ui.Out, plan, cl.Gorun.Format)
 	}
-	if len(hosts) > 0 {
+	if len(nodes) > 0 {
 		envplan.RenderBrief(ui.Err, plan)
 	}
 	if err := outs.create(); err != nil {

@@ -11,7 +11,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 )
 
@@ -69,7 +70,7 @@ func (j *localJob) startCount() int {
 
 func (j *localJob) config(t *testing.T, args ...string) Config {
 	t.Helper()
-	cl, err := envplan.ParseCommandLine(args, os.Getenv)
+	cl, err := cmdline.Parse(args, os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -139,7 +140,7 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 			j := newLocalJob(t)
 			ui, _, _ := testUI()
 			err := Run(context.Background(), j.config(t, tc.args...), ui)
-			var input *envplan.InputError
+			var input *userr.InputError
 			if !errors.As(err, &input) || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("Run = %v, want an input error saying %q", err, tc.want)
 			}

@@ -8,7 +8,8 @@ import (
 	"path/filepath"
 	"syscall"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // outputs are the files and folders a run writes on the head, checked
@@ -29,7 +30,7 @@ type output struct {
 // is missing or cannot be written; a folder output that is a file; and any
 // output that is the training script, a hostfile, an ssh file or the gorun
 // binary, or that another output names too. Nothing is created here.
-func checkOutputs(cl envplan.CommandLine, self string) (outputs, error) {
+func checkOutputs(cl cmdline.CommandLine, self string) (outputs, error) {
 	o := cl.Gorun
 	outs := []output{{"--report", o.Report, false}, {"--telemetry", o.Telemetry, false}, {"--flight-recorder", o.FlightRecorder, true}}
 	inputs := []output{{"training script", cl.Torchrun.TrainingScript, false}, {"--hostfile", o.Hostfile, false},
@@ -47,7 +48,7 @@ func checkOutputs(cl envplan.CommandLine, self string) (outputs, error) {
 		}
 		for _, other := range append(inputs, outs[:i]...) {
 			if other.path != "" && samePath(out.path, other.path) {
-				return outputs{}, &envplan.InputError{Where: out.flag + " " + out.path, Problem: "is also " + other.flag + ", which it would overwrite",
+				return outputs{}, &userr.InputError{Where: out.flag + " " + out.path, Problem: "is also " + other.flag + ", which it would overwrite",
 					Fix: "give " + out.flag + " a path of its own"}
 			}
 		}
@@ -57,7 +58,7 @@ func checkOutputs(cl envplan.CommandLine, self string) (outputs, error) {
 
 func checkOutput(out output) error {
 	bad := func(problem, fix string) error {
-		return &envplan.InputError{Where: out.flag + " " + out.path, Problem: problem, Fix: fix}
+		return &userr.InputError{Where: out.flag + " " + out.path, Problem: problem, Fix: fix}
 	}
 	st, err := os.Stat(out.path)
 	switch {
@@ -125,7 +126,7 @@ func (o outputs) create() error {
 		return nil
 	}
 	if err := os.MkdirAll(o.flightRecorder, 0o755); err != nil {
-		return &envplan.InputError{Where: "--flight-recorder " + o.flightRecorder, Problem: err.Error(), Fix: "give a folder gorun can make and write"}
+		return &userr.InputError{Where: "--flight-recorder " + o.flightRecorder, Problem: err.Error(), Fix: "give a folder gorun can make and write"}
 	}
 	return nil
 }

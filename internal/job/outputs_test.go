@@ -7,7 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 func TestCheckOutputs(t *testing.T) {
@@ -44,12 +45,12 @@ func TestCheckOutputs(t *testing.T) {
 		{"flight recorder is a file", []string{"--flight-recorder", file}, "is a file"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cl, err := envplan.ParseCommandLine(append(tc.args, script), func(string) string { return "" })
+			cl, err := cmdline.Parse(append(tc.args, script), func(string) string { return "" })
 			if err != nil {
 				t.Fatal(err)
 			}
 			_, err = checkOutputs(cl, self)
-			var input *envplan.InputError
+			var input *userr.InputError
 			switch {
 			case tc.want == "" && err != nil:
 				t.Errorf("refused: %v", err)

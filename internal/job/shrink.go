@@ -9,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 )
@@ -24,15 +26,15 @@ const recheckTimeout = 30 * time.Second
 // the plan is rebuilt for the nodes left; without a range, or with too few
 // left, the run ends with the findings (ErrRecheckFailed).
 type shrink struct {
-	cl   envplan.CommandLine
+	cl   cmdline.CommandLine
 	diag io.Writer
 	// check runs preflight on hosts (Check, through the run's runners).
-	check func(ctx context.Context, hosts []envplan.Host) preflight.Report
+	check func(ctx context.Context, nodes []hosts.Host) preflight.Report
 }
 
 func newShrink(r *run) *shrink {
-	return &shrink{cl: r.cl, diag: r.ui.Err, check: func(ctx context.Context, hosts []envplan.Host) preflight.Report {
-		return Check(ctx, r.cl, hosts, r.conns, r.cfg, UI{Err: io.Discard})
+	return &shrink{cl: r.cl, diag: r.ui.Err, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
+		return Check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard})
 	}}
 }
 
@@ -46,13 +48,13 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
 	checks := s.cl.Gorun.Preflight == "on"
-	hosts := a.Spec.Hosts
-	report := s.check(ctx, hosts)
+	nodes := a.Spec.Hosts
+	report := s.check(ctx, nodes)
 	failed := failedNodes(report, checks)
 	// Without node 0, the master moves: the others' routes are checked
 	// again against the new node 0.
-	if len(failed) > 0 && failed[hosts[0].Name] != "" && len(failed) < len(hosts) {
-		report = s.check(ctx, keepHosts(hosts, failed))
+	if len(failed) > 0 && failed[nodes[0].Name] != "" && len(failed) < len(nodes) {
+		report = s.check(ctx, keepHosts(nodes, failed))
 		for name, why := range failedNodes(report, checks) {
 			failed[name] = why
 		}
@@ -63,9 +65,9 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	if len(failed) == 0 {
 		return nil
 	}
-	keep := keepHosts(hosts, failed)
+	keep := keepHosts(nodes, failed)
 	lo, hi := s.cl.Torchrun.NNodesMin, s.cl.Torchrun.NNodesMax
-	for _, h := range hosts {
+	for _, h := range nodes {
 		if why := failed[h.Name]; why != "" {
 			fmt.Fprintf(s.diag, "gorun: %s fails its checks before the restart: %s\n", h.Name, why)
 		}
@@ -74,7 +76,7 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	case lo >= hi:
 		report.WriteText(s.diag)
 		return fmt.Errorf("%w, and --nnodes gives no range to go on without it (for example --nnodes %d:%d)",
-			ErrRecheckFailed, max(1, len(hosts)-1), len(hosts))
+			ErrRecheckFailed, max(1, len(nodes)-1), len(nodes))
 	case len(keep) < lo:
 		report.WriteText(s.diag)
 		return fmt.Errorf("%w: only %d nodes pass their checks, below --nnodes minimum %d", ErrRecheckFailed, len(keep), lo)
@@ -111,9 +113,9 @@ func failedNodes(r preflight.Report, checks bool) map[string]string {
 	return failed
 }
 
-func keepHosts(hosts []envplan.Host, failed map[string]string) []envplan.Host {
-	var keep []envplan.Host
-	for _, h := range hosts {
+func keepHosts(nodes []hosts.Host, failed map[string]string) []hosts.Host {
+	var keep []hosts.Host
+	for _, h := range nodes {
 		if failed[h.Name] == "" {
 			keep = append(keep, h)
 		}

@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
@@ -15,9 +16,9 @@ import (
 
 // reportOf is a preflight report in which the named nodes fail with the
 // finding id given.
-func reportOf(hosts []envplan.Host, fails map[string]string) preflight.Report {
+func reportOf(nodes []hosts.Host, fails map[string]string) preflight.Report {
 	var r preflight.Report
-	for _, h := range hosts {
+	for _, h := range nodes {
 		n := preflight.NodeReport{Host: h.Name}
 		if id := fails[h.Name]; id != "" {
 			n.Findings = []preflight.Finding{{ID: id, Severity: preflight.SeverityFail, Message: id + " failed", Evidence: "seen"}}
@@ -28,7 +29,7 @@ func reportOf(hosts []envplan.Host, fails map[string]string) preflight.Report {
 }
 
 func TestShrink(t *testing.T) {
-	three := []envplan.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
+	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
 	for _, tc := range []struct {
 		name      string
 		args      []string
@@ -63,9 +64,9 @@ func TestShrink(t *testing.T) {
 			}
 			checks := 0
 			var diag bytes.Buffer
-			s := &shrink{cl: cl, diag: &diag, check: func(_ context.Context, hosts []envplan.Host) preflight.Report {
+			s := &shrink{cl: cl, diag: &diag, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
 				checks++
-				return reportOf(hosts, tc.fails)
+				return reportOf(nodes, tc.fails)
 			}}
 			a := &Attempt{K: 1, Spec: spec, Plan: plan}
 			err = s.BeforeAttempt(context.Background(), a)
@@ -97,7 +98,7 @@ func TestShrink(t *testing.T) {
 
 func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
 	called := false
-	s := &shrink{cl: parse(t, "x.py"), diag: &bytes.Buffer{}, check: func(context.Context, []envplan.Host) preflight.Report {
+	s := &shrink{cl: parse(t, "x.py"), diag: &bytes.Buffer{}, check: func(context.Context, []hosts.Host) preflight.Report {
 		called = true
 		return preflight.Report{}
 	}}
@@ -106,7 +107,7 @@ func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	err := s.BeforeAttempt(ctx, &Attempt{K: 1, Spec: envplan.Spec{Hosts: []envplan.Host{{Name: "a"}}}})
+	err := s.BeforeAttempt(ctx, &Attempt{K: 1, Spec: envplan.Spec{Hosts: []hosts.Host{{Name: "a"}}}})
 	if !errors.Is(err, launch.ErrInterrupted) {
 		t.Errorf("cancelled: %v, want ErrInterrupted", err)
 	}
@@ -116,8 +117,8 @@ func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
 // preflight.Run against fake nodes: one answers, one cannot be reached.
 func TestShrinkThroughRealChecks(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1,node1:1", "--nnodes", "1:2", "--preflight", "warn", "x.py")
-	hosts := []envplan.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
-	spec := envplan.Spec{CommandLine: cl, Hosts: hosts}
+	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
+	spec := envplan.Spec{CommandLine: cl, Hosts: nodes}
 	plan, _ := envplan.Build(spec, nil)
 	ok := &fakeRunner{name: "node0", agent: func([]string) ([]byte, error) { return []byte(`{"hostname":"node0"}`), nil }}
 	lost := &fakeRunner{name: "node1", agent: func([]string) ([]byte, error) { return nil, errors.New("connection lost") }}

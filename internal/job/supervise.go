@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -60,7 +61,7 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	case err == nil:
 		return ferr // the job succeeded; the exit says what was not written
 	default:
-		fmt.Fprintln(r.ui.Err, "gorun:", envplan.Printable(ferr.Error()))
+		fmt.Fprintln(r.ui.Err, "gorun:", userr.Printable(ferr.Error()))
 		return err
 	}
 }

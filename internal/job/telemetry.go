@@ -13,8 +13,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/telemetry"
 )
@@ -49,17 +53,17 @@ type gpuWatch struct {
 // newGPUWatch returns nil when telemetry is off (--telemetry-interval 0).
 // It creates the --telemetry file now, so a path that cannot be written is
 // refused before anything starts.
-func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string, outs outputs, ui UI) (*gpuWatch, error) {
+func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, outs outputs, ui UI) (*gpuWatch, error) {
 	o := cl.Gorun
 	if o.TelemetryInterval <= 0 {
 		if o.Telemetry != "" || o.Report != "" {
-			return nil, &envplan.InputError{Where: "--telemetry-interval 0", Problem: "turns GPU telemetry off, and --telemetry or --report needs it",
+			return nil, &userr.InputError{Where: "--telemetry-interval 0", Problem: "turns GPU telemetry off, and --telemetry or --report needs it",
 				Fix: "drop --telemetry-interval 0, or drop --telemetry and --report"}
 		}
 		return nil, nil
 	}
 	g := &gpuWatch{interval: o.TelemetryInterval, reportPath: o.Report, preflight: preflightText, ui: ui,
-		command: "gorun " + shell.QuoteArgv(envplan.RedactArgs(args)), // the report is shared: no secret in it
+		command: "gorun " + shell.QuoteArgv(secret.RedactArgs(args)), // the report is shared: no secret in it
 		det:     telemetry.NewDetector(), status: telemetry.NewStatus(), start: time.Now(),
 		notices: notices{said: map[string]bool{}, heard: map[string]bool{}}}
 	if o.Report != "" {
@@ -68,7 +72,7 @@ func newGPUWatch(cl envplan.CommandLine, args []string, preflightText string, ou
 	if o.Telemetry != "" {
 		f, err := os.Create(o.Telemetry)
 		if err != nil {
-			return nil, &envplan.InputError{Where: "--telemetry", Problem: err.Error(), Fix: "give a file path gorun can write"}
+			return nil, &userr.InputError{Where: "--telemetry", Problem: err.Error(), Fix: "give a file path gorun can write"}
 		}
 		g.file, g.jsonl = f, telemetry.NewJSONL(f)
 	}
@@ -166,7 +170,7 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 		if g.report != nil {
 			g.report.Finding(fd)
 		}
-		msg.WriteString(envplan.Printable(fd.String()))
+		msg.WriteString(userr.Printable(fd.String()))
 		msg.WriteByte('\n')
 	}
 	return msg.String()
@@ -223,7 +227,7 @@ func (g *gpuWatch) Finish(_ context.Context, _ *Attempt, res launch.Result, runE
 func (g *gpuWatch) writeReport(res launch.Result, runErr error) error {
 	result := fmt.Sprintf("succeeded after %d attempt(s)", res.Attempts)
 	if runErr != nil {
-		result = fmt.Sprintf("did not succeed after %d attempt(s): %s", res.Attempts, envplan.Printable(runErr.Error()))
+		result = fmt.Sprintf("did not succeed after %d attempt(s): %s", res.Attempts, userr.Printable(runErr.Error()))
 		if res.Failure != nil {
 			result += fmt.Sprintf(" (last failure: %s, %s)", res.Failure.Node, res.Failure.Reason)
 		}
@@ -323,7 +327,7 @@ func (n *notices) due(now time.Time, force bool) string {
 	}
 	var b strings.Builder
 	for _, p := range n.pending {
-		fmt.Fprintf(&b, "gorun: %s: %s; GPU telemetry is off there\n", nodeList(p.nodes), envplan.Printable(p.text))
+		fmt.Fprintf(&b, "gorun: %s: %s; GPU telemetry is off there\n", nodeList(p.nodes), userr.Printable(p.text))
 	}
 	n.pending = nil
 	return b.String()
@@ -335,7 +339,7 @@ func nodeList(nodes []string) string {
 	if len(nodes) == 1 {
 		return nodes[0]
 	}
-	return fmt.Sprintf("%s (%d nodes)", strings.Join(nodes, ","), len(nodes))
+	return fmt.Sprintf("%s (%d nodes)", hosts.Compress(nodes), len(nodes))
 }
 
 // joinLines joins errors one per line, with no header.

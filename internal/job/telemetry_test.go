@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
@@ -59,7 +60,7 @@ func frameJSON(t *testing.T, f telemetry.Frame) []byte {
 // report, an Xid is a finding line, and the report is written at the end.
 func TestGPUWatch(t *testing.T) {
 	dir := t.TempDir()
-	cl := envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second,
+	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second,
 		Telemetry: filepath.Join(dir, "t.jsonl"), Report: filepath.Join(dir, "r.html")}}
 	var diag bytes.Buffer
 	g, err := newGPUWatch(cl, []string{"--nproc-per-node", "1", "train.py"}, "preflight: OK", outputs{}, UI{Err: &diag})
@@ -122,7 +123,7 @@ func TestNoticesOnceForAll(t *testing.T) {
 	}
 	n.add("node4", "NVML: driver not loaded", t0)
 	got := n.due(t0, false)
-	want := "gorun: node1,node2,node3 (3 nodes): no GPUs to sample; GPU telemetry is off there\ngorun: node4: NVML: driver not loaded; GPU telemetry is off there\n"
+	want := "gorun: node[1-3] (3 nodes): no GPUs to sample; GPU telemetry is off there\ngorun: node4: NVML: driver not loaded; GPU telemetry is off there\n"
 	if got != want {
 		t.Errorf("due = %q\nwant %q", got, want)
 	}
@@ -142,18 +143,18 @@ func TestNoticesOnceForAll(t *testing.T) {
 }
 
 func TestGPUWatchOff(t *testing.T) {
-	g, err := newGPUWatch(envplan.CommandLine{}, nil, "", outputs{}, UI{})
+	g, err := newGPUWatch(cmdline.CommandLine{}, nil, "", outputs{}, UI{})
 	if g != nil || err != nil {
 		t.Fatalf("interval 0: %v, %v; want no watch", g, err)
 	}
-	_, err = newGPUWatch(envplan.CommandLine{Gorun: envplan.Options{Report: "r.html"}}, nil, "", outputs{}, UI{})
+	_, err = newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{Report: "r.html"}}, nil, "", outputs{}, UI{})
 	if err == nil {
 		t.Error("--report with --telemetry-interval 0 accepted")
 	}
 }
 
 func TestGPUWatchStatusOnlyLive(t *testing.T) {
-	cl := envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second}}
+	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second}}
 	g, _ := newGPUWatch(cl, nil, "", outputs{}, UI{Err: &bytes.Buffer{}})
 	var o launch.Options
 	g.Configure(&o)
@@ -181,7 +182,7 @@ func TestGPUWatchWriteFailures(t *testing.T) {
 	dir := t.TempDir()
 	sub := filepath.Join(dir, "gone")
 	os.Mkdir(sub, 0o755)
-	cl := envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second, Report: filepath.Join(sub, "r.html")}}
+	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second, Report: filepath.Join(sub, "r.html")}}
 	g, err := newGPUWatch(cl, nil, "", outputs{}, UI{Err: &bytes.Buffer{}})
 	if err != nil {
 		t.Fatal(err)
@@ -198,7 +199,7 @@ func TestGPUWatchWriteFailures(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("left beside the report: %v", entries)
 	}
-	if _, err := newGPUWatch(envplan.CommandLine{Gorun: envplan.Options{TelemetryInterval: time.Second, Telemetry: sub + "/t.jsonl"}}, nil, "", outputs{}, UI{}); err == nil {
+	if _, err := newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second, Telemetry: sub + "/t.jsonl"}}, nil, "", outputs{}, UI{}); err == nil {
 		t.Error("--telemetry in a missing folder accepted")
 	}
 }

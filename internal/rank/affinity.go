@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 )
 
 // rankCPUs picks local rank's CPU set out of the ';'-separated lists; nil
@@ -25,7 +26,7 @@ func rankCPUs(lists, localRank string) ([]int, error) {
 	if sets[r] == "" {
 		return nil, nil
 	}
-	return envplan.ParseCPUList(sets[r])
+	return cpuset.Parse(sets[r])
 }
 
 // bindThread locks the calling goroutine to its OS thread and binds that

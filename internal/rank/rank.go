@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -187,7 +188,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	// mask. The thread stays locked, and this goroutine alive, until the
 	// worker is gone, because the worker's parent-death signal is tied to it.
 	if err := bindThread(cpus); err != nil {
-		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, envplan.FormatCPUList(cpus), err)
+		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, cpuset.Format(cpus), err)
 		return 127
 	}
 	if err := cmd.Start(); err != nil {

@@ -1,0 +1,230 @@
+package cmdline
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/gorun/gorun/internal/userr"
+)
+
+// gorunRule is what makes an option one of gorun's own rather than
+// torchrun's: where its value goes in Options, what it holds before argv is
+// read, and what it cannot be combined with.
+type gorunRule struct {
+	// set stores a value in o once it is known to be non-empty and one of
+	// the option's choices; value is "" for a flag. typed is the option as
+	// spelled on argv and argi its index there, for messages.
+	set func(o *Options, typed string, argi int, value string) error
+	// def, when not "", is stored through set before argv is read.
+	def string
+	// check, when not nil, runs once the whole command line is read, if
+	// the option was given; given maps the dest of every gorun option on
+	// argv to its spelling as typed.
+	check func(o *Options, given map[string]string) error
+}
+
+// gorunTable declares gorun's own options, in `gorun --help` order. Each
+// row is the whole of an option: adding one is adding a row (and a field to
+// Options). They share torchrun's prefix namespace, so a new name must not
+// be a prefix of a torchrun option or have one as a prefix
+// (TestGorunNamesDoNotShadowTorchrun); only dashed spellings exist.
+func gorunTable() []*optionSpec {
+	return []*optionSpec{
+		gorunText("hosts", "--hosts", func(o *Options) *string { return &o.Hosts }),
+		gorunText("hostfile", "--hostfile", func(o *Options) *string { return &o.Hostfile }),
+		gorunText("include", "--include", func(o *Options) *string { return &o.Include }),
+		gorunText("exclude", "--exclude", func(o *Options) *string { return &o.Exclude }).checked(notWithInclude),
+		gorunValue("env", "--env", setEnv),
+		gorunText("torchrun", "--torchrun", func(o *Options) *string { return &o.Torchrun }).byDefault("torchrun"),
+		gorunFlag("dry_run", "--dry-run", func(o *Options) *bool { return &o.DryRun }),
+		gorunText("format", "--format", func(o *Options) *string { return &o.Format }).oneOf("table", "json", "shell").byDefault("table").checked(needsDryRun),
+		gorunText("preflight", "--preflight", func(o *Options) *string { return &o.Preflight }).oneOf("on", "warn", "off").byDefault("on"),
+		gorunText("launcher", "--launcher", func(o *Options) *string { return &o.Launcher }).oneOf("auto", "ssh", "srun").byDefault("auto"),
+		gorunText("preflight_bandwidth", "--preflight-bandwidth", func(o *Options) *string { return &o.PreflightBandwidth }).oneOf("off", "node", "all"),
+		gorunText("ssh_config", "--ssh-config", func(o *Options) *string { return &o.SSHConfig }),
+		gorunText("ssh_user", "--ssh-user", func(o *Options) *string { return &o.SSHUser }),
+		gorunValue("ssh_port", "--ssh-port", setSSHPort),
+		gorunText("ssh_identity", "--ssh-identity", func(o *Options) *string { return &o.SSHIdentity }),
+		gorunText("known_hosts", "--known-hosts", func(o *Options) *string { return &o.KnownHosts }),
+		gorunFlag("ssh_accept_new", "--ssh-accept-new", func(o *Options) *bool { return &o.SSHAcceptNew }),
+		gorunText("remote_gorun", "--remote-gorun", func(o *Options) *string { return &o.RemoteGorun }),
+		gorunValue("hang_timeout", "--hang-timeout", setHangTimeout).byDefault(DefaultHangTimeout.String()),
+		gorunText("flight_recorder", "--flight-recorder", func(o *Options) *string { return &o.FlightRecorder }),
+		gorunText("telemetry", "--telemetry", func(o *Options) *string { return &o.Telemetry }),
+		gorunValue("telemetry_interval", "--telemetry-interval", setTelemetryInterval).byDefault(DefaultTelemetryInterval.String()),
+		gorunText("report", "--report", func(o *Options) *string { return &o.Report }),
+	}
+}
+
+// gorunValue declares a gorun option that takes a value, stored by set.
+func gorunValue(dest, name string, set func(o *Options, typed string, argi int, value string) error) *optionSpec {
+	return &optionSpec{names: []string{name}, dest: dest, kind: kindValue, gorun: &gorunRule{set: set}}
+}
+
+// gorunText declares a gorun option whose value is stored as it is, in the
+// field that field returns.
+func gorunText(dest, name string, field func(*Options) *string) *optionSpec {
+	return gorunValue(dest, name, func(o *Options, _ string, _ int, value string) error {
+		*field(o) = value
+		return nil
+	})
+}
+
+// gorunFlag declares a gorun option that takes no value and sets a field.
+func gorunFlag(dest, name string, field func(*Options) *bool) *optionSpec {
+	return &optionSpec{names: []string{name}, dest: dest, kind: kindFlag, gorun: &gorunRule{
+		set: func(o *Options, _ string, _ int, _ string) error {
+			*field(o) = true
+			return nil
+		},
+	}}
+}
+
+// oneOf limits the option's values to choices.
+func (s *optionSpec) oneOf(choices ...string) *optionSpec { s.choices = choices; return s }
+
+// byDefault gives the option the value def before argv is read.
+func (s *optionSpec) byDefault(def string) *optionSpec { s.gorun.def = def; return s }
+
+// checked adds a check of the whole command line, run when the option is
+// given.
+func (s *optionSpec) checked(check func(o *Options, given map[string]string) error) *optionSpec {
+	s.gorun.check = check
+	return s
+}
+
+// gorunDefaults returns Options as they are before argv is read: every
+// gorun option's default, stored by its own setter.
+func gorunDefaults(specs []*optionSpec) Options {
+	var o Options
+	for _, s := range specs {
+		if s.gorun == nil || s.gorun.def == "" {
+			continue
+		}
+		if err := s.gorun.set(&o, s.canonical(), -1, s.gorun.def); err != nil {
+			// A table whose default its own setter refuses is a bug
+			// that every test of the parser shows.
+			panic(fmt.Sprintf("cmdline: default of %s: %v", s.canonical(), err))
+		}
+	}
+	return o
+}
+
+func setEnv(o *Options, typed string, argi int, value string) error {
+	if err := checkEnvFlag(fmt.Sprintf("%s (argument %d)", typed, argi+1), value); err != nil {
+		return err
+	}
+	o.Env = append(o.Env, value)
+	return nil
+}
+
+func setSSHPort(o *Options, typed string, _ int, value string) error {
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > 65535 {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("invalid port %s", userr.Quote(value)), Fix: "give a port number from 1 to 65535"}
+	}
+	o.SSHPort = n
+	return nil
+}
+
+func setHangTimeout(o *Options, typed string, _ int, value string) error {
+	d, err := parseDuration(value)
+	if err != nil {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", userr.Quote(value)),
+			Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
+	}
+	o.HangTimeout = d
+	return nil
+}
+
+func setTelemetryInterval(o *Options, typed string, _ int, value string) error {
+	d, err := parseDuration(value)
+	if err != nil || d < MinTelemetryInterval && d != 0 {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a sampling period of at least %v", userr.Quote(value), MinTelemetryInterval),
+			Fix: "give a period such as 1s or 500ms (plain numbers are seconds; the default is 1s); 0 turns GPU telemetry off"}
+	}
+	o.TelemetryInterval = d
+	return nil
+}
+
+// notWithInclude refuses --exclude beside --include: both filter the same
+// host list, and which one was meant cannot be guessed.
+func notWithInclude(_ *Options, given map[string]string) error {
+	include, ok := given["include"]
+	if !ok {
+		return nil
+	}
+	return &userr.InputError{
+		Where:   given["exclude"],
+		Problem: "cannot be combined with " + include,
+		Fix:     "use either --include or --exclude",
+	}
+}
+
+// needsDryRun refuses --format without --dry-run, where it would do
+// nothing.
+func needsDryRun(o *Options, given map[string]string) error {
+	if o.DryRun {
+		return nil
+	}
+	format := given["format"]
+	return &userr.InputError{
+		Where:   format,
+		Problem: "says how --dry-run prints the plan, and --dry-run was not given",
+		Fix:     "add --dry-run to print the plan without running, or drop " + format,
+	}
+}
+
+// applyGorun records one of gorun's own options from argv. A value is
+// never empty (it would mean the option's default to one reader and ""
+// to another) and must be one of the option's choices.
+func (p *parser) applyGorun(s *optionSpec, typed, value string, argi int) error {
+	if s.kind == kindValue {
+		if value == "" {
+			return &userr.InputError{Where: typed, Problem: "empty value", Fix: "give a value or leave " + s.canonical() + " out"}
+		}
+		if err := checkType(s, typed, value); err != nil {
+			return err
+		}
+	}
+	if err := s.gorun.set(&p.gorun, typed, argi, value); err != nil {
+		return err
+	}
+	p.gorunGiven[s.dest] = typed
+	return nil
+}
+
+// checkGorun runs the checks of the gorun options given, in table order,
+// once argv is read.
+func (p *parser) checkGorun() error {
+	for _, s := range p.specs {
+		if s.gorun == nil || s.gorun.check == nil {
+			continue
+		}
+		if _, given := p.gorunGiven[s.dest]; !given {
+			continue
+		}
+		if err := s.gorun.check(&p.gorun, p.gorunGiven); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// parseDuration reads a Go duration ("90s", "20m", "1h30m") or a plain
+// number of seconds; negative values are refused.
+func parseDuration(s string) (time.Duration, error) {
+	if n, err := strconv.ParseFloat(s, 64); err == nil {
+		if n < 0 || n > 1e9 {
+			return 0, errors.New("out of range")
+		}
+		return time.Duration(n * float64(time.Second)), nil
+	}
+	d, err := time.ParseDuration(s)
+	if err != nil || d < 0 {
+		return 0, errors.New("not a duration")
+	}
+	return d, nil
+}
