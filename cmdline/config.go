@@ -97,6 +97,10 @@ type Options struct {
 	// Report (--report FILE.html) is where the run's HTML report is
 	// written at the end; "" writes none.
 	Report string
+	// WarmRestart (--warm-restart on|off): on, each node's torchrun for
+	// the next attempt is started ahead, its imports done, while an
+	// attempt runs.
+	WarmRestart string
 }
 
 // DefaultHangTimeout is --hang-timeout's default: longer than PyTorch's own

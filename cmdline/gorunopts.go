@@ -55,6 +55,7 @@ func gorunTable() []*optionSpec {
 		gorunText("telemetry", "--telemetry", func(o *Options) *string { return &o.Telemetry }),
 		gorunValue("telemetry_interval", "--telemetry-interval", setTelemetryInterval).byDefault(DefaultTelemetryInterval.String()),
 		gorunText("report", "--report", func(o *Options) *string { return &o.Report }),
+		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 	}
 }
 

@@ -629,6 +629,13 @@ func (b *builder) closingNotes() {
 	b.leftToNCCLNotes()
 	b.overrideNotes()
 	b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
+	if b.cfg.MaxRestarts > 0 {
+		if b.spec.Gorun.WarmRestart == "off" {
+			b.note(NoteInfo, "--warm-restart off: each restart starts torchrun cold, paying its import of torch")
+		} else {
+			b.note(NoteInfo, "warm restarts: once an attempt's workers have joined, each node starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
+		}
+	}
 }
 
 // overrideNotes warns, once per variable, where a user value replaced a

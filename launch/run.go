@@ -61,6 +61,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	}
 
 	var res Result
+	var restart *Restart // the timeline of the restart under way
+	said := map[string]bool{}
 	for k := 0; ; k++ {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("%w before attempt %d", ErrInterrupted, k+1)
@@ -76,7 +78,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("attempt %d: no nodes to run on", k+1)
 		}
 		res.Attempts = k + 1
-		o := runAttempt(ctx, opts, s, nodes, k)
+		o := runAttempt(ctx, opts, s, nodes, k, restart, said)
+		if restart != nil {
+			res.Restarts = append(res.Restarts, *restart)
+		}
 		res.Failure = o.failure
 		if o.failure != nil && opts.Failed != nil {
 			opts.Failed(k, *o.failure)
@@ -91,9 +96,14 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			s.message(opts.Diag, renderSummary(*o.failure, res.Attempts))
 			return res, &JobFailed{Failure: *o.failure}
 		}
-		s.message(opts.Diag, fmt.Sprintf("gorun: %s failed (%s); restarting the whole group (attempt %d of %d)\n",
-			o.failure.Node, o.failure.Reason, k+2, opts.MaxRestarts+1))
-		if !sleepCtx(ctx, opts.Backoff) {
+		restart = &Restart{Attempt: k, Failed: o.failSeen, Stopped: o.end.Sub(o.failSeen)}
+		pause := backoff(opts, k+1, o.failure.Code == -1)
+		msg := fmt.Sprintf("gorun: %s failed (%s); restarting the whole group (attempt %d of %d)", o.failure.Node, o.failure.Reason, k+2, opts.MaxRestarts+1)
+		if pause > 0 {
+			msg += fmt.Sprintf(" in %s", pause)
+		}
+		s.message(opts.Diag, msg+"\n")
+		if !sleepCtx(ctx, pause) {
 			return res, fmt.Errorf("%w during the pause before attempt %d", ErrInterrupted, k+2)
 		}
 	}
@@ -101,9 +111,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 // outcome is how one attempt ended.
 type outcome struct {
-	failure     *Failure // the root cause, nil if every node exited 0
-	interrupted bool     // ctx was cancelled or Kill closed
-	stopped     int      // nodes still running when an interruption stopped them
+	failure     *Failure  // the root cause, nil if every node exited 0
+	interrupted bool      // ctx was cancelled or Kill closed
+	stopped     int       // nodes still running when an interruption stopped them
+	failSeen    time.Time // when the group began to be stopped (end, if it never was)
+	end         time.Time // when every node had exited and its output was in
 }
 
 // member is one node of a running attempt.
@@ -126,6 +138,10 @@ type member struct {
 	// Written by the node's stdout copy (frames) and read by runAttempt.
 	mu      sync.Mutex
 	workers map[int]*workerState // by local rank
+	joined  int                  // workers past their imports (importDone)
+
+	warm      func() // starts the next attempt's agent on standby; nil: none
+	firstLine sync.Once
 }
 
 // workerState is what the head knows of one worker of an attempt.
@@ -151,7 +167,11 @@ type event struct {
 	started wire.WorkerStarted
 	exit    wire.WorkerExit
 	lr      int
+	start   sshexec.StartInfo // FrameStart
 }
+
+// evFirstLine is the event of a node's first worker line in an attempt.
+const evFirstLine byte = 0
 
 // settleWindow is how long a failure that looks like a consequence (a
 // worker's exit 1) waits for another node to report a worker with a code of
@@ -176,6 +196,11 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if m.telemetry != nil {
 			m.telemetry(m.node.Name, m.attempt, p)
 		}
+	case sshexec.FrameStart:
+		var si sshexec.StartInfo
+		if json.Unmarshal(p, &si) == nil {
+			events <- event{i: m.index, kind: kind, start: si}
+		}
 	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
 		lr, rest, err := wire.SplitRank(p)
 		if err != nil {
@@ -192,12 +217,18 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if kind == wire.FrameErr {
 			out = w.err
 		}
-		if kind == wire.FrameInit {
+		warm := false
+		if kind == wire.FrameInit && !w.joined {
 			w.joined = true
+			warm = m.importDone()
 		}
 		m.mu.Unlock()
+		if warm {
+			go m.warm()
+		}
 		switch kind {
 		case wire.FrameOut, wire.FrameErr:
+			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
 			out.Write(rest)
 		case wire.FrameDumped, wire.FrameRASDone:
 			events <- event{i: m.index, kind: kind, lr: lr}
@@ -222,15 +253,32 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			return
 		}
 		m.mu.Lock()
+		warm := false
 		if w := m.workers[ex.LocalRank]; w != nil {
 			// Its last lines were sent before the exit: complete a
 			// partial one now, so the summary has it.
 			w.out.close()
 			w.err.close()
+			if !w.joined {
+				w.joined = true // its imports are over, one way or the other
+				warm = m.importDone()
+			}
 		}
 		m.mu.Unlock()
+		if warm {
+			go m.warm()
+		}
 		events <- event{i: m.index, kind: kind, exit: ex, lr: ex.LocalRank}
 	}
+}
+
+// importDone counts one more worker past its imports (joined the
+// rendezvous store, or ended) and reports whether it is the node's last:
+// then the next attempt's interpreter may start without slowing this
+// attempt's start-up. m.mu is held.
+func (m *member) importDone() bool {
+	m.joined++
+	return m.joined == m.node.Workers && m.warm != nil
 }
 
 // relayed reports whether local rank lr speaks for itself, so torchrun's
@@ -244,9 +292,17 @@ func (m *member) relayed(lr int) bool {
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
-func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int) outcome {
+func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int, rs *Restart, said map[string]bool) outcome {
 	events := make(chan event, 256)
 	ms := make([]*member, len(nodes))
+	expected := 0 // workers of the attempt, where every node says
+	for _, n := range nodes {
+		if n.Workers <= 0 {
+			expected = 0
+			break
+		}
+		expected += n.Workers
+	}
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
@@ -263,6 +319,14 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 		m.agentErr = newLineWriter(l, s, opts.Err)
 		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
 		m.node.Job.Relay = true
+		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
+			job := m.node.Job
+			m.warm = func() {
+				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStartTimeout)
+				defer cancel()
+				_ = w.Warm(wctx, job) // without one, the next attempt starts cold, as ever
+			}
+		}
 		ms[i] = m
 	}
 	closeStreams := func(m *member) {
@@ -288,9 +352,20 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 	startCtx, cancelStart := context.WithCancel(context.WithoutCancel(ctx))
 	defer cancelStart()
 	unhook := context.AfterFunc(ctx, cancelStart)
+	if rs != nil {
+		rs.Handed, rs.Nodes = time.Since(rs.Failed), len(ms)
+	}
 	startAll(startCtx, ms)
 	unhook()
 	attemptStart := time.Now()
+	timelineSaid := false
+	sayTimeline := func(force bool) {
+		if rs == nil || timelineSaid || (!force && (rs.WorkersUp == 0 || rs.FirstLine == 0)) {
+			return
+		}
+		timelineSaid = true
+		s.message(opts.Diag, rs.String()+"\n")
+	}
 
 	var o outcome
 	sv := supervisor{ms: ms, opts: opts, s: s}
@@ -332,6 +407,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 		hang = hangTimer.C
 	}
 	if sv.nodeFailure != nil {
+		sv.interrupted = ctx.Err() != nil
 		n := sv.stopAll(false)
 		if ctx.Err() != nil {
 			// The start failed because the user cancelled it.
@@ -344,6 +420,23 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			switch ev.kind {
 			case wire.FrameStarted:
 				sv.started++
+				if rs != nil && rs.WorkersUp == 0 && (expected == 0 || sv.started == expected) {
+					rs.WorkersUp = time.Since(rs.Failed)
+					sayTimeline(false)
+				}
+			case evFirstLine:
+				if rs != nil && rs.FirstLine == 0 {
+					rs.FirstLine = time.Since(rs.Failed)
+					sayTimeline(false)
+				}
+			case sshexec.FrameStart:
+				if ev.start.Warm && rs != nil {
+					rs.Warm++
+				}
+				if why := ev.start.Cold; why != "" && !said[ms[ev.i].node.Name+why] {
+					said[ms[ev.i].node.Name+why] = true
+					s.message(opts.Diag, fmt.Sprintf("gorun: %s: torchrun starts cold: %s\n", ms[ev.i].node.Name, why))
+				}
 			case wire.FrameExit:
 				if sv.workerExited(ev) {
 					sv.stopAll(false)
@@ -424,7 +517,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 			}
 		case <-done:
 			done = nil
-			o.interrupted = true
+			o.interrupted, sv.interrupted = true, true
 			o.stopped = waiting
 			if sv.phase != phaseStopping {
 				sv.stopAll(false)
@@ -438,8 +531,17 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int)
 		}
 	}
 	o.failure = sv.rootCause()
+	o.end = time.Now()
+	o.failSeen = sv.stopAt
+	if o.failSeen.IsZero() {
+		o.failSeen = o.end
+	}
+	sayTimeline(true)
 	return o
 }
+
+// warmStartTimeout bounds starting the next attempt's agent on standby.
+const warmStartTimeout = 30 * time.Second
 
 // startAll starts every node concurrently and waits for all the starts.
 // When one fails, the others that started are left for the caller to stop.

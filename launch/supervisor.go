@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
 )
 
 // phase is where an attempt stands, as its supervisor sees it. An attempt
@@ -73,9 +74,12 @@ type supervisor struct {
 	opts Options
 	s    *sink
 
-	phase    phase
-	started  int // workers that reported their start
-	finished int // workers that exited 0
+	phase  phase
+	stopAt time.Time // when the group was first asked to stop
+	// interrupted: the user stopped the run (Ctrl-C, SIGTERM).
+	interrupted bool
+	started     int // workers that reported their start
+	finished    int // workers that exited 0
 
 	// A node that exited non-zero, was lost or did not start, judged by
 	// torchrun's exit and failure summary.
@@ -121,13 +125,24 @@ type workerCause struct {
 
 // stopAll stops every running node and returns how many it asked.
 func (sv *supervisor) stopAll(now bool) int {
+	if sv.stopAt.IsZero() {
+		sv.stopAt = time.Now()
+	}
 	sv.enter(phaseStopping)
 	n := 0
 	for _, m := range sv.ms {
-		if m.running {
-			m.proc.Stop(now)
-			n++
+		if !m.running {
+			continue
 		}
+		// A stop gorun makes itself freezes torchrun first, so it neither
+		// reacts to its workers' ends nor prints a shutdown the user did
+		// not ask for; a user's stop is torchrun's to handle.
+		if q, ok := m.proc.(sshexec.QuickStopper); ok && !now && !sv.interrupted {
+			q.StopForRestart()
+		} else {
+			m.proc.Stop(now)
+		}
+		n++
 	}
 	return n
 }

@@ -13,6 +13,11 @@ type Node struct {
 	Name   string // shown in every output prefix and in errors
 	Runner sshexec.Runner
 	Job    sshexec.Job
+	// Workers is how many workers the node runs (0: not known). Once all
+	// of them have joined the rendezvous store, and a restart is left,
+	// the next attempt's agent is started on standby (sshexec.Warmer),
+	// when the runner can and the job asks for it (Job.Preimport).
+	Workers int
 }
 
 // Options tell Run how to supervise.
@@ -26,8 +31,11 @@ type Options struct {
 	Attempt func(ctx context.Context, k int) ([]Node, error)
 	// MaxRestarts is how many times the whole group may be restarted.
 	MaxRestarts int
-	// Backoff is the pause before a restart.
-	Backoff time.Duration
+	// Backoff is the pause before a restart: none before the first
+	// restart after a worker's failure, Backoff before the first one after
+	// a lost node, then doubling from Backoff with each restart, up to
+	// BackoffMax (0: no cap).
+	Backoff, BackoffMax time.Duration
 	// Out receives every prefixed line the nodes print on stdout, Err those
 	// on stderr (nil: Out), in arrival order, whole lines only. Diag
 	// receives gorun's own messages. One goroutine writes all three.
@@ -104,4 +112,26 @@ type Failure struct {
 type Result struct {
 	Attempts int
 	Failure  *Failure
+	// Restarts has one timeline per restart, in order.
+	Restarts []Restart
+}
+
+// Restart is where the time of one restart went, each phase as an offset
+// from the moment the failure was seen (0 where it was not reached).
+type Restart struct {
+	Attempt int       // the attempt that failed, from 0
+	Failed  time.Time // the failure seen: the group is being stopped
+	// Stopped: every node of the failed attempt has exited and its
+	// output is in.
+	Stopped time.Duration
+	// Handed: the next attempt's torchrun was handed its command line
+	// (its agents started, or warm ones given their jobs).
+	Handed time.Duration
+	// Warm of Nodes of the next attempt started warm.
+	Warm, Nodes int
+	// WorkersUp: every worker of the next attempt has started (the
+	// first worker, when the node does not say how many it runs).
+	WorkersUp time.Duration
+	// FirstLine: the first line a worker of the next attempt printed.
+	FirstLine time.Duration
 }

@@ -30,6 +30,10 @@ const (
 // maxJobLine bounds the job line so a confused head cannot exhaust memory.
 const maxJobLine = 16 << 20
 
+// quickPoll is how often a quick stop looks whether the job's main
+// process is the last one left.
+const quickPoll = 20 * time.Millisecond
+
 // killRepeat is how often the agent re-scans /proc and SIGKILLs what is
 // left once it has escalated, until the last descendant is reaped.
 const killRepeat = 50 * time.Millisecond
@@ -272,6 +276,26 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 		graceTimer = time.NewTimer(grace)
 		graceC = graceTimer.C
 	}
+	// quick is the stop for a restart: the job's main process (torchrun)
+	// is frozen first, so it neither reacts to its workers' ends nor
+	// prints its own shutdown; the rest get SIGTERM and the grace, and the
+	// main process is killed once it is alone.
+	var quickC <-chan time.Time
+	var quickTicker *time.Ticker
+	defer func() {
+		if quickTicker != nil {
+			quickTicker.Stop()
+		}
+	}()
+	quick := func() {
+		if stopping {
+			return
+		}
+		_ = unix.Kill(r.main, syscall.SIGSTOP)
+		terminate("")
+		quickTicker = time.NewTicker(quickPoll)
+		quickC = quickTicker.C
+	}
 	kill := func(why string) {
 		stopping = true
 		hb.Stop()
@@ -320,6 +344,8 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 				terminate("")
 			case ctlKill:
 				kill("")
+			case ctlQuick:
+				quick()
 			}
 		case <-hb.C:
 			terminate(fmt.Sprintf("no heartbeat from head for %v", heartbeat))
@@ -327,6 +353,12 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 			kill(fmt.Sprintf("still running after grace of %v", grace))
 		case <-killC:
 			kill("")
+		case <-quickC:
+			if !killing && aloneLeft(a.self, r.main) {
+				quickTicker.Stop()
+				quickC = nil
+				kill("")
+			}
 		case s := <-sigs:
 			if s == syscall.SIGPIPE {
 				continue

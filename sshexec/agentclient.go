@@ -102,3 +102,6 @@ func (p *agentProcess) Tell(b byte) { p.ctl.relay(b) }
 func (p *agentProcess) Stop(now bool) {
 	p.ctl.stop(now)
 }
+
+// StopForRestart implements QuickStopper. It never blocks.
+func (p *agentProcess) StopForRestart() { p.ctl.raise(stopQuick) }

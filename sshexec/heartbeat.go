@@ -13,11 +13,13 @@ const (
 	ctlKill      = 'k' // SIGKILL the job's whole tree now
 	ctlTell      = 'r' // the next byte goes to every relay client
 	ctlJob       = 'j' // a job line follows, for an agent on standby
+	ctlQuick     = 'q' // stop for a restart: freeze the main process, stop the rest, then kill it
 )
 
 // Stop levels a controlWriter has been asked for, in increasing order.
 const (
 	stopNone = iota
+	stopQuick
 	stopTerm
 	stopKill
 )
@@ -63,6 +65,12 @@ func (c *controlWriter) stop(now bool) {
 	if now {
 		level = stopKill
 	}
+	c.raise(level)
+}
+
+// raise asks for a stop level; one that is not above the last asked for
+// sends nothing.
+func (c *controlWriter) raise(level int) {
 	c.mu.Lock()
 	raised := level > c.requested
 	if raised {
@@ -127,8 +135,11 @@ func (c *controlWriter) run() {
 				continue
 			}
 			b := byte(ctlTerm)
-			if level == stopKill {
+			switch level {
+			case stopKill:
 				b = ctlKill
+			case stopQuick:
+				b = ctlQuick
 			}
 			if _, err := c.w.Write([]byte{b}); err != nil {
 				return // agent gone; Wait reports it

@@ -138,3 +138,18 @@ func signalTree(root int, sig syscall.Signal) (int, error) {
 	}
 	return live, nil
 }
+
+// aloneLeft reports whether main is the only live descendant of root
+// (zombies aside); false when /proc cannot be read.
+func aloneLeft(root, main int) bool {
+	procs, err := readProcs()
+	if err != nil {
+		return false
+	}
+	for _, p := range descendants(procs, root) {
+		if p.Pid != main && p.State != 'Z' && p.State != 'X' {
+			return false
+		}
+	}
+	return true
+}

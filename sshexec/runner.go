@@ -71,6 +71,15 @@ type Runner interface {
 	Close() error
 }
 
+// QuickStopper is a Process that can be stopped for a restart: its main
+// process (torchrun) is frozen at once, so it neither reacts to its
+// children's ends nor prints its shutdown, the rest are stopped as by
+// Stop(false), and the main process is killed once it is alone. A later
+// Stop still raises the stop to a plain one, or to a kill.
+type QuickStopper interface {
+	StopForRestart()
+}
+
 // Process is a job started by Runner.Start.
 type Process interface {
 	// Wait blocks until the job's whole process tree is gone and the output

@@ -193,3 +193,42 @@ func TestWarmStandbyGoesWithTheRunner(t *testing.T) {
 		t.Errorf("%d warm interpreters left after Close", n)
 	}
 }
+
+// TestStopForRestart: a stop for a restart freezes the job's main process
+// (torchrun): its own SIGTERM handler never runs, so it prints nothing,
+// while its children get SIGTERM and their grace; it is killed once it is
+// alone, and nothing is left.
+func TestStopForRestart(t *testing.T) {
+	l := newTestLocal(t)
+	dir := t.TempDir()
+	childTerm := filepath.Join(dir, "child-term")
+	job := Job{Argv: []string{"sh", "-c", `trap 'echo main got TERM' TERM
+sh -c 'trap "echo child > ` + childTerm + `; exit 0" TERM; while :; do sleep 0.05; done' &
+echo ready; wait; wait`}, Grace: 5 * time.Second}
+	var out syncBuffer
+	p, err := l.Start(context.Background(), job, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(string(out.Bytes()), "ready") && time.Now().Before(deadline) {
+		time.Sleep(10 * time.Millisecond)
+	}
+	time.Sleep(100 * time.Millisecond) // the child's trap is set
+	start := time.Now()
+	p.(QuickStopper).StopForRestart()
+	code, err := p.Wait()
+	took := time.Since(start)
+	if err != nil || code != 128+9 {
+		t.Errorf("Wait = %d, %v; want the main process killed (137)", code, err)
+	}
+	if took > 2*time.Second {
+		t.Errorf("took %v: the main process was not killed once alone", took)
+	}
+	if strings.Contains(string(out.Bytes()), "main got TERM") {
+		t.Errorf("the main process ran its SIGTERM handler: %q", string(out.Bytes()))
+	}
+	if b, err := os.ReadFile(childTerm); err != nil || strings.TrimSpace(string(b)) != "child" {
+		t.Errorf("the child did not get its SIGTERM: %q, %v", b, err)
+	}
+}

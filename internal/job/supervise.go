@@ -15,10 +15,15 @@ import (
 	"github.com/gorun/gorun/sshexec"
 )
 
-// restartBackoff is the pause between a failed attempt and the next: long
-// enough for the old attempt's sockets to close, short next to the
-// workers' start.
-const restartBackoff = time.Second
+// The pauses between attempts (launch.Options.Backoff): none before the
+// first restart after a worker's failure (a fresh master port, when the
+// old one is still held, leaves nothing to wait for), 1 s before the
+// second and after a lost node, doubling up to 30 s, so a job that fails
+// over and over does not hammer its nodes or their shared filesystem.
+const (
+	restartBackoff    = time.Second
+	restartBackoffMax = 30 * time.Second
+)
 
 // supervise runs the plan's attempts under launch.Run, with the hooks
 // between them, and then the hooks' Finish. A job that succeeded but
@@ -32,13 +37,14 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 			if err := beforeAttempt(ctx, hooks, a); err != nil {
 				return nil, err
 			}
-			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir)
+			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir, r.cl.Gorun.WarmRestart != "off")
 			starting(hooks, a)
 			return a.Nodes, nil
 		},
 		Failed:      func(k int, f launch.Failure) { attemptFailed(hooks, k, f) },
 		MaxRestarts: r.cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
 		Backoff:     restartBackoff,
+		BackoffMax:  restartBackoffMax,
 		HangTimeout: r.cl.Gorun.HangTimeout,
 		LocalRanks:  localRanks(r.cl.Torchrun.LocalRanksFilter),
 		Out:         r.ui.Out,
@@ -81,8 +87,13 @@ func killContext(parent context.Context, kill <-chan struct{}) (context.Context,
 	return ctx, cancel
 }
 
-// jobs turns the plan into one job per node for attempt k.
-func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir string) []launch.Node {
+// torchrunModule is what a warm torchrun imports ahead: torchrun's own
+// module, and torch with it.
+const torchrunModule = "torch.distributed.run"
+
+// jobs turns the plan into one job per node for attempt k; warm asks for
+// the next attempt's torchrun to be started ahead (launch.Node.Workers).
+func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir string, warm bool) []launch.Node {
 	nodes := make([]launch.Node, 0, len(plan.Nodes))
 	for _, n := range plan.Nodes {
 		env := make(map[string]string, len(n.Env)+1)
@@ -98,10 +109,15 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir strin
 				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
 			}
 		}
+		job := sshexec.Job{Argv: argv, Env: env, Dir: dir}
+		if warm {
+			job.Preimport = []string{torchrunModule}
+		}
 		nodes = append(nodes, launch.Node{
-			Name:   n.Host,
-			Runner: runners[n.Host],
-			Job:    sshexec.Job{Argv: argv, Env: env, Dir: dir},
+			Name:    n.Host,
+			Runner:  runners[n.Host],
+			Job:     job,
+			Workers: len(n.Ranks),
 		})
 	}
 	return nodes

@@ -1,0 +1,114 @@
+package launch
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
+)
+
+func TestBackoff(t *testing.T) {
+	opts := Options{Backoff: time.Second, BackoffMax: 5 * time.Second}
+	for _, tc := range []struct {
+		n    int
+		lost bool
+		want time.Duration
+	}{
+		{1, false, 0}, {2, false, time.Second}, {3, false, 2 * time.Second}, {4, false, 4 * time.Second},
+		{5, false, 5 * time.Second}, {40, false, 5 * time.Second},
+		{1, true, time.Second}, {2, true, 2 * time.Second},
+	} {
+		if got := backoff(opts, tc.n, tc.lost); got != tc.want {
+			t.Errorf("backoff(restart %d, lost %v) = %v, want %v", tc.n, tc.lost, got, tc.want)
+		}
+	}
+	if got := backoff(Options{}, 3, true); got != 0 {
+		t.Errorf("no Backoff: %v", got)
+	}
+	if got := backoff(Options{Backoff: time.Second}, 12, false); got != 1024*time.Second {
+		t.Errorf("no cap: %v", got)
+	}
+}
+
+func TestRestartString(t *testing.T) {
+	r := Restart{Attempt: 0, Stopped: 40 * time.Millisecond, Handed: 45 * time.Millisecond, Warm: 2, Nodes: 3,
+		WorkersUp: 900 * time.Millisecond, FirstLine: 12 * time.Second}
+	want := "gorun: restart after attempt 1: failure seen, stopped +40ms, next torchrun handed its command line +45ms (warm on 2 of 3 nodes), workers started +900ms, first line +12s; longest: workers started → first line (11.1s)"
+	if got := r.String(); got != want {
+		t.Errorf("String =\n%s\nwant\n%s", got, want)
+	}
+	if got := (Restart{Attempt: 1, Stopped: 5 * time.Millisecond}).String(); !strings.HasSuffix(got, "stopped +5ms; longest: failure seen → stopped (5ms)") {
+		t.Errorf("partial: %s", got)
+	}
+}
+
+// warmRunner is a fakeRunner that is also an sshexec.Warmer.
+type warmRunner struct {
+	*fakeRunner
+	mu    sync.Mutex
+	warms []sshexec.Job
+}
+
+func (w *warmRunner) Warm(_ context.Context, job sshexec.Job) error {
+	w.mu.Lock()
+	w.warms = append(w.warms, job)
+	w.mu.Unlock()
+	return nil
+}
+
+func (w *warmRunner) warmCount() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.warms)
+}
+
+// TestRunWarmsAndTimesARestart: once every worker of a node has joined
+// the store (or ended) and a restart is left, its runner is asked to warm
+// the next attempt; the restart's timeline is kept in the result and said.
+func TestRunWarmsAndTimesARestart(t *testing.T) {
+	var runners []*warmRunner
+	var mu sync.Mutex
+	attempt := func(_ context.Context, k int) ([]Node, error) {
+		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
+			{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
+			{ms, sshexec.AppendFrame(nil, wire.FrameOut, append(wire.AppendRank(nil, 0), "hello\n"...))}}}
+		if k == 0 {
+			sc.code = 1
+		}
+		r := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: sc}}
+		mu.Lock()
+		runners = append(runners, r)
+		mu.Unlock()
+		return []Node{{Name: "node1", Runner: r, Workers: 2,
+			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}}}, nil
+	}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag})
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+	}
+	deadline := time.Now().Add(2 * time.Second)
+	for runners[0].warmCount() == 0 && time.Now().Before(deadline) {
+		time.Sleep(ms)
+	}
+	if runners[0].warmCount() != 1 || !runners[0].warms[0].Relay {
+		t.Errorf("attempt 0 warmed %d times, want once, relayed", runners[0].warmCount())
+	}
+	if runners[1].warmCount() != 0 {
+		t.Error("the last attempt warmed a next one that cannot come")
+	}
+	if len(res.Restarts) != 1 {
+		t.Fatalf("restarts = %+v", res.Restarts)
+	}
+	rs := res.Restarts[0]
+	if rs.Failed.IsZero() || rs.Handed < rs.Stopped || rs.WorkersUp < rs.Handed || rs.FirstLine < rs.Handed {
+		t.Errorf("timeline out of order: %+v", rs)
+	}
+	if !strings.Contains(diag.String(), "gorun: restart after attempt 1: failure seen") {
+		t.Errorf("diag = %s", diag.String())
+	}
+}
