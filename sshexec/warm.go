@@ -154,6 +154,7 @@ type standby struct {
 	program warmProgram
 	pid     int
 	release *os.File // fd 3's write end
+	dir     string   // holds the shim; removed once the job is handed over or the standby ends
 }
 
 // startStandby starts job's interpreter with the shim, in a new session,
@@ -168,18 +169,31 @@ func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, err
 	if err != nil {
 		return nil, nil, err
 	}
+	// The shim is a file, not -c CODE, so that ps shows a short command
+	// line: python3 /tmp/gorun-warm-*/warm.py script /usr/bin/torchrun ...
+	dir, err := os.MkdirTemp("", "gorun-warm-")
+	if err != nil {
+		return nil, nil, err
+	}
+	shim := filepath.Join(dir, "warm.py")
+	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
+		os.RemoveAll(dir)
+		return nil, nil, err
+	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
 	defer pr.Close()
-	argv := append(append(slices.Clone(prog.interp), "-c", warmPy, prog.mode, prog.target), job.Preimport...)
+	argv := append(append(slices.Clone(prog.interp), shim, prog.mode, prog.target), job.Preimport...)
 	started, err := forkExec(argv[0], argv, env, job.Dir, stdout, stderr, pr)
 	if err != nil {
 		pw.Close()
+		os.RemoveAll(dir)
 		return nil, nil, err
 	}
-	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw}, started, nil
+	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw, dir: dir}, started, nil
 }
 
 // fits says why the standby cannot run job, "" when it can.
@@ -258,12 +272,14 @@ func (s *standby) hand(job Job) error {
 	if cerr := s.release.Close(); err == nil {
 		err = cerr
 	}
+	os.RemoveAll(s.dir) // read long ago: the interpreter waited on fd 3
 	return err
 }
 
 // kill ends the standby and whatever it started.
 func (s *standby) kill() {
 	s.release.Close()
+	os.RemoveAll(s.dir)
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL) // its own session and group
 	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 }

@@ -26,6 +26,7 @@ def _wait_for_job():
 
 def _main():
     mode, target, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
+    del sys.path[0]  # the shim's own folder, which the job must not see
     for name in modules:
         try:
             __import__(name)
@@ -40,10 +41,10 @@ def _main():
         os.chdir(job["dir"])
     sys.argv = [target] + job["args"]
     if mode == "script":
-        sys.path[0] = os.path.dirname(os.path.realpath(target))
+        sys.path.insert(0, os.path.dirname(os.path.realpath(target)))
         runpy.run_path(target, run_name="__main__")
     else:
-        sys.path[0] = os.getcwd()
+        sys.path.insert(0, os.getcwd())
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
