@@ -136,9 +136,9 @@ type member struct {
 	telemetry func(node string, attempt int, payload []byte) // Options.Telemetry
 
 	// Written by the node's stdout copy (frames) and read by runAttempt.
-	mu      sync.Mutex
-	workers map[int]*workerState // by local rank
-	joined  int                  // workers past their imports (importDone)
+	mu       sync.Mutex
+	workers  map[int]*workerState // by local rank
+	imported int                  // workers past their imports (importDone)
 
 	warm      func() // starts the next attempt's agent on standby; nil: none
 	firstLine sync.Once
@@ -150,6 +150,7 @@ type workerState struct {
 	out, err *lineWriter
 	last     time.Time // last progress: started, a line, a heartbeat
 	joined   bool      // reached the rendezvous store
+	imported bool      // past its imports: joined, or ended (importDone)
 	done     bool      // exited or dumped its stacks
 }
 
@@ -218,9 +219,9 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			out = w.err
 		}
 		warm := false
-		if kind == wire.FrameInit && !w.joined {
+		if kind == wire.FrameInit {
 			w.joined = true
-			warm = m.importDone()
+			warm = m.importDone(w)
 		}
 		m.mu.Unlock()
 		if warm {
@@ -259,10 +260,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			// partial one now, so the summary has it.
 			w.out.close()
 			w.err.close()
-			if !w.joined {
-				w.joined = true // its imports are over, one way or the other
-				warm = m.importDone()
-			}
+			warm = m.importDone(w) // its imports are over, one way or the other
 		}
 		m.mu.Unlock()
 		if warm {
@@ -276,9 +274,13 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 // rendezvous store, or ended) and reports whether it is the node's last:
 // then the next attempt's interpreter may start without slowing this
 // attempt's start-up. m.mu is held.
-func (m *member) importDone() bool {
-	m.joined++
-	return m.joined == m.node.Workers && m.warm != nil
+func (m *member) importDone(w *workerState) bool {
+	if w.imported {
+		return false
+	}
+	w.imported = true
+	m.imported++
+	return m.imported == m.node.Workers && m.warm != nil
 }
 
 // relayed reports whether local rank lr speaks for itself, so torchrun's

@@ -154,7 +154,7 @@ type standby struct {
 	program warmProgram
 	pid     int
 	release *os.File // fd 3's write end
-	dir     string   // holds the shim; removed once the job is handed over or the standby ends
+	dir     string   // holds the shim, which removes it once read; removed here too if the standby is killed
 }
 
 // startStandby starts job's interpreter with the shim, in a new session,
@@ -272,7 +272,6 @@ func (s *standby) hand(job Job) error {
 	if cerr := s.release.Close(); err == nil {
 		err = cerr
 	}
-	os.RemoveAll(s.dir) // read long ago: the interpreter waited on fd 3
 	return err
 }
 

@@ -26,7 +26,14 @@ def _wait_for_job():
 
 def _main():
     mode, target, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
-    del sys.path[0]  # the shim's own folder, which the job must not see
+    # This file is read: it and its private folder go, and the job does
+    # not see the folder on its path.
+    del sys.path[0]
+    try:
+        os.unlink(__file__)
+        os.rmdir(os.path.dirname(__file__))
+    except OSError:
+        pass
     for name in modules:
         try:
             __import__(name)

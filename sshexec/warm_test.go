@@ -109,6 +109,15 @@ func TestWarmStart(t *testing.T) {
 		t.Errorf("start frames: %+v, want one warm", f.start)
 	}
 
+	// Handed over at once, before the interpreter has even read the shim.
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	var h frames
+	if code := runWarm(t, l, next, &h); code != 7 || !strings.Contains(h.out.String(), want) {
+		t.Errorf("handed over at once: exit %d, saw %q", code, h.out.String())
+	}
+
 	// No agent on standby: the next job starts cold, as always.
 	var g frames
 	runWarm(t, l, next, &g)
