@@ -9,6 +9,7 @@ import (
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/node"
 	"github.com/gorun/gorun/internal/rank"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/preflight"
 )
 
@@ -39,6 +40,15 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 			Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				return node.RunBandwidth(ctx, c.Args().First(), c.App.Writer)
+			},
+		},
+		{
+			// The teardown check before a restart: kills what is left of
+			// the job on this node's GPUs, waits for their memory, and
+			// prints what it found as JSON.
+			Name: wire.GPUFreeCommand, Hidden: true, SkipFlagParsing: true,
+			Action: func(c *cli.Context) error {
+				return node.RunGPUFree(ctx, c.Args().First(), c.App.Writer)
 			},
 		},
 		{

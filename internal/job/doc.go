@@ -3,8 +3,9 @@
 // (local, ssh or srun) and connects, runs preflight on every node, builds
 // the plan, and supervises the attempts through launch.Run, with the steps
 // between one attempt and the next as hooks (hooks.go): the flight-recorder
-// gather, the node recheck with elastic shrink, a fresh master port, and
-// GPU telemetry.
+// gather, the GPU teardown check (no process of the job may still hold GPU
+// memory on a node when the next attempt starts: gpufree.go), the node
+// recheck with elastic shrink, a fresh master port, and GPU telemetry.
 //
 // job does no argv parsing and creates no process-wide side effect: main
 // gives it the parsed command line, the environment, the executable's path,

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/launch"
@@ -17,6 +18,10 @@ type Attempt struct {
 	// Nodes are the attempt's jobs, built from Plan after every
 	// BeforeAttempt hook has run; nil until then.
 	Nodes []launch.Node
+	// GPUFree is how long the teardown check before this restart took
+	// (0 for the first attempt, or when no node had GPUs to check), for
+	// the restart's timeline.
+	GPUFree time.Duration
 }
 
 // A Hook takes part in a run's lifecycle. Name says which in errors; what
@@ -54,13 +59,18 @@ type Finisher interface {
 
 // hooks lists this run's hooks in the order they act: before a restart
 // the last attempt's flight-recorder dumps are fetched first (the recheck
-// may drop their node), then the nodes are checked again (and the plan
-// rebuilt without a failing node), then the master port is moved if it is
-// still held; telemetry attaches its settings to the jobs last.
+// may drop their node), then every node of the last attempt is made to
+// let go of its GPUs (what is left of the job there killed, its memory
+// waited for), then the nodes are checked again (and the plan rebuilt
+// without a failing node), then the master port is moved if it is still
+// held; telemetry attaches its settings to the jobs last.
 func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 	var hs []Hook
 	if dir := r.cl.Gorun.FlightRecorder; dir != "" {
 		hs = append(hs, &flightRecorder{dir: dir, runID: r.cfg.RunID, runners: r.conns, diag: r.ui.Err})
+	}
+	if r.cfg.RunID != "" {
+		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.ui.Err))
 	}
 	if len(r.spec.Hosts) > 0 {
 		hs = append(hs, newShrink(r))

@@ -28,6 +28,11 @@ var (
 	// ErrOutput: the job ran, but a file it was asked to write at the end
 	// (--report, --telemetry) could not be written.
 	ErrOutput = errors.New("an output file could not be written")
+	// ErrGPUNotFreed: before a restart, a process of the job still held
+	// GPU memory on a node once the teardown check's bound had passed. It
+	// wraps ErrRecheckFailed, so main exits with the recheck's code: a
+	// node is not fit for the next attempt either way.
+	ErrGPUNotFreed = fmt.Errorf("%w: the job's processes still hold GPU memory", ErrRecheckFailed)
 )
 
 // Config is what main hands Run: the parsed command line and the side

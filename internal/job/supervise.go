@@ -33,11 +33,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	a := &Attempt{Spec: r.spec, Plan: plan}
 	opts := launch.Options{
 		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
-			a.K, a.Nodes = k, nil
+			a.K, a.Nodes, a.GPUFree = k, nil, 0
 			if err := beforeAttempt(ctx, hooks, a); err != nil {
 				return nil, err
 			}
-			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir, r.cl.Gorun.WarmRestart != "off")
+			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir, r.cfg.RunID, r.cl.Gorun.WarmRestart != "off")
 			starting(hooks, a)
 			return a.Nodes, nil
 		},
@@ -91,18 +91,23 @@ func killContext(parent context.Context, kill <-chan struct{}) (context.Context,
 // module, and torch with it.
 const torchrunModule = "torch.distributed.run"
 
-// jobs turns the plan into one job per node for attempt k; warm asks for
-// the next attempt's torchrun to be started ahead (launch.Node.Workers).
-func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir string, warm bool) []launch.Node {
+// jobs turns the plan into one job per node for attempt k; runID marks
+// every process of the job (wire.RunIDVar: the teardown check before a
+// restart knows them by it); warm asks for the next attempt's torchrun to
+// be started ahead (launch.Node.Workers).
+func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir, runID string, warm bool) []launch.Node {
 	nodes := make([]launch.Node, 0, len(plan.Nodes))
 	for _, n := range plan.Nodes {
-		env := make(map[string]string, len(n.Env)+1)
+		env := make(map[string]string, len(n.Env)+2)
 		for name, v := range n.Env {
 			if v.Source != envplan.SourceTorchrun {
 				env[name] = v.Value
 			}
 		}
 		env[wire.RestartCountVar] = strconv.Itoa(k)
+		if runID != "" {
+			env[wire.RunIDVar] = runID
+		}
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
 			if a == envplan.GorunSelf {
