@@ -9,6 +9,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
@@ -40,9 +41,18 @@ type gpuFree struct {
 	said    bool            // the no-GPUs line, once for the run
 }
 
-func newGPUFree(runID string, runners map[string]sshexec.Runner, diag io.Writer) *gpuFree {
-	return &gpuFree{runID: runID, runners: runners, diag: diag,
+// newGPUFree is the check for runners' nodes; those preflight found
+// without a GPU (facts) are never asked: the check would cost a restart
+// an ssh round trip per node for nothing.
+func newGPUFree(runID string, runners map[string]sshexec.Runner, facts envplan.Facts, diag io.Writer) *gpuFree {
+	g := &gpuFree{runID: runID, runners: runners, diag: diag,
 		timeout: wire.DefaultGPUFreeTimeout, noGPUs: map[string]bool{}}
+	for host, f := range facts {
+		if len(f.GPUs) == 0 {
+			g.noGPUs[host] = true
+		}
+	}
+	return g
 }
 
 func (*gpuFree) Name() string { return "GPU teardown check" }
@@ -61,6 +71,10 @@ func (g *gpuFree) BeforeAttempt(ctx context.Context, a *Attempt) error {
 		}
 	}
 	if len(names) == 0 {
+		if !g.said && len(g.noGPUs) > 0 {
+			g.said = true
+			fmt.Fprintf(g.diag, "gorun: GPU teardown check: no GPUs on %s (preflight); nothing to check\n", nodesText(len(g.noGPUs)))
+		}
 		return nil
 	}
 	start := time.Now()

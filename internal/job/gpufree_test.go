@@ -60,7 +60,7 @@ func gpuFreeHook(nodes ...*gpuNode) (*gpuFree, envplan.Plan, *bytes.Buffer) {
 	}
 	plan.Nodes = append(plan.Nodes, envplan.NodePlan{Host: "no-runner"})
 	var diag bytes.Buffer
-	return newGPUFree("run1", runners, &diag), plan, &diag
+	return newGPUFree("run1", runners, nil, &diag), plan, &diag
 }
 
 func TestGPUFreeHook(t *testing.T) {
@@ -228,7 +228,7 @@ func TestGPUFreeInRun(t *testing.T) {
 	diag := &lockedBuffer{}
 	r.ui.Err = diag
 	node.agent = func(args []string) ([]byte, error) { return []byte(heldAnswer), nil }
-	hooks := []Hook{newGPUFree(r.cfg.RunID, r.conns, r.ui.Err)}
+	hooks := []Hook{newGPUFree(r.cfg.RunID, r.conns, nil, r.ui.Err)}
 	err := r.supervise(context.Background(), plan, hooks)
 	if !errors.Is(err, ErrGPUNotFreed) || !errors.Is(err, ErrRecheckFailed) || !strings.Contains(err.Error(), "GPU teardown check: ") {
 		t.Fatalf("supervise: %v\n%s", err, diag)
@@ -277,4 +277,25 @@ func (l *lockedBuffer) String() string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.b.String()
+}
+
+// TestGPUFreeSkipsNodesPreflightFoundWithoutGPUs: a node preflight saw
+// with no GPU is never asked, and that is said once.
+func TestGPUFreeSkipsNodesPreflightFoundWithoutGPUs(t *testing.T) {
+	asked := false
+	node := &fakeRunner{name: "cpu1", agent: func([]string) ([]byte, error) { asked = true; return []byte(`{"no_gpus":true}`), nil }}
+	var diag bytes.Buffer
+	g := newGPUFree("run1", map[string]sshexec.Runner{"cpu1": node}, envplan.Facts{"cpu1": {Hostname: "cpu1"}}, &diag)
+	plan := envplan.Plan{Nodes: []envplan.NodePlan{{Host: "cpu1"}}}
+	for k := 1; k <= 2; k++ {
+		if err := g.BeforeAttempt(context.Background(), &Attempt{K: k, Plan: plan}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if asked {
+		t.Error("a node preflight found without GPUs was asked")
+	}
+	if n := strings.Count(diag.String(), "no GPUs on 1 node (preflight); nothing to check"); n != 1 {
+		t.Errorf("said %d times:\n%s", n, diag.String())
+	}
 }

@@ -70,7 +70,7 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 		hs = append(hs, &flightRecorder{dir: dir, runID: r.cfg.RunID, runners: r.conns, diag: r.ui.Err})
 	}
 	if r.cfg.RunID != "" {
-		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.ui.Err))
+		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.facts, r.ui.Err))
 	}
 	if len(r.spec.Hosts) > 0 {
 		hs = append(hs, newShrink(r))

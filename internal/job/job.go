@@ -82,6 +82,7 @@ type run struct {
 	ui    UI
 	spec  envplan.Spec
 	conns map[string]sshexec.Runner
+	facts envplan.Facts // preflight's, nil without it
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -143,6 +144,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		}
 		preflightText = text.String()
 		facts = planFacts(report)
+		r.facts = facts
 	}
 	plan, err := envplan.Build(r.spec, facts)
 	if err != nil {
