@@ -119,6 +119,8 @@ gorun options:
   --telemetry FILE         every GPU sample as JSON Lines (pandas.read_json(lines=True))
   --report FILE.html       one self-contained HTML report at the end: per-GPU
                            timelines, attempts and failures, preflight, plan
+  --warm-restart on|off    start each node's next torchrun ahead, its imports
+                           done, while an attempt runs (default on)
 
 Exit codes: 0 success; the failing worker's own code (128+N for signal N);
 2 bad input, an unreachable node or a failed preflight (nothing started);

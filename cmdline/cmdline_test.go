@@ -42,7 +42,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on"}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -310,7 +310,7 @@ func TestParseAccepts(t *testing.T) {
 				"--ssh-config", "cfg", "--ssh-user", "me", "--ssh-port", "2222", "--ssh-identity", "id",
 				"--known-hosts", "kh", "--ssh-accept-new", "--remote-gorun", "/opt/gorun", "--hang-timeout", "90",
 				"--launcher", "srun", "--telemetry", "t.jsonl", "--telemetry-interval=500ms", "--report", "r.html",
-				"--nnodes", "2", "train.py",
+				"--warm-restart", "off", "--nnodes", "2", "train.py",
 			},
 			cfg: func(c *Config) { c.NNodesMin, c.NNodesMax = 2, 2 },
 			opts: func(o *Options) {
@@ -319,7 +319,7 @@ func TestParseAccepts(t *testing.T) {
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second,
-					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html",
+					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off",
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -576,7 +576,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--warm-restart",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1206,6 +1206,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--telemetry":           {"t.jsonl", "Telemetry"},
 		"--telemetry-interval":  {"2s", "TelemetryInterval"},
 		"--report":              {"r.html", "Report"},
+		"--warm-restart":        {"off", "WarmRestart"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

@@ -633,7 +633,7 @@ func (b *builder) closingNotes() {
 		if b.spec.Gorun.WarmRestart == "off" {
 			b.note(NoteInfo, "--warm-restart off: each restart starts torchrun cold, paying its import of torch")
 		} else {
-			b.note(NoteInfo, "warm restarts: once an attempt's workers have joined, each node starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
+			b.note(NoteInfo, "warm restarts: once a node's workers are past their imports (joined the store, or ended), it starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
 		}
 	}
 }

@@ -72,8 +72,11 @@ func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) 
 // agent waits sidecarWait for it, then returns without it.
 type Sidecar func(ctx context.Context, settings json.RawMessage, send func(payload []byte))
 
-// sidecarWait bounds how long the agent waits for its sidecar to return.
-const sidecarWait = 2 * time.Second
+// sidecarWait bounds how long the agent waits for its sidecar to return
+// once the job is over. It is short: a restart waits for the agent's
+// exit, and an NVML sample in flight (hundreds of milliseconds on a
+// loaded GPU node) is worth less than that; the agent's exit ends it.
+const sidecarWait = 100 * time.Millisecond
 
 // ServeAgentWith is ServeAgent with a sidecar (nil: none). gorun's sidecar
 // samples the job's GPUs; it runs in the agent, not in the job, so a
@@ -194,8 +197,7 @@ func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.R
 		defer t.Stop()
 		select {
 		case <-done:
-		case <-t.C:
-			a.logf("sidecar still running %v after the job ended; leaving it", sidecarWait)
+		case <-t.C: // abandoned: it ends with the agent
 		}
 	}
 }

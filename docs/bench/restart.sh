@@ -3,7 +3,7 @@
 # run, gorun against plain torchrun, alternating in one run (the machines are noisy: compare
 # the columns of one run, not runs).
 #
-#   usage: [ROUNDS=5] [NPROC=2] [PREFLIGHT=off|on] [GORUN=path] [TORCHRUN=cmd] [PYTHON=path]
+#   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [GORUN=path] [TORCHRUN=cmd] [PYTHON=path]
 #          docs/bench/restart.sh local|ssh|slurm|device
 #
 # The job: docs/bench/restart_worker.py, NPROC ranks per node, --monitor_interval 0.1
@@ -63,6 +63,8 @@ device)
 esac
 python=$(command -v "$python") || { echo "restart.sh: no python $python" >&2; exit 2; }
 export PYTHON_EXEC=$python
+# Attempt 0 trains this long before its crash (restart_worker.py); 0 is a start-up crash.
+export CRASH_AFTER=${CRASH_AFTER:-5}
 
 # Cluster modes: their nodes see this machine's /tmp (one filesystem), so the work dir is
 # there; gorun, the worker and its files are reached at the same paths on every node.
@@ -135,9 +137,9 @@ cmd() {
     c=("$gorun" --torchrun "$torchrun" --preflight "$preflight")
     case $mode in
     local | device) c+=("${job[@]}" --master_port "$(free_port)") ;;
-    ssh) c+=(--ssh-config "$STATE/ssh_config" --hosts "$hosts" --env "PYTHON_EXEC=$python" "${job[@]}"); world=$((nproc * nodes)) ;;
+    ssh) c+=(--ssh-config "$STATE/ssh_config" --hosts "$hosts" --env "PYTHON_EXEC=$python" --env "CRASH_AFTER=$CRASH_AFTER" "${job[@]}"); world=$((nproc * nodes)) ;;
     slurm)
-      c=(salloc --quiet -N "$nodes" --ntasks-per-node="$nproc" "${c[@]}" --env "PYTHON_EXEC=$python" "${job[@]}")
+      c=(salloc --quiet -N "$nodes" --ntasks-per-node="$nproc" "${c[@]}" --env "PYTHON_EXEC=$python" --env "CRASH_AFTER=$CRASH_AFTER" "${job[@]}")
       world=$((nproc * nodes))
       ;;
     esac
