@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"sync"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
@@ -88,6 +89,9 @@ type run struct {
 // Run is the main job: resolve the hosts, connect, check, plan, then print
 // the plan (--dry-run) or launch and supervise every attempt.
 func Run(ctx context.Context, cfg Config, ui UI) error {
+	// The hooks say things between attempts from Run's goroutine while
+	// launch's writer goroutine may still be writing: one lock for both.
+	ui.Err = &lockedWriter{w: ui.Err}
 	cl, err := slurmStep(cfg)
 	if err != nil {
 		return err
@@ -164,6 +168,18 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		return err
 	}
 	return r.supervise(ctx, plan, hooks)
+}
+
+// lockedWriter serializes writes to w.
+type lockedWriter struct {
+	mu sync.Mutex
+	w  io.Writer
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
 }
 
 // interrupted turns err into an interruption when the user's signal is
