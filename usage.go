@@ -124,8 +124,9 @@ gorun options:
 
 Exit codes: 0 success; the failing worker's own code (128+N for signal N);
 2 bad input, an unreachable node or a failed preflight (nothing started);
-3 a node failed its checks before a restart; 124 a hang; 130 interrupted;
-1 anything else (an output file not written included).
+3 a node failed its checks (or kept GPU memory) before a restart;
+124 a hang; 130 interrupted; 1 anything else (an output file not written
+included).
 
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
