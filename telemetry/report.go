@@ -6,6 +6,7 @@ import (
 	"html/template"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -66,7 +67,7 @@ type series struct {
 type Marker struct {
 	Time  time.Time
 	Label string
-	Kind  string // "attempt" or "failure"
+	Kind  string // "attempt", "failure" or "restart" (its timeline)
 }
 
 // Report gathers what the HTML report shows.
@@ -221,7 +222,9 @@ func (r *Report) WriteHTML(w io.Writer, info ReportInfo) error {
 	if !t1.After(t0) {
 		t1 = t0.Add(time.Second)
 	}
-	v := reportView{Info: info, Duration: t1.Sub(t0).Round(time.Second).String(), Markers: r.markers, Notices: r.notices}
+	markers := slices.Clone(r.markers)
+	slices.SortStableFunc(markers, func(a, b Marker) int { return a.Time.Compare(b.Time) })
+	v := reportView{Info: info, Duration: t1.Sub(t0).Round(time.Second).String(), Markers: markers, Notices: r.notices}
 	for _, f := range r.findings {
 		v.Findings = append(v.Findings, f.Time.Format("15:04:05")+" "+f.String())
 	}

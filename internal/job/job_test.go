@@ -103,8 +103,8 @@ func TestRunRestartsAndWritesOutputs(t *testing.T) {
 		t.Errorf("diag = %s", diag)
 	}
 	html, err := os.ReadFile(filepath.Join(j.dir, "r.html"))
-	if err != nil || !strings.Contains(string(html), "attempt 2 starts") {
-		t.Errorf("report: %v", err)
+	if err != nil || !strings.Contains(string(html), "attempt 2 starts") || !strings.Contains(string(html), "restart after attempt 1: failure seen, stopped") {
+		t.Errorf("report: %v, or no attempt or restart timeline in it", err)
 	}
 	if _, err := os.Stat(filepath.Join(j.dir, "t.jsonl")); err != nil {
 		t.Errorf("JSONL: %v", err)

@@ -214,6 +214,10 @@ func (g *gpuWatch) Finish(_ context.Context, _ *Attempt, res launch.Result, runE
 		}
 	}
 	if g.report != nil {
+		for _, rs := range res.Restarts {
+			// The restart's timeline, on the report's time axis.
+			g.report.Mark(telemetry.Marker{Time: rs.Failed, Kind: "restart", Label: strings.TrimPrefix(rs.String(), "gorun: ")})
+		}
 		if err := g.writeReport(res, runErr); err != nil {
 			errs = append(errs, fmt.Errorf("--report %s: %w", g.reportPath, err))
 		}
