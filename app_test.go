@@ -14,6 +14,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/buildinfo"
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
@@ -156,7 +157,7 @@ func TestPreflightTopoFile(t *testing.T) {
 }
 
 func TestVersionString(t *testing.T) {
-	if v := version(); v == "" || strings.Contains(v, "(devel)") {
+	if v := buildinfo.Version(); v == "" || strings.Contains(v, "(devel)") {
 		t.Errorf("version() = %q", v)
 	}
 }

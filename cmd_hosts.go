@@ -1,13 +1,10 @@
 package main
 
 import (
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"strconv"
-	"strings"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
@@ -32,20 +29,10 @@ func runHosts(args []string, out io.Writer) error {
 		nodes = []hosts.Host{}
 	}
 	if asJSON {
-		enc := json.NewEncoder(out)
-		enc.SetIndent("", "  ")
-		return enc.Encode(nodes)
+		return writeJSON(out, nodes)
 	}
 	for _, h := range nodes {
-		slots := "?"
-		if h.Slots > 0 {
-			slots = strconv.Itoa(h.Slots)
-		}
-		gpus := "all"
-		if h.GPUs != nil {
-			gpus = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(h.GPUs)), ","), "[]")
-		}
-		fmt.Fprintf(out, "%s\tslots=%s\tgpus=%s\n", h.Name, slots, gpus)
+		fmt.Fprintln(out, h.Describe())
 	}
 	return nil
 }

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -44,7 +42,7 @@ func jobConfig(args []string, cl cmdline.CommandLine) (job.Config, error) {
 		return job.Config{}, fmt.Errorf("read the working directory: %w", err)
 	}
 	return job.Config{Args: args, CommandLine: cl, Getenv: os.Getenv, Environ: environ(),
-		Self: self, Dir: dir, RunID: runID(), LookPath: exec.LookPath}, nil
+		Self: self, Dir: dir, LookPath: exec.LookPath}, nil
 }
 
 // jobUI says what the output streams are.
@@ -54,13 +52,6 @@ func jobUI(stdout, stderr io.Writer, kill <-chan struct{}) job.UI {
 		Live:  term.Live(stderr, os.Getenv),
 		Width: func() int { return term.Width(stderr) },
 	}
-}
-
-// runID names what one run keeps on the nodes.
-func runID() string {
-	b := make([]byte, 6)
-	rand.Read(b)
-	return hex.EncodeToString(b)
 }
 
 // environ returns the process environment as a map.

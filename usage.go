@@ -3,10 +3,10 @@ package main
 import (
 	"fmt"
 	"io"
-	"runtime/debug"
 	"strings"
 
 	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/buildinfo"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -71,7 +71,7 @@ func runVersion(args []string, w io.Writer) error {
 		return &userr.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no options and no arguments, and %q was given", args[0]),
 			Fix: "run gorun version alone; gorun version --help says what it prints"}
 	}
-	_, err := fmt.Fprintln(w, "gorun", version())
+	_, err := fmt.Fprintln(w, "gorun", buildinfo.Version())
 	return err
 }
 
@@ -140,41 +140,4 @@ torchrun options (torchrun --help explains them; dash or underscore spelling):
 	}
 	b.WriteString(line + "\n")
 	return b.String()
-}
-
-// version is the module version a release build carries, else "devel",
-// with the revision and time of the commit it was built from ("+dirty"
-// when the work tree had changes).
-func version() string {
-	bi, ok := debug.ReadBuildInfo()
-	if !ok {
-		return "devel"
-	}
-	v := bi.Main.Version
-	if v == "" || v == "(devel)" {
-		v = "devel"
-	}
-	var rev, at, dirty string
-	for _, s := range bi.Settings {
-		switch s.Key {
-		case "vcs.revision":
-			rev = s.Value
-		case "vcs.time":
-			at = s.Value
-		case "vcs.modified":
-			if s.Value == "true" {
-				dirty = "+dirty"
-			}
-		}
-	}
-	if rev == "" {
-		return v
-	}
-	if len(rev) > 12 {
-		rev = rev[:12]
-	}
-	if at != "" {
-		at = ", " + at
-	}
-	return fmt.Sprintf("%s (%s%s%s)", v, rev, dirty, at)
 }

@@ -3,6 +3,7 @@ package hosts
 import (
 	"fmt"
 	"net/netip"
+	"strconv"
 	"strings"
 	"unicode/utf8"
 
@@ -160,4 +161,23 @@ func duplicateProblem(name, first, firstAt string) string {
 type firstSeen struct {
 	name string
 	at   string
+}
+
+// Describe is the host as `gorun hosts` prints it: its name, its slots
+// ("?" when not given) and its GPUs ("all" when not limited), tab
+// separated.
+func (h Host) Describe() string {
+	slots := "?"
+	if h.Slots > 0 {
+		slots = strconv.Itoa(h.Slots)
+	}
+	gpus := "all"
+	if h.GPUs != nil {
+		ids := make([]string, len(h.GPUs))
+		for i, g := range h.GPUs {
+			ids[i] = strconv.Itoa(g)
+		}
+		gpus = strings.Join(ids, ",")
+	}
+	return h.Name + "\tslots=" + slots + "\tgpus=" + gpus
 }

@@ -156,3 +156,10 @@ func TestLocalRanks(t *testing.T) {
 		t.Error("no filter must show every rank")
 	}
 }
+
+func TestNewRunID(t *testing.T) {
+	a, b := newRunID(), newRunID()
+	if len(a) != 12 || a == b {
+		t.Errorf("run ids %q, %q: want 12 hex digits, different each time", a, b)
+	}
+}

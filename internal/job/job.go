@@ -2,6 +2,8 @@ package job
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -48,7 +50,7 @@ type Config struct {
 	Environ     map[string]string // the head's environment
 	Self        string            // this gorun binary, uploaded to the nodes
 	Dir         string            // the working directory every node's job starts in
-	RunID       string            // names what this run keeps on the nodes
+	RunID       string            // names what this run keeps on the nodes; "" picks one at random
 	// LookPath finds a program on the head's PATH (exec.LookPath).
 	LookPath func(string) (string, error)
 }
@@ -92,6 +94,9 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	// The hooks say things between attempts from Run's goroutine while
 	// launch's writer goroutine may still be writing: one lock for both.
 	ui.Err = &lockedWriter{w: ui.Err}
+	if cfg.RunID == "" {
+		cfg.RunID = newRunID()
+	}
 	cl, err := slurmStep(cfg)
 	if err != nil {
 		return err
@@ -168,6 +173,14 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		return err
 	}
 	return r.supervise(ctx, plan, hooks)
+}
+
+// newRunID names what one run keeps on the nodes (GORUN_RUN_ID, the
+// flight recorder's folders).
+func newRunID() string {
+	b := make([]byte, 6)
+	rand.Read(b)
+	return hex.EncodeToString(b)
 }
 
 // lockedWriter serializes writes to w.
