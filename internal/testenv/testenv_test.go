@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"strings"
@@ -44,4 +45,35 @@ func TestHelperNeed(t *testing.T) {
 		t.Skip("helper process of TestNeed")
 	}
 	Need(t, os.Getenv("TESTENV_OK") == "1", "chromium is not installed")
+}
+
+// recorder is a testing.TB that writes down what Need asked of it.
+type recorder struct {
+	testing.TB
+	fatal, skip string
+}
+
+func (r *recorder) Helper()                        {}
+func (r *recorder) Fatalf(format string, a ...any) { r.fatal = fmt.Sprintf(format, a...) }
+func (r *recorder) Skipf(format string, a ...any)  { r.skip = fmt.Sprintf(format, a...) }
+
+// TestNeedInProcess: the same rule, seen from the calls Need makes.
+func TestNeedInProcess(t *testing.T) {
+	for _, tc := range []struct {
+		e2e         string
+		ok          bool
+		fatal, skip bool
+	}{
+		{"", true, false, false}, {"1", true, false, false},
+		{"", false, false, true}, {"true", false, false, true}, {"1", false, true, false},
+	} {
+		t.Setenv("GORUN_E2E", tc.e2e)
+		r := &recorder{}
+		Need(r, tc.ok, "pandas is not installed")
+		// A real Fatalf ends the test; this one returns, so a fatal case is
+		// judged by its Fatalf alone.
+		if tc.fatal && r.fatal == "" || !tc.fatal && (r.fatal != "" || (r.skip != "") != tc.skip) {
+			t.Errorf("GORUN_E2E=%q ok=%v: fatal %q, skip %q", tc.e2e, tc.ok, r.fatal, r.skip)
+		}
+	}
 }
