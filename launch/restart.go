@@ -52,7 +52,7 @@ func (r Restart) String() string {
 		if p.at <= 0 {
 			continue
 		}
-		fmt.Fprintf(&b, ", %s +%s", p.name, msText(p.at))
+		fmt.Fprintf(&b, ", %s +%s", p.name, ShortDuration(p.at))
 		if p.name == "next torchrun handed its command line" && r.Warm > 0 {
 			fmt.Fprintf(&b, " (warm on %d of %d nodes)", r.Warm, r.Nodes)
 		}
@@ -62,12 +62,14 @@ func (r Restart) String() string {
 		prev, from = p.at, p.name
 	}
 	if longest != "" {
-		fmt.Fprintf(&b, "; longest: %s (%s)", longest, msText(longestD))
+		fmt.Fprintf(&b, "; longest: %s (%s)", longest, ShortDuration(longestD))
 	}
 	return b.String()
 }
 
-func msText(d time.Duration) string {
+// ShortDuration writes d as gorun's restart lines do: whole milliseconds
+// under 10 s ("461ms"), else to a tenth of a second ("12.3s").
+func ShortDuration(d time.Duration) string {
 	if d < 10*time.Second {
 		return fmt.Sprintf("%dms", d.Milliseconds())
 	}

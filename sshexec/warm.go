@@ -196,8 +196,11 @@ func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, err
 	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw, dir: dir}, started, nil
 }
 
-// fits says why the standby cannot run job, "" when it can.
-func (s *standby) fits(job Job) (string, error) {
+// handOver gives the standby job when it fits: the same program, folder
+// and modules, and the same import-time variables. It returns why the
+// standby cannot run job ("" when it was handed over), or what went wrong
+// handing it.
+func (s *standby) handOver(job Job) (string, error) {
 	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return "", err
@@ -218,7 +221,7 @@ func (s *standby) fits(job Job) (string, error) {
 			return fmt.Sprintf("%s, read at import time, changed", name), nil
 		}
 	}
-	return "", nil
+	return "", s.hand(env, job.Dir, prog.args)
 }
 
 // changedVars lists the names whose values differ between two
@@ -249,22 +252,14 @@ func envMap(env []string) map[string]string {
 	return m
 }
 
-// hand gives the standby its job: the environment, working directory and
-// arguments it runs with.
-func (s *standby) hand(job Job) error {
-	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
-	if err != nil {
-		return err
-	}
-	prog, err := pythonProgram(job.Argv, env, job.Dir)
-	if err != nil {
-		return err
-	}
+// hand writes the standby its job: the environment, working directory
+// and arguments it runs with.
+func (s *standby) hand(env []string, dir string, args []string) error {
 	line, err := json.Marshal(struct {
 		Env  []string `json:"env"`
 		Dir  string   `json:"dir"`
 		Args []string `json:"args"`
-	}{env, job.Dir, prog.args})
+	}{env, dir, args})
 	if err != nil {
 		return err
 	}
@@ -372,10 +367,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar])
 	}
 	if sb != nil && cold == "" {
-		why, err := sb.fits(job)
-		if err == nil && why == "" {
-			err = sb.hand(job)
-		}
+		why, err := sb.handOver(job)
 		switch {
 		case err != nil:
 			cold = err.Error()

@@ -167,16 +167,16 @@ func (g *gpuFree) report(host string, ans wire.GPUFreeAnswer) error {
 	}
 	line := fmt.Sprintf("%s: the job still held GPU memory after the teardown: %s", host, strings.Join(found, ", "))
 	if ans.Free {
-		fmt.Fprintf(g.diag, "gorun: %s; free after %s\n", userr.Printable(line), durText(ans.Waited))
+		fmt.Fprintf(g.diag, "gorun: %s; free after %s\n", userr.Printable(line), launch.ShortDuration(ans.Waited))
 		return nil
 	}
 	if len(found) > 0 {
-		fmt.Fprintf(g.diag, "gorun: %s; still held after %s\n", userr.Printable(line), durText(ans.Waited))
+		fmt.Fprintf(g.diag, "gorun: %s; still held after %s\n", userr.Printable(line), launch.ShortDuration(ans.Waited))
 	}
 	if len(left) == 0 {
 		return errors.New("the node says the job's processes still hold GPU memory, but names none")
 	}
-	return fmt.Errorf("%s still held after %s", strings.Join(left, ", "), durText(ans.Waited))
+	return fmt.Errorf("%s still held after %s", strings.Join(left, ", "), launch.ShortDuration(ans.Waited))
 }
 
 // processText is one of the job's processes on a GPU, as gorun says it:
@@ -204,12 +204,4 @@ func nodesText(n int) string {
 		return "1 node"
 	}
 	return fmt.Sprintf("%d nodes", n)
-}
-
-// durText is a short duration as the restart lines write it.
-func durText(d time.Duration) string {
-	if d < 10*time.Second {
-		return fmt.Sprintf("%dms", d.Milliseconds())
-	}
-	return d.Round(100 * time.Millisecond).String()
 }
