@@ -2,13 +2,13 @@ package main
 
 import (
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/urfave/cli/v2"
@@ -29,7 +29,7 @@ import (
 func app(t *testing.T, args ...string) (string, error) {
 	t.Helper()
 	var out, errOut bytes.Buffer
-	a := newApp(context.Background(), nil)
+	a := newApp(nil)
 	a.Writer, a.ErrWriter = &out, &errOut
 	err := a.Run(append([]string{"gorun"}, args...))
 	return out.String(), err
@@ -39,24 +39,28 @@ func TestExitCode(t *testing.T) {
 	for _, tc := range []struct {
 		err  error
 		want int
+		sig  syscall.Signal // the stop signal gorun got
 	}{
-		{nil, exitOK},
-		{cmdline.ErrHelp, exitOK},
-		{&launch.JobFailed{Failure: launch.Failure{Code: 7}}, 7},
-		{&launch.JobFailed{Failure: launch.Failure{Code: launch.ExitHang}}, exitHang},
-		{&launch.JobFailed{Failure: launch.Failure{Code: -1}}, exitFailure},
-		{fmt.Errorf("prepare attempt 2: %w", launch.ErrInterrupted), exitInterrupted},
-		{cli.Exit("", 9), 9},
-		{fmt.Errorf("prepare attempt 2: recheck: %w: only 1 node", job.ErrRecheckFailed), exitRecheck},
-		{&userr.InputError{Where: "x", Problem: "y"}, exitUsage},
-		{job.ErrPreflightFailed, exitUsage},
-		{fmt.Errorf("%w: node a", job.ErrUnreachable), exitUsage},
-		{fmt.Errorf("%w: known_hosts", job.ErrSSHSettings), exitUsage},
-		{preflight.ErrBadCapture, exitUsage},
-		{fmt.Errorf("telemetry: %w: disk full", job.ErrOutput), exitFailure},
-		{errors.New("anything else"), exitFailure},
+		{nil, exitOK, 0},
+		{cmdline.ErrHelp, exitOK, 0},
+		{&launch.JobFailed{Failure: launch.Failure{Code: 7}}, 7, 0},
+		{&launch.JobFailed{Failure: launch.Failure{Code: launch.ExitHang}}, exitHang, 0},
+		{&launch.JobFailed{Failure: launch.Failure{Code: -1}}, exitFailure, 0},
+		{fmt.Errorf("prepare attempt 2: %w", launch.ErrInterrupted), exitInterrupted, 0},
+		{fmt.Errorf("stopped 3 of 3 nodes: %w", launch.ErrInterrupted), 143, syscall.SIGTERM},
+		{fmt.Errorf("stopped 3 of 3 nodes: %w", launch.ErrInterrupted), 130, syscall.SIGINT},
+		{fmt.Errorf("stopped 3 of 3 nodes: %w", launch.ErrInterrupted), 129, syscall.SIGHUP},
+		{cli.Exit("", 9), 9, 0},
+		{fmt.Errorf("prepare attempt 2: recheck: %w: only 1 node", job.ErrRecheckFailed), exitRecheck, 0},
+		{&userr.InputError{Where: "x", Problem: "y"}, exitUsage, 0},
+		{job.ErrPreflightFailed, exitUsage, 0},
+		{fmt.Errorf("%w: node a", job.ErrUnreachable), exitUsage, 0},
+		{fmt.Errorf("%w: known_hosts", job.ErrSSHSettings), exitUsage, 0},
+		{preflight.ErrBadCapture, exitUsage, 0},
+		{fmt.Errorf("telemetry: %w: disk full", job.ErrOutput), exitFailure, 0},
+		{errors.New("anything else"), exitFailure, 0},
 	} {
-		if got := exitCode(tc.err, io.Discard); got != tc.want {
+		if got := exitCode(tc.err, io.Discard, tc.sig); got != tc.want {
 			t.Errorf("exitCode(%v) = %d, want %d", tc.err, got, tc.want)
 		}
 	}
@@ -128,7 +132,7 @@ func TestLaunchDryRunInProcess(t *testing.T) {
 	if err != nil || !strings.Contains(out, `"nproc_per_node"`) {
 		t.Errorf("dry run: %v\n%s", err, out)
 	}
-	if _, err := app(t, "--nnodes", "2:1", "train.py"); exitCode(err, io.Discard) != exitUsage {
+	if _, err := app(t, "--nnodes", "2:1", "train.py"); exitCode(err, io.Discard, 0) != exitUsage {
 		t.Errorf("bad --nnodes: %v", err)
 	}
 }
@@ -150,7 +154,7 @@ func TestPreflightTopoFile(t *testing.T) {
 	}
 	for _, bad := range [][]string{{"preflight", "--topo-file", ""}, {"preflight", "--topo-file"}, {"preflight", "--topo-file", topo[0], "x.py"},
 		{"preflight", "--bandwidth", "some"}, {"preflight", "--bandwidth"}, {"preflight", "--topo-file", "/nonexistent"}} {
-		if _, err := app(t, bad...); exitCode(err, io.Discard) != exitUsage {
+		if _, err := app(t, bad...); exitCode(err, io.Discard, 0) != exitUsage {
 			t.Errorf("%q: %v, want exit 2", bad, err)
 		}
 	}

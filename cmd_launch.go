@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -11,11 +10,12 @@ import (
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/signals"
 	"github.com/gorun/gorun/internal/term"
 )
 
 // runLaunch is the main job: argv → job.Config, then job.Run.
-func runLaunch(ctx context.Context, kill <-chan struct{}, args []string, stdout, stderr io.Writer) error {
+func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) error {
 	cl, err := cmdline.Parse(args, os.Getenv)
 	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, usage())
@@ -28,7 +28,10 @@ func runLaunch(ctx context.Context, kill <-chan struct{}, args []string, stdout,
 	if err != nil {
 		return err
 	}
-	return job.Run(ctx, cfg, jobUI(stdout, stderr, kill))
+	w.Pass(cl.Torchrun.PassSignals()...)
+	ui := jobUI(stdout, stderr, w.Kill())
+	ui.Signals = w.Passed()
+	return job.Run(w.Context(), cfg, ui)
 }
 
 // jobConfig gathers what a run reads of this process.

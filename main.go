@@ -19,13 +19,14 @@ import (
 	"io"
 	"os"
 	"os/exec"
-	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/signals"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
@@ -40,33 +41,23 @@ const (
 	exitUsage       = 2   // bad input, unreachable nodes or a failed preflight: nothing was started
 	exitRecheck     = 3   // a node failed its checks before a restart; attempts had run
 	exitHang        = 124 // the last attempt hung (launch.ExitHang)
-	exitInterrupted = 130 // SIGINT or SIGTERM
+	exitInterrupted = 130 // a stop signal of unknown kind; else 128+N for signal N (SIGINT 130, SIGTERM 143)
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	err := newApp(ctx, secondSignal(ctx)).Run(os.Args)
-	stop()
-	os.Exit(exitCode(err, os.Stderr))
+	// The hidden subcommands (a node's agent, a worker's supervisor) hear
+	// their signals themselves.
+	var w *signals.Watcher
+	if len(os.Args) < 2 || !strings.HasPrefix(os.Args[1], "_") {
+		w = signals.Watch()
+	}
+	err := newApp(w).Run(os.Args)
+	os.Exit(exitCode(err, os.Stderr, w.First()))
 }
 
-// secondSignal is closed by a second SIGINT or SIGTERM after ctx ended
-// (the first): the graceful stop becomes an immediate one.
-func secondSignal(ctx context.Context) <-chan struct{} {
-	kill := make(chan struct{})
-	go func() {
-		<-ctx.Done()
-		second := make(chan os.Signal, 1)
-		signal.Notify(second, os.Interrupt, syscall.SIGTERM)
-		<-second
-		close(kill)
-	}()
-	return kill
-}
-
-// exitCode is the one place errors become exit codes.
-func exitCode(err error, stderr io.Writer) int {
+// exitCode is the one place errors become exit codes; stopSig is the stop
+// signal gorun got, 0 if none.
+func exitCode(err error, stderr io.Writer, stopSig syscall.Signal) int {
 	var input *userr.InputError
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
@@ -77,6 +68,9 @@ func exitCode(err error, stderr io.Writer) int {
 		return failed.ExitCode() // launch has printed the failure summary; a hang is launch.ExitHang
 	case errors.Is(err, launch.ErrInterrupted):
 		printErr(stderr, err)
+		if stopSig != 0 {
+			return 128 + int(stopSig)
+		}
 		return exitInterrupted
 	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
 		// cli.Exit from the hidden subcommands; a command gorun ran that
@@ -100,7 +94,8 @@ func printErr(w io.Writer, err error) {
 	fmt.Fprintln(w, "gorun:", userr.Printable(err.Error()))
 }
 
-func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
+func newApp(w *signals.Watcher) *cli.App {
+	ctx := w.Context()
 	return &cli.App{
 		Name:  "gorun",
 		Usage: "torchrun, launched from one head node, checked first, supervised as one group",
@@ -119,7 +114,7 @@ func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
 			if args := c.Args().Slice(); len(args) > 0 && args[0] == "help" {
 				return runHelp(args[1:], c.App.Writer)
 			}
-			return runLaunch(ctx, kill, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
+			return runLaunch(w, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
 		Commands: append([]*cli.Command{
 			{
@@ -136,6 +131,6 @@ func newApp(ctx context.Context, kill <-chan struct{}) *cli.App {
 				Name: "version", SkipFlagParsing: true,
 				Action: func(c *cli.Context) error { return runVersion(c.Args().Slice(), c.App.Writer) },
 			},
-		}, nodeCommands(ctx)...),
+		}, nodeCommands(context.Background())...),
 	}
 }

@@ -461,13 +461,19 @@ func TestInterrupted(t *testing.T) {
 		{"SIGTERM during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGTERM, connecting},
 		{"SIGINT during a wedged preflight", wedged, []string{"--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGINT, preflight + "; nothing was started"},
 		{"SIGTERM during a wedged preflight", wedged, []string{"preflight", "--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGTERM, preflight},
+		{"SIGHUP during a wedged preflight", wedged, []string{"--torchrun", "./wedged-torchrun", "train.py"}, syscall.SIGHUP, preflight},
+		{"SIGQUIT during the SSH handshake", silent, []string{"--ssh-config", "ssh_config", "--known-hosts", "known_hosts", "--hosts", "blackhole:1", "train.py"}, syscall.SIGQUIT, connecting},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t)
 			ready := tc.setup(t, s.dir)
 			r := s.runInterrupted(t, nil, tc.args, tc.sig, ready)
-			if r.code != 130 {
-				t.Errorf("exit %d, want 130\nstderr: %s", r.code, r.stderr)
+			// 128+N, as a shell reports a process killed by signal N.
+			if want := 128 + int(tc.sig); r.code != want {
+				t.Errorf("exit %d, want %d\nstderr: %s", r.code, want, r.stderr)
+			}
+			if strings.Contains(r.stderr, "goroutine ") {
+				t.Errorf("a Go dump on stderr: %s", r.stderr)
 			}
 			if r.took > time.Second {
 				t.Errorf("exited %v after the signal, want within 1 s", r.took)

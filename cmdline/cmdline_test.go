@@ -42,7 +42,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on"}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -319,7 +319,7 @@ func TestParseAccepts(t *testing.T) {
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second,
-					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off",
+					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace,
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -576,7 +576,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--warm-restart",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--warm-restart", "--stop-grace",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1207,6 +1207,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--telemetry-interval":  {"2s", "TelemetryInterval"},
 		"--report":              {"r.html", "Report"},
 		"--warm-restart":        {"off", "WarmRestart"},
+		"--stop-grace":          {"2m", "StopGrace"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

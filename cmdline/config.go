@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"strconv"
+	"syscall"
 	"time"
 )
 
@@ -101,7 +102,23 @@ type Options struct {
 	// the next attempt is started ahead, its imports done, while an
 	// attempt runs.
 	WarmRestart string
+	// StopGrace (--stop-grace) is how long the workers have, after the
+	// signal of a stop from outside (SIGTERM or Ctrl-C to gorun, scancel,
+	// a pod's deletion), before what is left is killed.
+	StopGrace time.Duration
 }
+
+// PassSignals are the signals gorun passes on to every worker without
+// stopping anything: SIGUSR1, SIGUSR2 and the other non-stop signals
+// SignalsToHandle names (Parse has checked every name).
+func (c Config) PassSignals() []syscall.Signal {
+	pass, _ := parseSignals(setting{value: c.SignalsToHandle})
+	return pass
+}
+
+// DefaultStopGrace is --stop-grace's default: torchrun's own, and
+// Kubernetes' terminationGracePeriodSeconds.
+const DefaultStopGrace = 30 * time.Second
 
 // DefaultHangTimeout is --hang-timeout's default: longer than PyTorch's own
 // NCCL collective timeout (10 min), so torch reports what it can first,

@@ -56,6 +56,7 @@ func gorunTable() []*optionSpec {
 		gorunValue("telemetry_interval", "--telemetry-interval", setTelemetryInterval).byDefault(DefaultTelemetryInterval.String()),
 		gorunText("report", "--report", func(o *Options) *string { return &o.Report }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
+		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
 	}
 }
 
@@ -137,6 +138,16 @@ func setHangTimeout(o *Options, typed string, _ int, value string) error {
 			Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
 	}
 	o.HangTimeout = d
+	return nil
+}
+
+func setStopGrace(o *Options, typed string, _ int, value string) error {
+	d, err := parseDuration(value)
+	if err != nil || d <= 0 {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a positive duration", userr.Quote(value)),
+			Fix: "give the time the workers have to save their state after SIGTERM, such as 30s, 2m or 10m (plain numbers are seconds; the default is 30s)"}
+	}
+	o.StopGrace = d
 	return nil
 }
 

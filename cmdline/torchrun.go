@@ -128,6 +128,9 @@ func (p *parser) config(newID func() string) (Config, error) {
 	if c.MonitorInterval, err = parseInterval(p.get("monitor_interval", "0.1")); err != nil {
 		return Config{}, err
 	}
+	if _, err = parseSignals(p.get("signals_to_handle", "SIGTERM,SIGINT,SIGHUP,SIGQUIT")); err != nil {
+		return Config{}, err
+	}
 	for _, dest := range []string{"redirects", "tee"} {
 		if err := checkStd(p.get(dest, "0")); err != nil {
 			return Config{}, err

@@ -4,8 +4,11 @@ import (
 	"fmt"
 	"math"
 	"regexp"
+	"slices"
+	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -164,4 +167,42 @@ func parseRdzvConf(s setting) (map[string]string, error) {
 		conf[key] = value
 	}
 	return conf, nil
+}
+
+// signalNames are the signals --signals-to-handle may name: torchrun's
+// four stops, and those gorun passes on to the workers without stopping
+// anything.
+var signalNames = map[string]syscall.Signal{
+	"SIGTERM": syscall.SIGTERM, "SIGINT": syscall.SIGINT, "SIGHUP": syscall.SIGHUP, "SIGQUIT": syscall.SIGQUIT,
+	"SIGUSR1": syscall.SIGUSR1, "SIGUSR2": syscall.SIGUSR2, "SIGALRM": syscall.SIGALRM, "SIGXCPU": syscall.SIGXCPU,
+	"SIGPWR": syscall.SIGPWR,
+}
+
+// parseSignals reads --signals-to-handle (torchrun's names, comma
+// separated, as signal.Signals[name] takes them) and returns the signals
+// gorun passes on: SIGUSR1 and SIGUSR2 always, and each other non-stop
+// signal named. The stop signals are handled whether named or not.
+func parseSignals(s setting) ([]syscall.Signal, error) {
+	pass := []syscall.Signal{syscall.SIGUSR1, syscall.SIGUSR2}
+	for _, name := range strings.Split(s.value, ",") {
+		name = strings.TrimSpace(name)
+		sig, ok := signalNames[name]
+		if !ok {
+			known := make([]string, 0, len(signalNames))
+			for n := range signalNames {
+				known = append(known, n)
+			}
+			sort.Strings(known)
+			return nil, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a signal gorun handles", userr.Quote(name)),
+				Fix: "give a comma-separated list of " + strings.Join(known, ", ")}
+		}
+		switch sig {
+		case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
+		default:
+			if !slices.Contains(pass, sig) {
+				pass = append(pass, sig)
+			}
+		}
+	}
+	return pass, nil
 }

@@ -666,7 +666,10 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 	}
 	if !b.head {
 		for _, a := range b.spec.Given {
-			if !a.FromEnv && a.Dest != "max_restarts" { // torchrun reads PET_* from the inherited environment itself
+			// torchrun reads PET_* from the inherited environment itself;
+			// gorun handles the signals (a torchrun that caught SIGUSR1
+			// would stop its workers).
+			if !a.FromEnv && a.Dest != "max_restarts" && a.Dest != "signals_to_handle" {
 				argv = appendArg(argv, a)
 			}
 		}
@@ -676,7 +679,7 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 		return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
 	}
 
-	decided := map[string]bool{"nnodes": true, "max_restarts": true}
+	decided := map[string]bool{"nnodes": true, "max_restarts": true, "signals_to_handle": true}
 	nnodes := strconv.Itoa(b.nnodesMax)
 	if b.static {
 		nnodes = strconv.Itoa(len(b.hosts)) // see checkNNodes

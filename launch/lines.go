@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unicode/utf8"
 )
 
@@ -34,12 +35,27 @@ const contMarker = '+'
 // sink is the one goroutine that writes to Out and Diag, so whole lines from
 // any number of streams never interleave, and gorun's own messages land in
 // order with the lines before them.
+//
+// Once a stop from outside has begun (bound), a write that cannot go out
+// within stallLimit (a pipe whose reader does not read) turns the sink to
+// dropping: what comes after is counted, not written, so that neither the
+// nodes nor gorun's own exit wait on that reader past the stop's grace.
 type sink struct {
 	ch     chan sinkMsg
 	done   chan struct{}
 	pool   sync.Pool
 	status *statusLine // nil: no status line
+
+	bounded  atomic.Bool
+	dropping atomic.Bool
+	dropped  atomic.Int64 // bytes not written
 }
+
+// Bounds on writes once a stop from outside has begun.
+const (
+	stallLimit = 500 * time.Millisecond // one write's wait before the sink drops
+	closeLimit = 500 * time.Millisecond // close's wait for writes in progress
+)
 
 type sinkMsg struct {
 	w       io.Writer
@@ -55,6 +71,10 @@ func newSink(status *statusLine) *sink {
 		for m := range s.ch {
 			if m.refresh {
 				s.status.draw(true)
+				continue
+			}
+			if s.dropping.Load() {
+				s.drop(m.b)
 				continue
 			}
 			s.status.erase()
@@ -95,8 +115,31 @@ func (s *sink) send(w io.Writer, b *[]byte) {
 		s.put(b)
 		return
 	}
-	s.ch <- sinkMsg{w: w, b: b}
+	if s.dropping.Load() {
+		s.drop(b)
+		return
+	}
+	if !s.bounded.Load() {
+		s.ch <- sinkMsg{w: w, b: b}
+		return
+	}
+	t := time.NewTimer(stallLimit)
+	defer t.Stop()
+	select {
+	case s.ch <- sinkMsg{w: w, b: b}:
+	case <-t.C:
+		s.dropping.Store(true)
+		s.drop(b)
+	}
 }
+
+func (s *sink) drop(b *[]byte) {
+	s.dropped.Add(int64(len(*b)))
+	s.put(b)
+}
+
+// bound limits how long writes may wait from now on (see sink).
+func (s *sink) bound() { s.bounded.Store(true) }
 
 // message writes msg (ending in a newline) to w after the output already
 // sent.
@@ -106,11 +149,23 @@ func (s *sink) message(w io.Writer, msg string) {
 	s.send(w, b)
 }
 
-// close waits until everything sent has been written. Nothing may be sent
-// after close.
-func (s *sink) close() {
+// close waits until everything sent has been written, or, once bound, at
+// most closeLimit; it reports how many bytes were dropped. Nothing may be
+// sent after close.
+func (s *sink) close() int64 {
 	close(s.ch)
-	<-s.done
+	if !s.bounded.Load() {
+		<-s.done
+		return s.dropped.Load()
+	}
+	t := time.NewTimer(closeLimit)
+	defer t.Stop()
+	select {
+	case <-s.done:
+	case <-t.C: // a write stuck on a reader that does not read: left behind
+		s.dropping.Store(true)
+	}
+	return s.dropped.Load()
 }
 
 // ANSI colours for node prefixes, picked by node index; no red, which reads

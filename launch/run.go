@@ -40,7 +40,18 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		opts.Diag = io.Discard
 	}
 	s := newSink(newStatusLine(opts.StatusOut, opts.Status, opts.Color))
-	defer s.close()
+	defer closeSink(s, opts.Diag)
+	// Once the user stops the run, output that nobody reads may not hold
+	// it up (sink.bound).
+	finished := make(chan struct{})
+	defer close(finished)
+	go func() {
+		select {
+		case <-ctx.Done():
+			s.bound()
+		case <-finished:
+		}
+	}()
 	if s.status != nil {
 		stopTicks := make(chan struct{})
 		ticked := make(chan struct{})
@@ -106,6 +117,27 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		if !sleepCtx(ctx, pause) {
 			return res, fmt.Errorf("%w during the pause before attempt %d", ErrInterrupted, k+2)
 		}
+	}
+}
+
+// closeSink closes s and says what it dropped, if anything, on diag
+// (waiting for that write a moment only: diag may be the reader that
+// does not read).
+func closeSink(s *sink, diag io.Writer) {
+	n := s.close()
+	if n == 0 {
+		return
+	}
+	wrote := make(chan struct{})
+	go func() {
+		defer close(wrote)
+		fmt.Fprintf(diag, "gorun: %d bytes of output were dropped during the stop: nothing was reading gorun's output\n", n)
+	}()
+	t := time.NewTimer(closeLimit)
+	defer t.Stop()
+	select {
+	case <-wrote:
+	case <-t.C:
 	}
 }
 
@@ -410,6 +442,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 	if sv.nodeFailure != nil {
 		sv.interrupted = ctx.Err() != nil
+		sv.stopSig = stopSignal(ctx)
 		n := sv.stopAll(false)
 		if ctx.Err() != nil {
 			// The start failed because the user cancelled it.
@@ -440,6 +473,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 					s.message(opts.Diag, fmt.Sprintf("gorun: %s: torchrun starts cold: %s\n", ms[ev.i].node.Name, why))
 				}
 			case wire.FrameExit:
+				sv.exited++
 				if sv.workerExited(ev) {
 					sv.stopAll(false)
 				}
@@ -521,9 +555,13 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			done = nil
 			o.interrupted, sv.interrupted = true, true
 			o.stopped = waiting
+			sv.stopSig = stopSignal(ctx)
 			if sv.phase != phaseStopping {
+				s.message(opts.Diag, sv.stopNotice())
 				sv.stopAll(false)
 			}
+		case sig := <-opts.Signals:
+			s.message(opts.Diag, sv.pass(sig))
 		case <-kill:
 			kill = nil
 			if !o.interrupted {

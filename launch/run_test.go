@@ -11,6 +11,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -89,6 +90,7 @@ type fakeProc struct {
 
 	mu      sync.Mutex
 	stops   []bool // the now argument of every Stop
+	signals []syscall.Signal
 	stopped time.Time
 	ended   time.Time
 	code    int
@@ -160,6 +162,14 @@ func (p *fakeProc) Tell(b byte) {
 	case p.tells <- b:
 	default:
 	}
+}
+
+func (p *fakeProc) Interrupt(syscall.Signal, time.Duration) { p.Stop(false) }
+
+func (p *fakeProc) Signal(sig syscall.Signal) {
+	p.mu.Lock()
+	p.signals = append(p.signals, sig)
+	p.mu.Unlock()
 }
 
 func (p *fakeProc) Stop(now bool) {

@@ -5,10 +5,10 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // phase is where an attempt stands, as its supervisor sees it. An attempt
@@ -78,6 +78,8 @@ type supervisor struct {
 	stopAt time.Time // when the group was first asked to stop
 	// interrupted: the user stopped the run (Ctrl-C, SIGTERM).
 	interrupted bool
+	stopSig     syscall.Signal // the signal of a stop from outside
+	exited      int            // workers whose exit came in
 	started     int // workers that reported their start
 	finished    int // workers that exited 0
 
@@ -134,17 +136,61 @@ func (sv *supervisor) stopAll(now bool) int {
 		if !m.running {
 			continue
 		}
-		// A stop gorun makes itself freezes torchrun first, so it neither
-		// reacts to its workers' ends nor prints a shutdown the user did
-		// not ask for; a user's stop is torchrun's to handle.
-		if q, ok := m.proc.(sshexec.QuickStopper); ok && !now && !sv.interrupted {
-			q.StopForRestart()
+		// The agent freezes torchrun first, so it neither reacts to its
+		// workers' ends nor prints a shutdown of its own: each worker hears
+		// of the stop once, from gorun.
+		if sv.interrupted && !now {
+			m.proc.Interrupt(sv.stopSig, sv.opts.StopGrace)
 		} else {
 			m.proc.Stop(now)
 		}
 		n++
 	}
 	return n
+}
+
+// running is how many workers have started and not exited, and on how
+// many nodes.
+func (sv *supervisor) running() (workers, nodes int) {
+	for _, m := range sv.ms {
+		if m.running {
+			nodes++
+		}
+	}
+	return max(0, sv.started-sv.exited), nodes
+}
+
+// stopNotice is the line that says a stop from outside has begun: what
+// every worker gets, and how long it has.
+func (sv *supervisor) stopNotice() string {
+	workers, nodes := sv.running()
+	grace := "the job's grace"
+	if g := sv.opts.StopGrace; g > 0 {
+		grace = ShortDuration(g) + " (--stop-grace)"
+	}
+	return fmt.Sprintf("gorun: %s: stopping %s on %s: each gets %s once, and what still runs after %s is killed; %s again kills at once\n",
+		SignalName(sv.stopSig), plural(workers, "worker"), plural(nodes, "node"), SignalName(sv.stopSig), grace, SignalName(sv.stopSig))
+}
+
+// pass passes sig to every running worker and says so.
+func (sv *supervisor) pass(sig syscall.Signal) string {
+	workers, nodes := sv.running()
+	if sv.phase == phaseStopping || workers == 0 {
+		return fmt.Sprintf("gorun: %s: no worker is running now; not passed on\n", SignalName(sig))
+	}
+	for _, m := range sv.ms {
+		if m.running {
+			m.proc.Signal(sig)
+		}
+	}
+	return fmt.Sprintf("gorun: %s passed to %s on %s\n", SignalName(sig), plural(workers, "worker"), plural(nodes, "node"))
+}
+
+func plural(n int, what string) string {
+	if n == 1 {
+		return "1 " + what
+	}
+	return fmt.Sprintf("%d %ss", n, what)
 }
 
 // workerExited records a worker's end and reports whether it is a failure

@@ -3,6 +3,7 @@ package launch
 import (
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -81,6 +82,9 @@ func (p *tellProc) Wait() (int, error) { return 0, nil }
 func (p *tellProc) Stop(now bool)      { p.mu.Lock(); p.stops = append(p.stops, now); p.mu.Unlock() }
 func (p *tellProc) Tell(b byte)        { p.mu.Lock(); p.tells = append(p.tells, b); p.mu.Unlock() }
 
+func (p *tellProc) Interrupt(syscall.Signal, time.Duration) { p.Stop(false) }
+func (p *tellProc) Signal(syscall.Signal)                   {}
+
 func (p *tellProc) asked() (string, []bool) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -94,7 +98,7 @@ func hungAttempt(t *testing.T, ras bool) (sv *supervisor, procs []*tellProc, dia
 	t.Helper()
 	buf := new(syncBuffer)
 	s := newSink(nil)
-	closeSink := sync.OnceFunc(s.close)
+	closeSink := sync.OnceFunc(func() { s.close() })
 	t.Cleanup(closeSink)
 	sv = &supervisor{opts: Options{HangTimeout: time.Second, Diag: buf}, s: s}
 	long := time.Now().Add(-time.Hour)

@@ -2,8 +2,13 @@ package launch
 
 import (
 	"context"
+	"errors"
+	"fmt"
 	"io"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/sshexec"
 )
@@ -49,6 +54,15 @@ type Options struct {
 	// Kill, when closed, turns a graceful stop into an immediate one (second
 	// Ctrl-C).
 	Kill <-chan struct{}
+	// StopGrace is the grace of a stop from outside, when ctx is
+	// cancelled: every worker gets the stop's signal once (a Signaled
+	// cause's, else SIGTERM), and what is left after StopGrace is killed
+	// (0: the Jobs' Grace). A stop launch makes itself, because the group
+	// failed, keeps the Jobs' Grace.
+	StopGrace time.Duration
+	// Signals carries signals to pass to every running worker once each
+	// (sshexec.Process.Signal), stopping nothing.
+	Signals <-chan syscall.Signal
 	// HangTimeout, when positive, is how long the group may go without
 	// progress from any worker (an output line, or a touch of the file in
 	// $GORUN_HEARTBEAT_FILE) before the attempt counts as hung: the silent
@@ -76,6 +90,29 @@ type Options struct {
 	// Failed, when set, is told of each failed attempt (k from 0) as soon
 	// as it has been stopped, before any restart.
 	Failed func(k int, f Failure)
+}
+
+// Signaled is the cause (context.Cause) of a context cancelled because
+// gorun got a stop signal: Run passes Sig on to every worker.
+type Signaled struct{ Sig syscall.Signal }
+
+func (s Signaled) Error() string { return fmt.Sprintf("got %v", SignalName(s.Sig)) }
+
+// SignalName is sig's name as torchrun and the shell write it: SIGTERM.
+func SignalName(sig syscall.Signal) string {
+	if name := unix.SignalName(sig); name != "" {
+		return name
+	}
+	return fmt.Sprintf("signal %d", int(sig))
+}
+
+// stopSignal is the signal a cancelled ctx asks the workers to get.
+func stopSignal(ctx context.Context) syscall.Signal {
+	var s Signaled
+	if errors.As(context.Cause(ctx), &s) && s.Sig != 0 {
+		return s.Sig
+	}
+	return syscall.SIGTERM
 }
 
 // ExitHang is the exit code of a job whose last attempt hung: distinct

@@ -3,6 +3,7 @@ package sshexec
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -10,6 +11,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -83,12 +85,17 @@ const sidecarWait = 100 * time.Millisecond
 // failing or slow NVML call never reaches a worker.
 func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdout, stderr io.Writer) int {
 	a := &agent{stderr: stderr, self: os.Getpid()}
+	// The job's parent-death signal is tied to the thread that forks it:
+	// this one, kept until the agent is done.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 
 	// Caught, not ignored, so that the job gets default dispositions back
 	// on exec. SIGPIPE is caught so that a write to a closed stderr (the
 	// head is gone) cannot kill the agent before it has cleaned up.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGPIPE)
+	signal.Notify(sigs, StopSignals()...)
+	signal.Notify(sigs, syscall.SIGPIPE)
 	defer signal.Stop(sigs)
 
 	if err := unix.Prctl(unix.PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0); err != nil {
@@ -99,7 +106,7 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 	done := make(chan struct{})
 	defer close(done)
 	jobc := make(chan jobOrErr, 2)
-	ctl := make(chan byte, 16)
+	ctl := make(chan control, 16)
 	go readControl(stdin, jobc, ctl, done)
 
 	var job Job
@@ -124,6 +131,12 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		return AgentExitBadSpec
 	}
 	selfArg(job.Argv)
+	// The signals the head passes on: one sent to every process of the
+	// job at once must kill neither the agent nor torchrun, which inherits
+	// the disposition; the workers' supervisors catch them again.
+	for _, n := range job.PassSignals {
+		signal.Ignore(syscall.Signal(n))
+	}
 
 	jobOut, jobErr := stdout, stderr
 	if job.Relay {
@@ -230,29 +243,54 @@ func (a *agent) logf(format string, args ...any) {
 	_, _ = fmt.Fprintf(a.stderr, "gorun agent: "+format+"\n", args...)
 }
 
+// control is one message the head sent after the job line.
+type control struct {
+	b     byte           // ctlTerm, ctlKill, ctlHeartbeat, ctlTell, ctlSignal
+	arg   byte           // ctlTell's byte
+	sig   syscall.Signal // ctlTerm's (0: SIGTERM) or ctlSignal's signal
+	grace time.Duration  // ctlTerm's grace (0: Job.Grace)
+}
+
 // supervise runs until every descendant is reaped and returns the job's
 // exit code.
-func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan byte, sigs <-chan os.Signal) int {
+//
+// A stop of a relayed job (torchrun's) freezes its main process first
+// (SIGSTOP), so torchrun neither reacts to its workers' ends nor prints a
+// shutdown of its own, and tells every relay client (a worker's
+// supervisor) to give its worker the stop's signal, once. Once no client
+// is left, whatever else is left gets the signal too, and the main process
+// is killed as soon as it is alone; what is still there after the grace is
+// killed. Other jobs get the signal on every process, then the grace.
+func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan control, sigs <-chan os.Signal) int {
 	heartbeat := job.Heartbeat
 	if heartbeat <= 0 {
 		heartbeat = DefaultHeartbeatTimeout
 	}
-	grace := job.Grace
-	if grace <= 0 {
-		grace = DefaultGrace
+	shortGrace := job.Grace
+	if shortGrace <= 0 {
+		shortGrace = DefaultGrace
+	}
+	outsideGrace := job.StopGrace
+	if outsideGrace <= 0 {
+		outsideGrace = shortGrace
 	}
 
 	hb := time.NewTimer(heartbeat)
 	defer hb.Stop()
 	var (
 		stopping, killing bool
-		telling           bool // the next control byte is for the relay clients
+		stopSig           syscall.Signal
+		stopGrace         time.Duration
+		leftSignalled     bool // the rest of the tree had the stop's signal
 		graceC            <-chan time.Time
 		killC             <-chan time.Time
+		pollC             <-chan time.Time
 		mainDone          = r.mainDone
+		mainGone          bool
 		ctxDone           = ctx.Done()
 		graceTimer        *time.Timer
 		killTicker        *time.Ticker
+		pollTicker        *time.Ticker
 	)
 	defer func() {
 		if graceTimer != nil {
@@ -261,49 +299,61 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 		if killTicker != nil {
 			killTicker.Stop()
 		}
+		if pollTicker != nil {
+			pollTicker.Stop()
+		}
 	}()
-	terminate := func(why string) {
+	// signalLeft gives the stop's signal to every live process of the
+	// tree but the main one, once each.
+	signalLeft := func() int {
+		leftSignalled = true
+		n, err := signalProcs(a.self, r.main, stopSig)
+		if err != nil {
+			a.logf("stop: %v", err)
+		}
+		return n
+	}
+	stop := func(sig syscall.Signal, grace time.Duration, why string, tell byte) {
 		if stopping {
 			return
 		}
 		stopping = true
 		hb.Stop()
-		n, err := signalTree(a.self, syscall.SIGTERM)
-		if err != nil {
-			a.logf("stop: %v", err)
+		if sig == 0 {
+			sig = syscall.SIGTERM
+		}
+		stopSig = sig
+		n := 0
+		if a.relay != nil {
+			if !mainGone {
+				_ = unix.Kill(r.main, syscall.SIGSTOP)
+			}
+			if n = a.relay.clients(); n > 0 {
+				a.relay.broadcast([]byte{tell, byte(sig)})
+			} else {
+				n = signalLeft()
+			}
+			pollTicker = time.NewTicker(quickPoll)
+			pollC = pollTicker.C
+		} else {
+			var err error
+			if n, err = signalTree(a.self, sig); err != nil {
+				a.logf("stop: %v", err)
+			}
 		}
 		if why != "" && n > 0 {
-			a.logf("%s; sending SIGTERM to %d processes", why, n)
+			a.logf("%s; %v to %d processes, SIGKILL after %v", why, sig, n, grace)
 		}
+		stopGrace = grace
 		graceTimer = time.NewTimer(grace)
 		graceC = graceTimer.C
-	}
-	// quick is the stop for a restart: the job's main process (torchrun)
-	// is frozen first, so it neither reacts to its workers' ends nor
-	// prints its own shutdown; the rest get SIGTERM and the grace, and the
-	// main process is killed once it is alone.
-	var quickC <-chan time.Time
-	var quickTicker *time.Ticker
-	defer func() {
-		if quickTicker != nil {
-			quickTicker.Stop()
-		}
-	}()
-	quick := func() {
-		if stopping {
-			return
-		}
-		_ = unix.Kill(r.main, syscall.SIGSTOP)
-		terminate("")
-		quickTicker = time.NewTicker(quickPoll)
-		quickC = quickTicker.C
 	}
 	kill := func(why string) {
 		stopping = true
 		hb.Stop()
 		if !killing {
 			killing = true
-			graceC = nil
+			graceC, pollC = nil, nil
 			killTicker = time.NewTicker(killRepeat)
 			killC = killTicker.C
 		}
@@ -321,54 +371,62 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan by
 		case <-r.allGone:
 			return r.exitCode()
 		case <-mainDone:
-			mainDone = nil
-			terminate("job exited, leaving processes behind")
-		case b, ok := <-ctl:
+			mainDone, mainGone = nil, true
+			stop(0, shortGrace, "job exited, leaving processes behind", RelayStop)
+		case c, ok := <-ctl:
 			if !ok {
 				ctl = nil
-				terminate("head gone (stdin closed)")
+				stop(0, shortGrace, "head gone (stdin closed)", RelayStop)
 				continue
 			}
 			if !stopping {
 				hb.Reset(heartbeat)
 			}
-			if telling {
-				telling = false
-				if a.relay != nil {
-					go a.relay.broadcast(b)
-				}
-				continue
-			}
-			switch b {
+			switch c.b {
 			case ctlTell:
-				telling = true
+				if a.relay != nil {
+					go a.relay.broadcast([]byte{c.arg})
+				}
+			case ctlSignal:
+				if a.relay != nil && !killing {
+					go a.relay.broadcast([]byte{RelaySignal, byte(c.sig)})
+				}
 			case ctlTerm:
-				terminate("")
+				grace := c.grace
+				if grace <= 0 {
+					grace = shortGrace
+				}
+				stop(c.sig, grace, "", RelayStop)
 			case ctlKill:
 				kill("")
-			case ctlQuick:
-				quick()
 			}
 		case <-hb.C:
-			terminate(fmt.Sprintf("no heartbeat from head for %v", heartbeat))
+			stop(0, shortGrace, fmt.Sprintf("no heartbeat from head for %v", heartbeat), RelayStop)
 		case <-graceC:
-			kill(fmt.Sprintf("still running after grace of %v", grace))
+			kill(fmt.Sprintf("still running after grace of %v", stopGrace))
 		case <-killC:
 			kill("")
-		case <-quickC:
+		case <-pollC:
+			if !leftSignalled && a.relay.clients() == 0 {
+				signalLeft()
+			}
 			if !killing && aloneLeft(a.self, r.main) {
-				quickTicker.Stop()
-				quickC = nil
+				pollTicker.Stop()
+				pollC = nil
 				kill("")
 			}
 		case s := <-sigs:
-			if s == syscall.SIGPIPE {
+			sig, ok := s.(syscall.Signal)
+			if !ok || sig == syscall.SIGPIPE {
 				continue
 			}
-			terminate(fmt.Sprintf("got %v", s))
+			// Sent to the agent itself: by Slurm to every process of the
+			// step (scancel, srun forwarding a signal), or by hand. The
+			// workers hear of it once, from their supervisors.
+			stop(sig, outsideGrace, fmt.Sprintf("got %v", sig), RelayHad)
 		case <-ctxDone:
 			ctxDone = nil
-			terminate("cancelled")
+			stop(0, shortGrace, "cancelled", RelayStop)
 		}
 	}
 }
@@ -378,9 +436,9 @@ type jobOrErr struct {
 	err error
 }
 
-// readControl reads the job line, then control bytes until EOF, when it
-// closes ctl. It gives up when done is closed.
-func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- byte, done <-chan struct{}) {
+// readControl reads the job line, then control messages until EOF, when
+// it closes ctl. It gives up when done is closed.
+func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- control, done <-chan struct{}) {
 	defer close(ctl)
 	br := bufio.NewReader(stdin)
 	line, err := readLine(br, maxJobLine)
@@ -399,7 +457,12 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- byte, done <-
 		if err != nil {
 			return // EOF, or any read error: the head is gone either way
 		}
-		if b == ctlJob && job.Standby {
+		c := control{b: b}
+		switch b {
+		case ctlJob:
+			if !job.Standby {
+				continue
+			}
 			// The job the agent stood by for; said once.
 			job.Standby = false
 			line, err := readLine(br, maxJobLine)
@@ -416,9 +479,22 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- byte, done <-
 				return
 			}
 			continue
+		case ctlTell, ctlSignal:
+			arg, err := br.ReadByte()
+			if err != nil {
+				return
+			}
+			c.arg, c.sig = arg, syscall.Signal(arg)
+		case ctlTerm:
+			var m [termLen - 1]byte
+			if _, err := io.ReadFull(br, m[:]); err != nil {
+				return
+			}
+			c.sig = syscall.Signal(m[0])
+			c.grace = time.Duration(binary.BigEndian.Uint32(m[1:])) * time.Millisecond
 		}
 		select {
-		case ctl <- b:
+		case ctl <- c:
 		case <-done:
 			return
 		}
@@ -513,7 +589,8 @@ func forkExec(path string, argv, env []string, dir string, stdout, stderr io.Wri
 				Dir:   dir,
 				Env:   env,
 				Files: files,
-				Sys:   &syscall.SysProcAttr{Setsid: true},
+				// Killed with the agent: nothing of a job outlives it.
+				Sys: &syscall.SysProcAttr{Setsid: true, Pdeathsig: syscall.SIGKILL},
 			})
 		}
 	}

@@ -238,9 +238,9 @@ func startRawAgent(t *testing.T, job Job) *rawAgent {
 	return a
 }
 
-func (a *rawAgent) send(t *testing.T, b byte) {
+func (a *rawAgent) send(t *testing.T, msg ...byte) {
 	t.Helper()
-	if _, err := a.stdin.Write([]byte{b}); err != nil {
+	if _, err := a.stdin.Write(msg); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -344,7 +344,7 @@ func TestAgentHeadLost(t *testing.T) {
 		},
 		{
 			name: "graceful stop",
-			act:  func(t *testing.T, a *rawAgent) { a.send(t, ctlTerm) },
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, appendTerm(nil, 0, 0)...) },
 			min:  grace, max: grace + time.Second, want: 143,
 		},
 		{
@@ -355,7 +355,7 @@ func TestAgentHeadLost(t *testing.T) {
 		{
 			name: "kill during grace",
 			act: func(t *testing.T, a *rawAgent) {
-				a.send(t, ctlTerm)
+				a.send(t, appendTerm(nil, 0, 0)...)
 				time.Sleep(grace / 4)
 				a.send(t, ctlKill)
 			},

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"io"
 	"sync"
+	"syscall"
+	"time"
 )
 
 // agentProcess is the head's side of one agent: it feeds the agent's stdin
@@ -99,9 +101,12 @@ func (p *agentProcess) Wait() (int, error) {
 func (p *agentProcess) Tell(b byte) { p.ctl.relay(b) }
 
 // Stop implements Process. It never blocks.
-func (p *agentProcess) Stop(now bool) {
-	p.ctl.stop(now)
+func (p *agentProcess) Stop(now bool) { p.ctl.stop(now, 0, 0) }
+
+// Interrupt implements Process. It never blocks.
+func (p *agentProcess) Interrupt(sig syscall.Signal, grace time.Duration) {
+	p.ctl.stop(false, sig, grace)
 }
 
-// StopForRestart implements QuickStopper. It never blocks.
-func (p *agentProcess) StopForRestart() { p.ctl.raise(stopQuick) }
+// Signal implements Process. It never blocks.
+func (p *agentProcess) Signal(sig syscall.Signal) { p.ctl.signal(sig) }

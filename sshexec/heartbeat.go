@@ -1,25 +1,41 @@
 package sshexec
 
 import (
+	"encoding/binary"
 	"io"
 	"sync"
+	"syscall"
 	"time"
 )
 
 // Control bytes the head sends to the agent after the job line.
 const (
 	ctlHeartbeat = 'h' // the head is alive
-	ctlTerm      = 't' // stop the job: SIGTERM, grace, SIGKILL
-	ctlKill      = 'k' // SIGKILL the job's whole tree now
-	ctlTell      = 'r' // the next byte goes to every relay client
-	ctlJob       = 'j' // a job line follows, for an agent on standby
-	ctlQuick     = 'q' // stop for a restart: freeze the main process, stop the rest, then kill it
+	// ctlTerm stops the job: one signal byte (0: SIGTERM) and the grace in
+	// milliseconds (uint32, big endian; 0: Job.Grace) follow. Each worker
+	// gets the signal once, and what is left after the grace is killed.
+	ctlTerm = 't'
+	ctlKill = 'k' // SIGKILL the job's whole tree now
+	ctlTell = 'r' // the next byte goes to every relay client
+	ctlJob  = 'j' // a job line follows, for an agent on standby
+	// ctlSignal passes a signal to every worker once, stopping nothing: the
+	// signal's number follows in one byte.
+	ctlSignal = 's'
 )
+
+// termLen is the length of a ctlTerm message.
+const termLen = 1 + 1 + 4
+
+// appendTerm appends a ctlTerm message.
+func appendTerm(dst []byte, sig syscall.Signal, grace time.Duration) []byte {
+	dst = append(dst, ctlTerm, byte(sig), 0, 0, 0, 0)
+	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(min(grace.Milliseconds(), 1<<32-1)))
+	return dst
+}
 
 // Stop levels a controlWriter has been asked for, in increasing order.
 const (
 	stopNone = iota
-	stopQuick
 	stopTerm
 	stopKill
 )
@@ -32,10 +48,12 @@ type controlWriter struct {
 	interval time.Duration
 
 	mu        sync.Mutex
-	requested int // highest stop level asked for
+	requested int            // highest stop level asked for
+	sig       syscall.Signal // the stop's signal, for stopTerm
+	grace     time.Duration  // the stop's grace, for stopTerm
 
 	wake chan struct{} // capacity 1: a stop level was raised
-	tell chan byte     // bytes for the relay clients; full means dropped
+	tell chan []byte   // messages for the relay clients; full means dropped
 	job  chan []byte   // a job line for an agent on standby
 	quit chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine returns
@@ -49,7 +67,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 		w:        w,
 		interval: interval,
 		wake:     make(chan struct{}, 1),
-		tell:     make(chan byte, 16),
+		tell:     make(chan []byte, 16),
 		job:      make(chan []byte, 1),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
@@ -58,22 +76,22 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 	return c
 }
 
-// stop asks the agent to stop the job, without waiting. Asking twice for
-// the same level sends one byte; a kill after a term still goes out.
-func (c *controlWriter) stop(now bool) {
+// stop asks the agent to stop the job, without waiting: each worker gets
+// sig (0: SIGTERM) and what is left after grace (0: Job.Grace) is killed;
+// with now set, the whole tree is killed at once. The first stop's signal
+// and grace hold: asking again sends nothing, but a kill after a stop
+// still goes out.
+func (c *controlWriter) stop(now bool, sig syscall.Signal, grace time.Duration) {
 	level := stopTerm
 	if now {
 		level = stopKill
 	}
-	c.raise(level)
-}
-
-// raise asks for a stop level; one that is not above the last asked for
-// sends nothing.
-func (c *controlWriter) raise(level int) {
 	c.mu.Lock()
 	raised := level > c.requested
 	if raised {
+		if c.requested == stopNone {
+			c.sig, c.grace = sig, grace
+		}
 		c.requested = level
 	}
 	c.mu.Unlock()
@@ -87,9 +105,14 @@ func (c *controlWriter) raise(level int) {
 
 // relay queues b for the agent to pass to its relay clients, without
 // waiting; when the queue is full (the agent is not reading) it is dropped.
-func (c *controlWriter) relay(b byte) {
+func (c *controlWriter) relay(b byte) { c.queue([]byte{ctlTell, b}) }
+
+// signal queues sig for the agent to pass to every worker once.
+func (c *controlWriter) signal(sig syscall.Signal) { c.queue([]byte{ctlSignal, byte(sig)}) }
+
+func (c *controlWriter) queue(msg []byte) {
 	select {
-	case c.tell <- b:
+	case c.tell <- msg:
 	default:
 	}
 }
@@ -129,24 +152,21 @@ func (c *controlWriter) run() {
 			return
 		case <-c.wake:
 			c.mu.Lock()
-			level := c.requested
+			level, sig, grace := c.requested, c.sig, c.grace
 			c.mu.Unlock()
 			if level <= sent {
 				continue
 			}
-			b := byte(ctlTerm)
-			switch level {
-			case stopKill:
-				b = ctlKill
-			case stopQuick:
-				b = ctlQuick
+			msg := []byte{ctlKill}
+			if level == stopTerm {
+				msg = appendTerm(nil, sig, grace)
 			}
-			if _, err := c.w.Write([]byte{b}); err != nil {
+			if _, err := c.w.Write(msg); err != nil {
 				return // agent gone; Wait reports it
 			}
 			sent = level
-		case b := <-c.tell:
-			if _, err := c.w.Write([]byte{ctlTell, b}); err != nil {
+		case msg := <-c.tell:
+			if _, err := c.w.Write(msg); err != nil {
 				return
 			}
 		case line := <-c.job:

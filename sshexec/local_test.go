@@ -456,8 +456,9 @@ func TestAttachAgentControlBytes(t *testing.T) {
 	if !ok {
 		t.Fatalf("no job line in %q", sent)
 	}
-	if ctl != "hhtk" {
-		t.Errorf("control bytes = %q, want %q", ctl, "hhtk")
+	// A stop with the job's own signal and grace (zeros), then the kill.
+	if want := "hh" + string(appendTerm(nil, 0, 0)) + "k"; ctl != want {
+		t.Errorf("control bytes = %q, want %q", ctl, want)
 	}
 	if !closed {
 		t.Error("stdin not closed after the agent exited")

@@ -139,6 +139,24 @@ func signalTree(root int, sig syscall.Signal) (int, error) {
 	return live, nil
 }
 
+// signalProcs sends sig to every live descendant of root but except, once
+// each (no process groups), and returns how many it signalled.
+func signalProcs(root, except int, sig syscall.Signal) (int, error) {
+	procs, err := readProcs()
+	if err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, p := range descendants(procs, root) {
+		if p.Pid == except || p.State == 'Z' || p.State == 'X' {
+			continue
+		}
+		n++
+		_ = unix.Kill(p.Pid, sig) // ESRCH just means it died first
+	}
+	return n, nil
+}
+
 // aloneLeft reports whether main is the only live descendant of root
 // (zombies aside); false when /proc cannot be read.
 func aloneLeft(root, main int) bool {

@@ -11,6 +11,11 @@ import (
 	"sync"
 )
 
+// RelayDirPrefix begins the name of the private directory that holds a
+// relay's socket; the job's processes may keep files of their own there,
+// which go with it.
+const RelayDirPrefix = "gorun-agent-"
+
 // RelaySocketVar names the unix socket, in a relayed job's environment, on
 // which the job's descendants report to the agent (see Job.Relay).
 const RelaySocketVar = "GORUN_AGENT_SOCK"
@@ -132,7 +137,7 @@ type relay struct {
 
 // startRelay listens on a fresh socket in a private directory.
 func startRelay(out io.Writer) (*relay, error) {
-	dir, err := os.MkdirTemp("", "gorun-agent-")
+	dir, err := os.MkdirTemp("", RelayDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -200,8 +205,24 @@ func (r *relay) write(frames []byte) {
 	}
 }
 
-// broadcast sends b to every connected client.
-func (r *relay) broadcast(b byte) {
+// What the agent itself tells its relay clients (gorun's worker
+// supervisors), each followed by one byte, a signal's number. The bytes
+// the head sends through Process.Tell are passed on as they are; gorun's
+// own (wire.TellDump, wire.TellRAS) differ from these.
+const (
+	// RelayStop: the job is stopping; give your worker the signal, once.
+	RelayStop byte = 'T'
+	// RelaySignal: give your worker the signal, once; nothing stops.
+	RelaySignal byte = 'S'
+	// RelayHad: the agent itself got the signal, and stops the job. A
+	// signal that reached the agent and you both was sent to every
+	// process of the job (Slurm signalling a step, say), and your worker
+	// has its own copy; otherwise give it the signal, once.
+	RelayHad byte = 'H'
+)
+
+// broadcast sends msg to every connected client.
+func (r *relay) broadcast(msg []byte) {
 	r.mu.Lock()
 	conns := make([]*net.UnixConn, 0, len(r.conns))
 	for c := range r.conns {
@@ -209,8 +230,15 @@ func (r *relay) broadcast(b byte) {
 	}
 	r.mu.Unlock()
 	for _, c := range conns {
-		_, _ = c.Write([]byte{b}) // a client that is gone is gone
+		_, _ = c.Write(msg) // a client that is gone is gone
 	}
+}
+
+// clients reports how many clients are connected.
+func (r *relay) clients() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.conns)
 }
 
 // close stops accepting, waits for the clients still connected to hang up

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"os"
+	"syscall"
 	"time"
 )
 
@@ -21,9 +23,18 @@ type Job struct {
 	// Heartbeat is how long the agent waits for a sign of life from the head
 	// before it tears the job down; 0 uses DefaultHeartbeatTimeout.
 	Heartbeat time.Duration `json:"heartbeat"`
-	// Grace is how long a stop waits between SIGTERM and SIGKILL; 0 uses
-	// DefaultGrace.
+	// Grace is how long a stop the head asks for (Process.Stop), or one
+	// for the head's loss, waits between the workers' SIGTERM and SIGKILL;
+	// 0 uses DefaultGrace.
 	Grace time.Duration `json:"grace"`
+	// StopGrace is the grace of a stop from outside that reaches the agent
+	// itself as a signal (Slurm signalling the step); 0 uses Grace.
+	StopGrace time.Duration `json:"stop_grace,omitempty"`
+	// PassSignals are the signals the head passes on (Process.Signal):
+	// the agent and the job's main process ignore them, so that one sent
+	// to every process of the job at once kills neither; the workers'
+	// supervisors catch them.
+	PassSignals []int `json:"pass_signals,omitempty"`
 	// Relay makes the agent's stdout a stream of frames (AppendFrame): the
 	// job's own stdout and stderr as FrameStdout and FrameStderr, and
 	// whatever frames the job's descendants send on the unix socket named
@@ -41,6 +52,12 @@ type Job struct {
 	// Standby marks a job line sent by Warmer.Warm: the agent starts the
 	// job's interpreter now and waits for the job itself (see warm.go).
 	Standby bool `json:"standby,omitempty"`
+}
+
+// StopSignals are the signals that stop a job, as torchrun's
+// --signals-to-handle default: each reaches the workers as itself.
+func StopSignals() []os.Signal {
+	return []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
 }
 
 // Defaults for Job.
@@ -71,15 +88,6 @@ type Runner interface {
 	Close() error
 }
 
-// QuickStopper is a Process that can be stopped for a restart: its main
-// process (torchrun) is frozen at once, so it neither reacts to its
-// children's ends nor prints its shutdown, the rest are stopped as by
-// Stop(false), and the main process is killed once it is alone. A later
-// Stop still raises the stop to a plain one, or to a kill.
-type QuickStopper interface {
-	StopForRestart()
-}
-
 // Process is a job started by Runner.Start.
 type Process interface {
 	// Wait blocks until the job's whole process tree is gone and the output
@@ -87,9 +95,22 @@ type Process interface {
 	// node was lost (connection dropped, agent gone) rather than the job
 	// exiting by itself; then code is -1.
 	Wait() (code int, err error)
-	// Stop asks the agent to stop the whole tree: SIGTERM, grace, SIGKILL.
-	// With now set it skips the grace. Stop does not wait; call Wait.
+	// Stop asks the agent to stop the whole tree: each worker gets SIGTERM
+	// once, and what is left after Job.Grace is killed. With now set it
+	// kills at once. Stop does not wait; call Wait.
+	//
+	// The job's main process (torchrun) is frozen first, so it neither
+	// reacts to its workers' ends nor prints a shutdown of its own, and is
+	// killed once it is alone: the workers hear of the stop from gorun
+	// only, once each.
 	Stop(now bool)
+	// Interrupt is Stop for a stop from outside (a signal to gorun): each
+	// worker gets sig once, and the grace is grace (0: Job.Grace). The
+	// first stop's signal and grace hold; a later Stop(true) still kills.
+	Interrupt(sig syscall.Signal, grace time.Duration)
+	// Signal passes sig to every worker of a relayed job once, stopping
+	// nothing; it never blocks.
+	Signal(sig syscall.Signal)
 	// Tell sends one byte to every descendant connected to a relayed job's
 	// socket (Job.Relay); it never blocks, and is dropped for other jobs.
 	Tell(b byte)

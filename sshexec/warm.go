@@ -297,7 +297,7 @@ func selfArg(argv []string) {
 // away, stopped the standby, or sent a bad job line. Either way the
 // standby is gone by then.
 func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, jobc <-chan jobOrErr,
-	ctl <-chan byte, sigs <-chan os.Signal) (Job, *startedJob, *reaper, int) {
+	ctl <-chan control, sigs <-chan os.Signal) (Job, *startedJob, *reaper, int) {
 	heartbeat := sj.Heartbeat
 	if heartbeat <= 0 {
 		heartbeat = DefaultHeartbeatTimeout
@@ -333,9 +333,9 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 				return Job{}, nil, nil, AgentExitBadSpec
 			}
 			job, waiting = jr.job, false
-		case b, ok := <-ctl:
+		case c, ok := <-ctl:
 			switch {
-			case !ok || b == ctlTerm || b == ctlKill:
+			case !ok || c.b == ctlTerm || c.b == ctlKill:
 				drop() // the head went away, or wants no job after all
 				return Job{}, nil, nil, AgentExitBadSpec
 			}

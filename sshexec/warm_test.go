@@ -203,17 +203,17 @@ func TestWarmStandbyGoesWithTheRunner(t *testing.T) {
 	}
 }
 
-// TestStopForRestart: a stop for a restart freezes the job's main process
-// (torchrun): its own SIGTERM handler never runs, so it prints nothing,
-// while its children get SIGTERM and their grace; it is killed once it is
-// alone, and nothing is left.
-func TestStopForRestart(t *testing.T) {
+// TestStopFreezesMain: a stop of a relayed job freezes the job's main
+// process (torchrun): its own SIGTERM handler never runs, so it prints
+// nothing, while its children get SIGTERM and their grace; it is killed
+// once it is alone, and nothing is left.
+func TestStopFreezesMain(t *testing.T) {
 	l := newTestLocal(t)
 	dir := t.TempDir()
 	childTerm := filepath.Join(dir, "child-term")
 	job := Job{Argv: []string{"sh", "-c", `trap 'echo main got TERM' TERM
 sh -c 'trap "echo child > ` + childTerm + `; exit 0" TERM; while :; do sleep 0.05; done' &
-echo ready; wait; wait`}, Grace: 5 * time.Second}
+echo ready; wait; wait`}, Grace: 5 * time.Second, Relay: true}
 	var out syncBuffer
 	p, err := l.Start(context.Background(), job, &out, &out)
 	if err != nil {
@@ -225,7 +225,7 @@ echo ready; wait; wait`}, Grace: 5 * time.Second}
 	}
 	time.Sleep(100 * time.Millisecond) // the child's trap is set
 	start := time.Now()
-	p.(QuickStopper).StopForRestart()
+	p.Stop(false)
 	code, err := p.Wait()
 	took := time.Since(start)
 	if err != nil || code != 128+9 {

@@ -53,9 +53,6 @@ type agentOf interface{ agent() *agentProcess }
 func (p *agentProcess) agent() *agentProcess  { return p }
 func (p *remoteProcess) agent() *agentProcess { return p.Process.(agentOf).agent() }
 
-// StopForRestart implements QuickStopper.
-func (p *remoteProcess) StopForRestart() { p.agent().StopForRestart() }
-
 // warmAgent is an agent on standby.
 type warmAgent struct {
 	proc     Process

@@ -6,6 +6,8 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
+	"time"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/sshexec"
@@ -71,6 +73,9 @@ type fakeProcess int
 func (p fakeProcess) Wait() (int, error) { return int(p), nil }
 func (fakeProcess) Stop(bool)            {}
 func (fakeProcess) Tell(byte)            {}
+
+func (fakeProcess) Interrupt(syscall.Signal, time.Duration) {}
+func (fakeProcess) Signal(syscall.Signal)                   {}
 
 // parse is cmdline.Parse that fails the test on an error.
 func parse(t interface {

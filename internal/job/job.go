@@ -9,6 +9,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
@@ -69,6 +70,9 @@ type UI struct {
 	// Kill, when closed, turns a graceful stop into an immediate one (a
 	// second Ctrl-C).
 	Kill <-chan struct{}
+	// Signals carries the signals to pass on to every running worker
+	// (launch.Options.Signals).
+	Signals <-chan syscall.Signal
 }
 
 func (ui UI) width() int {

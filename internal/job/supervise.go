@@ -37,7 +37,7 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 			if err := beforeAttempt(ctx, hooks, a); err != nil {
 				return nil, err
 			}
-			a.Nodes = jobs(a.Plan, r.conns, k, r.cfg.Dir, r.cfg.RunID, r.cl.Gorun.WarmRestart != "off")
+			a.Nodes = jobs(a.Plan, r.conns, k, r.jobSettings())
 			starting(hooks, a)
 			return a.Nodes, nil
 		},
@@ -53,6 +53,8 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Plain:       len(r.spec.Hosts) == 0, // one local node: print exactly what torchrun prints
 		Color:       r.ui.Color,
 		Kill:        r.ui.Kill,
+		StopGrace:   r.cl.Gorun.StopGrace,
+		Signals:     r.ui.Signals,
 	}
 	configure(hooks, &opts)
 	res, err := launch.Run(ctx, opts)
@@ -95,7 +97,7 @@ const torchrunModule = "torch.distributed.run"
 // every process of the job (wire.RunIDVar: the teardown check before a
 // restart knows them by it); warm asks for the next attempt's torchrun to
 // be started ahead (launch.Node.Workers).
-func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir, runID string, warm bool) []launch.Node {
+func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSettings) []launch.Node {
 	nodes := make([]launch.Node, 0, len(plan.Nodes))
 	for _, n := range plan.Nodes {
 		env := make(map[string]string, len(n.Env)+2)
@@ -105,8 +107,8 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir, runI
 			}
 		}
 		env[wire.RestartCountVar] = strconv.Itoa(k)
-		if runID != "" {
-			env[wire.RunIDVar] = runID
+		if js.runID != "" {
+			env[wire.RunIDVar] = js.runID
 		}
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
@@ -114,8 +116,8 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir, runI
 				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
 			}
 		}
-		job := sshexec.Job{Argv: argv, Env: env, Dir: dir}
-		if warm {
+		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass}
+		if js.warm {
 			job.Preimport = []string{torchrunModule}
 		}
 		nodes = append(nodes, launch.Node{
@@ -126,6 +128,22 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, dir, runI
 		})
 	}
 	return nodes
+}
+
+// jobSettings are what every node's job of a run shares.
+type jobSettings struct {
+	dir, runID string
+	warm       bool
+	stopGrace  time.Duration
+	pass       []int // signals passed on to the workers (Job.PassSignals)
+}
+
+func (r *run) jobSettings() jobSettings {
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", stopGrace: r.cl.Gorun.StopGrace}
+	for _, sig := range r.cl.Torchrun.PassSignals() {
+		js.pass = append(js.pass, int(sig))
+	}
+	return js
 }
 
 // localRanks reads --local-ranks-filter ("0,2"), which the parser has

@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -51,7 +53,7 @@ func Run(args []string, getenv func(string) string, stderr io.Writer) int {
 	cmd.Env = workerEnv(os.Environ(), getenv)
 	if sock := getenv(sshexec.RelaySocketVar); sock != "" {
 		if c, err := net.Dial("unix", sock); err == nil {
-			w.conn = c
+			w.conn, w.sock = c, sock
 		} else {
 			fmt.Fprintf(stderr, "gorun %s: cannot reach the node agent (%v); output goes to torchrun\n", envplan.RankCommand, err)
 		}
@@ -62,7 +64,13 @@ func Run(args []string, getenv func(string) string, stderr io.Writer) int {
 	}
 	hb, made := getenv(wire.HeartbeatFileVar), false
 	if hb == "" {
-		if f, err := os.CreateTemp("", "gorun-heartbeat-"); err == nil {
+		// In the agent's directory, which goes with the agent however
+		// this process ends.
+		dir := ""
+		if w.sock != "" {
+			dir = filepath.Dir(w.sock)
+		}
+		if f, err := os.CreateTemp(dir, "gorun-heartbeat-"); err == nil {
 			f.Close()
 			hb, made = f.Name(), true
 			cmd.Env = append(cmd.Env, wire.HeartbeatFileVar+"="+hb)
@@ -82,11 +90,13 @@ type worker struct {
 	stderr          io.Writer
 
 	conn   net.Conn   // relay socket; nil without an agent
+	sock   string     // its path
 	wmu    sync.Mutex // one frame at a time on conn
 	connOK bool
 
 	stopped  chan struct{} // closed when a stop signal arrived or a dump killed the worker
 	stopOnce sync.Once
+	gate     *signalGate // how each signal reaches the worker once
 
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
@@ -196,6 +206,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		return 127
 	}
 	pid := cmd.Process.Pid
+	w.gate = newSignalGate(func(sig syscall.Signal) { _ = unix.Kill(-pid, sig) }, w.markStopped)
 	// Our copies of the write ends go now, so the readers end with the
 	// worker's last writer.
 	closeWriteEnds()
@@ -276,14 +287,43 @@ func (w *worker) listen(ctx context.Context, pid int) {
 	for {
 		b, err := br.ReadByte()
 		if err != nil {
+			if ctx.Err() == nil {
+				w.agentGone(pid)
+			}
 			return
 		}
-		switch {
-		case b == wire.TellDump:
+		switch b {
+		case wire.TellDump:
 			w.dumpStacks(ctx, pid)
-		case b == wire.TellRAS && w.ras:
-			w.reportRAS(ctx)
+		case wire.TellRAS:
+			if w.ras {
+				w.reportRAS(ctx)
+			}
+		case sshexec.RelayStop, sshexec.RelaySignal, sshexec.RelayHad:
+			n, err := br.ReadByte()
+			if err != nil {
+				continue // the next read ends the loop
+			}
+			how := heardAsk
+			if b == sshexec.RelayHad {
+				how = heardHad
+			}
+			w.gate.hear(syscall.Signal(n), how)
 		}
+	}
+}
+
+// agentGone ends the worker when the node agent died while it ran (the
+// socket to it closed; the agent keeps it until the last process of the
+// job is gone): nothing of a job may outlive its agent. The agent's
+// directory, with the socket and the heartbeat files, goes too.
+func (w *worker) agentGone(pid int) {
+	fmt.Fprintf(w.stderr, "gorun %s: the node agent is gone; killing local rank %d's worker\n", envplan.RankCommand, w.localRank)
+	w.markStopped()
+	_ = unix.Kill(-pid, syscall.SIGKILL)
+	_ = unix.Kill(pid, syscall.SIGKILL)
+	if dir := filepath.Dir(w.sock); strings.HasPrefix(filepath.Base(dir), sshexec.RelayDirPrefix) {
+		_ = os.RemoveAll(dir)
 	}
 }
 
