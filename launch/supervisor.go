@@ -80,8 +80,8 @@ type supervisor struct {
 	interrupted bool
 	stopSig     syscall.Signal // the signal of a stop from outside
 	exited      int            // workers whose exit came in
-	started     int // workers that reported their start
-	finished    int // workers that exited 0
+	started     int            // workers that reported their start
+	finished    int            // workers that exited 0
 
 	// A node that exited non-zero, was lost or did not start, judged by
 	// torchrun's exit and failure summary.

@@ -45,9 +45,9 @@ func isPassSignal(s os.Signal) bool {
 
 // What a signal decision hears of, for one signal.
 const (
-	heardOwn  = 1 << iota // the signal reached this supervisor itself
-	heardHad              // the agent got it itself (sshexec.RelayHad)
-	heardAsk              // the head asks for it (sshexec.RelayStop, RelaySignal)
+	heardOwn = 1 << iota // the signal reached this supervisor itself
+	heardHad             // the agent got it itself (sshexec.RelayHad)
+	heardAsk             // the head asks for it (sshexec.RelayStop, RelaySignal)
 )
 
 // Timing of signal decisions.
