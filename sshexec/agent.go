@@ -342,7 +342,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			}
 		}
 		if why != "" && n > 0 {
-			a.logf("%s; %v to %d processes, SIGKILL after %v", why, sig, n, grace)
+			a.logf("%s; %s to %d processes, SIGKILL after %v", why, unix.SignalName(sig), n, grace)
 		}
 		stopGrace = grace
 		graceTimer = time.NewTimer(grace)
@@ -423,7 +423,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			// Sent to the agent itself: by Slurm to every process of the
 			// step (scancel, srun forwarding a signal), or by hand. The
 			// workers hear of it once, from their supervisors.
-			stop(sig, outsideGrace, fmt.Sprintf("got %v", sig), RelayHad)
+			stop(sig, outsideGrace, "got "+unix.SignalName(sig), RelayHad)
 		case <-ctxDone:
 			ctxDone = nil
 			stop(0, shortGrace, "cancelled", RelayStop)

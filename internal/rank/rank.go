@@ -188,6 +188,10 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 
 	sigs := make(chan os.Signal, 16)
 	signal.Notify(sigs, forwardedSignals()...)
+	// Caught (and dropped), not ignored, so the worker gets the default
+	// back: a write to a stderr whose reader died (the agent's) must not
+	// kill this process before it has cleaned up.
+	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
 	cpus, err := rankCPUs(getenv(envplan.RankCPUsVar), getenv("LOCAL_RANK"))
 	if err != nil {
@@ -318,13 +322,15 @@ func (w *worker) listen(ctx context.Context, pid int) {
 // job is gone): nothing of a job may outlive its agent. The agent's
 // directory, with the socket and the heartbeat files, goes too.
 func (w *worker) agentGone(pid int) {
-	fmt.Fprintf(w.stderr, "gorun %s: the node agent is gone; killing local rank %d's worker\n", envplan.RankCommand, w.localRank)
-	w.markStopped()
-	_ = unix.Kill(-pid, syscall.SIGKILL)
-	_ = unix.Kill(pid, syscall.SIGKILL)
+	// First: once the worker is dead, this process ends at once.
 	if dir := filepath.Dir(w.sock); strings.HasPrefix(filepath.Base(dir), sshexec.RelayDirPrefix) {
 		_ = os.RemoveAll(dir)
 	}
+	w.markStopped()
+	_ = unix.Kill(-pid, syscall.SIGKILL)
+	_ = unix.Kill(pid, syscall.SIGKILL)
+	// Likely to nobody: stderr went to the agent.
+	fmt.Fprintf(w.stderr, "gorun %s: the node agent is gone; killed local rank %d's worker\n", envplan.RankCommand, w.localRank)
 }
 
 func atoi(s string, def int) int {
