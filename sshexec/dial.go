@@ -152,38 +152,34 @@ func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
 	if err := cfg.Check(ctx); err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
-	return dialChecked(ctx, host, cfg)
-}
-
-// dialChecked is Dial after Check, with cfg.Warn already deduplicated.
-func dialChecked(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	r, err := dialUnnamed(ctx, host, cfg)
+	in := newInputs(ctx, cfg)
+	defer in.close()
+	r, err := in.dial(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
 	return r, nil
 }
 
-// dialUnnamed is dialChecked without the host's name on its error, for
-// DialAll, whose *HostError adds it.
-func dialUnnamed(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	conf, err := loadSSHConfig(cfg.SSHConfigFile, homeDir())
-	if err != nil {
-		return nil, err
+// dial connects to host with the fan-out's inputs; its error does not name
+// host (DialAll's *HostError does).
+func (in *inputs) dial(ctx context.Context, host string) (*Remote, error) {
+	if in.confErr != nil {
+		return nil, in.confErr
 	}
-	return dial(ctx, host, cfg, conf, nil, 0)
+	return in.dialVia(ctx, host, in.cfg, nil, 0)
 }
 
-// dial connects to target, through via (explicit jump hops, last one
+// dialVia connects to target, through via (explicit jump hops, last one
 // nearest the target) or else through the target's own ProxyJump.
-func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via []string, depth int) (*Remote, error) {
+func (in *inputs) dialVia(ctx context.Context, target string, cfg Config, via []string, depth int) (*Remote, error) {
 	if depth > maxJumps {
 		return nil, fmt.Errorf("ProxyJump chain longer than %d hops (does a Host pattern make the jump host jump through itself?)", maxJumps)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s, err := resolveHost(target, cfg, conf)
+	s, err := resolveHost(target, cfg, in.conf)
 	for _, w := range s.Warnings {
 		cfg.Warn(w)
 	}
@@ -205,12 +201,12 @@ func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via [
 		if len(rest) == 0 {
 			rest = nil // the first hop follows its own ssh_config
 		}
-		jump, err = dial(ctx, hop, hopCfg, conf, rest, depth+1)
+		jump, err = in.dialVia(ctx, hop, hopCfg, rest, depth+1)
 		if err != nil {
 			return nil, fmt.Errorf("jump host %s: %w", hop, err)
 		}
 	}
-	r, err := connect(ctx, target, s, cfg, jump)
+	r, err := in.connect(ctx, target, s, cfg, jump)
 	if err != nil {
 		if jump != nil {
 			jump.Close()
@@ -222,7 +218,7 @@ func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via [
 
 // connect dials s.HostName (directly or through jump), authenticates and
 // verifies the host key, then starts the keepalive.
-func connect(ctx context.Context, target string, s hostSettings, cfg Config, jump *Remote) (*Remote, error) {
+func (in *inputs) connect(ctx context.Context, target string, s hostSettings, cfg Config, jump *Remote) (*Remote, error) {
 	addr := net.JoinHostPort(s.HostName, strconv.Itoa(s.Port))
 	keyName := addr
 	if s.HostKeyAlias != "" {
@@ -233,7 +229,7 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 			return nil, err
 		}
 	}
-	hk := &hostKeys{userFiles: s.KnownHosts, globalFiles: s.GlobalKnown, acceptNew: s.AcceptNew, hash: s.HashKnownHosts}
+	hk := &hostKeys{userFiles: s.KnownHosts, globalFiles: s.GlobalKnown, acceptNew: s.AcceptNew, hash: s.HashKnownHosts, known: in.known}
 	algos, err := hk.algorithms(keyName)
 	if err != nil {
 		return nil, err
@@ -241,7 +237,7 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 
 	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
 	defer cancel()
-	auth, err := newAuth(ctx, s, cfg.Identity != "", cfg.Warn)
+	auth, err := newAuthFrom(ctx, s, cfg.Identity != "", cfg.Warn, in)
 	if err != nil {
 		return nil, err
 	}

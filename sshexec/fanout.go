@@ -106,10 +106,14 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 			unique = append(unique, h)
 		}
 	}
+	// ssh_config, known_hosts, identities and the agent: read once, for
+	// every dial.
+	in := newInputs(ctx, cfg)
+	defer in.close()
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))
 	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
-		r, err := dialUnnamed(ctx, h, cfg) // the *HostError names h
+		r, err := in.dial(ctx, h) // the *HostError names h
 		if err != nil {
 			return err
 		}
