@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 )
@@ -45,7 +46,10 @@ type Config struct {
 	// block it cannot evaluate, an Include it could not read, an identity
 	// file ssh would refuse. It is called before connecting, so also for a
 	// dial that then fails; at most once per distinct message within one
-	// Dial or DialAll, and never concurrently. Nil drops them.
+	// Dial or DialAll, and never concurrently. A notice naming its node
+	// that more than 8 nodes get alike is passed for the first 8, then
+	// once more, when DialAll ends, as "N more nodes alike (HOSTLIST):
+	// the first one's message". Nil drops them.
 	Warn func(msg string)
 }
 
@@ -118,28 +122,82 @@ func checkKnownHosts(path string, acceptNew bool) error {
 }
 
 // warner passes each distinct message to a Warn callback once, one call at
-// a time, however many dials run in parallel.
+// a time, however many dials run in parallel. A notice about one node
+// (forHost) that more than collapseAbove nodes get alike is passed for
+// the first collapseAbove of them; flush then says, in one message, which
+// others got it too.
 type warner struct {
-	fn   func(string)
-	mu   sync.Mutex
-	seen map[string]bool
+	fn     func(string)
+	mu     sync.Mutex
+	seen   map[string]bool
+	shapes map[string]*notice
+	order  []*notice
 }
 
-// withWarner returns cfg with Warn deduplicated (and never nil).
-func withWarner(cfg Config) Config {
-	w := &warner{fn: cfg.Warn, seen: map[string]bool{}}
+// notice is one per-node notice, with the node's name taken out.
+type notice struct {
+	first string   // the first node's message
+	more  []string // nodes past collapseAbove that got it too
+	n     int
+}
+
+// withWarner returns cfg with Warn deduplicated (and never nil), and the
+// warner behind it.
+func withWarner(cfg Config) (Config, *warner) {
+	w := &warner{fn: cfg.Warn, seen: map[string]bool{}, shapes: map[string]*notice{}}
 	cfg.Warn = w.warn
-	return cfg
+	return cfg, w
 }
 
 func (w *warner) warn(msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.say(msg)
+}
+
+func (w *warner) say(msg string) {
 	if w.seen[msg] || w.fn == nil {
 		return
 	}
 	w.seen[msg] = true
 	w.fn(msg)
+}
+
+// forHost passes msg, a notice that may name host, collapsing it with the
+// same notice for other hosts past collapseAbove of them.
+func (w *warner) forHost(host, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen[msg] || w.fn == nil || host == "" || !strings.Contains(msg, host) {
+		w.say(msg)
+		return
+	}
+	shape := strings.ReplaceAll(msg, host, "\x00")
+	nt := w.shapes[shape]
+	if nt == nil {
+		nt = &notice{first: msg}
+		w.shapes[shape] = nt
+		w.order = append(w.order, nt)
+	}
+	nt.n++
+	if nt.n <= collapseAbove {
+		w.say(msg)
+		return
+	}
+	w.seen[msg] = true
+	nt.more = append(nt.more, host)
+}
+
+// flush says which nodes got a collapsed notice too.
+func (w *warner) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, nt := range w.order {
+		if len(nt.more) > 0 {
+			w.fn(fmt.Sprintf("%d more nodes alike (%s): %s", len(nt.more), hosts.Compress(nt.more), nt.first))
+		}
+		nt.more = nil
+	}
 }
 
 // Dial connects to host ("node1", "alice@node1", "node1:2222") the way
@@ -148,11 +206,11 @@ func (w *warner) warn(msg string) {
 // bounds the whole dial, the SSH handshake included (the connection is
 // closed when ctx ends); ConnectTimeout bounds each hop.
 func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	cfg = withWarner(cfg)
+	cfg, w := withWarner(cfg)
 	if err := cfg.Check(ctx); err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
-	in := newInputs(ctx, cfg)
+	in := newInputs(ctx, cfg, w)
 	defer in.close()
 	r, err := in.dial(ctx, host)
 	if err != nil {
@@ -181,7 +239,7 @@ func (in *inputs) dialVia(ctx context.Context, target string, cfg Config, via []
 	}
 	s, err := resolveHost(target, cfg, in.conf)
 	for _, w := range s.Warnings {
-		cfg.Warn(w)
+		in.warn.forHost(s.Alias, w)
 	}
 	if err != nil {
 		return nil, err

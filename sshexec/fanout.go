@@ -76,7 +76,8 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 // nil, so it can report on every node in one pass. cfg.Warn hears each
 // distinct warning once for the whole call.
 func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[string]*Remote, error) {
-	cfg = withWarner(cfg)
+	cfg, w := withWarner(cfg)
+	defer w.flush()
 	if err := cfg.Check(ctx); err != nil {
 		return map[string]*Remote{}, err
 	}
@@ -90,7 +91,7 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 	}
 	// ssh_config, known_hosts, identities and the agent: read once, for
 	// every dial.
-	in := newInputs(ctx, cfg)
+	in := newInputs(ctx, cfg, w)
 	defer in.close()
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))

@@ -22,7 +22,8 @@ import (
 // everything afresh. What a file said when it was read is what every dial
 // of the fan-out uses (see knownHosts for the one exception, accept-new).
 type inputs struct {
-	cfg             Config // Warn deduplicated
+	cfg             Config // Warn deduplicated: warn's
+	warn            *warner
 	home, localUser string
 	conf            *sshConfig
 	confErr         error // every dial fails with it
@@ -43,9 +44,10 @@ type identityEntry struct {
 // newInputs reads ssh_config (the rest is read on first use) and connects
 // to ssh-agent lazily, within ctx, which bounds the fan-out: when it ends,
 // the agent connection is cut.
-func newInputs(ctx context.Context, cfg Config) *inputs {
+func newInputs(ctx context.Context, cfg Config, w *warner) *inputs {
 	in := &inputs{
 		cfg:       cfg,
+		warn:      w,
 		home:      homeDir(),
 		localUser: currentUser(),
 		known:     newKnownHosts(),

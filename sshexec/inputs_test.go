@@ -359,3 +359,36 @@ func kvs(hc hostConfig) []string {
 	}
 	return s
 }
+
+// TestDialAllCollapsesPerNodeNotices: a notice naming its node is passed
+// for the first collapseAbove nodes, then once more for all the others.
+func TestDialAllCollapsesPerNodeNotices(t *testing.T) {
+	home := isolate(t)
+	conf := fmt.Sprintf("Host n*\n  HostName 127.0.0.1\n  Port %d\n  StrictHostKeyChecking no\n", refusedPort(t))
+	var warnings []string
+	cfg := Config{
+		SSHConfigFile: writeFile(t, filepath.Join(home, "cfg"), conf, 0o600),
+		KnownHosts:    os.DevNull,
+		Warn:          func(msg string) { warnings = append(warnings, msg) },
+	}
+	var names []string
+	for i := range 20 {
+		names = append(names, fmt.Sprintf("n%d", i))
+	}
+	remotes, err := DialAll(context.Background(), names, cfg, 1)
+	closeRemotes(remotes)
+	if err == nil {
+		t.Fatal("refused ports connected")
+	}
+	if len(warnings) != collapseAbove+1 {
+		t.Fatalf("%d warnings, want %d:\n%s", len(warnings), collapseAbove+1, strings.Join(warnings, "\n"))
+	}
+	for i, w := range warnings[:collapseAbove] {
+		if !strings.Contains(w, fmt.Sprintf("host n%d: StrictHostKeyChecking no ignored", i)) {
+			t.Errorf("warning %d = %q", i, w)
+		}
+	}
+	if last := warnings[collapseAbove]; !strings.HasPrefix(last, "12 more nodes alike (n[8-19]): ssh config: host n0: StrictHostKeyChecking no ignored") {
+		t.Errorf("summary = %q", last)
+	}
+}
