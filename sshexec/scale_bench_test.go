@@ -65,7 +65,7 @@ func cpuTime() time.Duration {
 // the refused TCP connect. cpu-ms/node is the process's CPU (user+system)
 // per node; it should not grow with N.
 func BenchmarkDialAllRefused(b *testing.B) {
-	for _, n := range []int{32, 256, 1024} {
+	for _, n := range []int{32, 256, 1024, 4096} {
 		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) {
 			names, cfg := scaleCluster(b, n)
 			var lines int
