@@ -193,6 +193,8 @@ func hostileCases() []hostileCase {
 		{name: "identity readable by others", setup: file("id_loose", "-----BEGIN OPENSSH PRIVATE KEY-----\n", 0o644), args: []string{"--ssh-identity", "id_loose", hosts2, "train.py"}, code: 2, where: "id_loose", fix: "chmod 600"},
 		{name: "two unreachable nodes, one line each", setup: refusedNodes, args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hosts", "nodea,nodeb", "--preflight", "off", "x.py"},
 			code: 2, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
+		{name: "1024 unreachable nodes, a handful of lines", setup: refusedManyNodes(1024), args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hostfile", "hf", "--preflight", "off", "x.py"},
+			code: 2, where: "1024 nodes refused the connection: n[0-1023]", fix: "e.g. node n0: ", check: atMostLines(4)},
 
 		// Exit codes and usage.
 		{name: "hosts with an unknown option", args: []string{"hosts", "--bogus"}, code: 2, where: "gorun hosts", fix: "--hostfile"},
@@ -264,6 +266,34 @@ func refusedNodes(t *testing.T, dir string) {
 	write(t, filepath.Join(dir, "F"), "Host nodea\n  HostName 127.0.0.1\n  Port 1\nHost nodeb\n  HostName 127.0.0.1\n  Port 2\n", 0o600)
 	write(t, filepath.Join(dir, "kh"), "", 0o600)
 	write(t, filepath.Join(dir, "x.py"), "print('hi')\n", 0o644)
+}
+
+// refusedManyNodes writes an ssh_config F and a hostfile hf of n nodes
+// n0, n1, ... on a loopback port nothing listens on, a known_hosts kh with
+// a line per node (as a generated cluster's head has), and x.py.
+func refusedManyNodes(n int) func(t *testing.T, dir string) {
+	return func(t *testing.T, dir string) {
+		var conf, hf, kh strings.Builder
+		for i := range n {
+			fmt.Fprintf(&conf, "Host n%d\n  HostName 127.0.%d.%d\n  Port 1\n", i, i/250, i%250+1)
+			fmt.Fprintf(&hf, "n%d slots=1\n", i)
+			fmt.Fprintf(&kh, "[127.0.%d.%d]:1 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIOMqqnkVzrm0SdG6UOoqKLsabgH5C9okWi0dh2l9GKJl\n", i/250, i%250+1)
+		}
+		write(t, filepath.Join(dir, "F"), conf.String(), 0o600)
+		write(t, filepath.Join(dir, "hf"), hf.String(), 0o644)
+		write(t, filepath.Join(dir, "kh"), kh.String(), 0o600)
+		write(t, filepath.Join(dir, "x.py"), "print('hi')\n", 0o644)
+	}
+}
+
+// atMostLines asserts that stderr holds at most n lines.
+func atMostLines(n int) func(*testing.T, result) {
+	return func(t *testing.T, r result) {
+		t.Helper()
+		if got := strings.Count(strings.TrimSuffix(r.stderr, "\n"), "\n") + 1; got > n {
+			t.Errorf("%d lines of stderr, want at most %d:\n%.2000s", got, n, r.stderr)
+		}
+	}
 }
 
 // oneLinePerNode asserts that stderr names each node on exactly one line

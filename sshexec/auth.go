@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
-	"net"
 	"os"
 	"strings"
 	"sync"
@@ -14,18 +13,17 @@ import (
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
-	sshagent "golang.org/x/crypto/ssh/agent"
 )
 
 // auth holds the keys offered for one login.
 type auth struct {
-	keys      []ssh.Signer
-	agent     sshagent.ExtendedAgent
-	conn      net.Conn
-	stopAfter func() bool     // unregisters the ctx watch on conn
-	only      bool            // IdentitiesOnly: agent keys only if they match a file
-	allowed   map[string]bool // public keys of the identity files (for IdentitiesOnly)
-	tried     []string
+	ctx     context.Context // the dial's: bounds each wait on the agent
+	keys    []ssh.Signer
+	agent   *agentConn      // nil when there is none
+	owned   bool            // agent is this login's own, closed with it
+	only    bool            // IdentitiesOnly: agent keys only if they match a file
+	allowed map[string]bool // public keys of the identity files (for IdentitiesOnly)
+	tried   []string
 
 	once sync.Once
 	list []ssh.Signer
@@ -46,18 +44,41 @@ var defaultIdentities = []string{"id_ed25519", "id_ecdsa", "id_rsa"}
 // with no agent holding them. Skipped files are listed in a refused
 // login's error.
 func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(string)) (*auth, error) {
-	a := &auth{only: s.IdentitiesOnly, allowed: map[string]bool{}}
+	return newAuthFrom(ctx, s, explicitFirst, warn, nil)
+}
+
+// newAuthFrom is newAuth with the fan-out's shared inputs: the identity
+// files read once and one agent connection for every dial. With nil, it
+// reads the files and connects to the agent for this login alone.
+func newAuthFrom(ctx context.Context, s hostSettings, explicitFirst bool, warn func(string), in *inputs) (*auth, error) {
+	a := &auth{ctx: ctx, only: s.IdentitiesOnly, allowed: map[string]bool{}}
 	files := s.IdentityFiles
 	if len(files) == 0 {
+		home := homeDir()
+		if in != nil {
+			home = in.home
+		}
 		for _, f := range defaultIdentities {
-			files = append(files, homeDir()+"/.ssh/"+f)
+			files = append(files, home+"/.ssh/"+f)
 		}
 	}
+	read := readIdentity
+	ag := newAgentConn(ctx)
+	if in != nil {
+		read, ag = in.identity, in.agent
+	} else {
+		a.owned = true
+	}
 	// The agent first: whether it is there decides what an encrypted key means.
-	noAgent := a.connectAgent(ctx)
+	noAgent := ag.connect(ctx)
+	if noAgent == "" {
+		a.agent = ag
+	} else if a.owned {
+		ag.close()
+	}
 	for i, f := range files {
 		explicit := i == 0 && explicitFirst
-		id, err := readIdentity(f)
+		id, err := read(f)
 		if err != nil {
 			switch {
 			case explicit:
@@ -104,27 +125,10 @@ func newAuth(ctx context.Context, s hostSettings, explicitFirst bool, warn func(
 	return a, nil
 }
 
-// connectAgent connects to the ssh-agent at SSH_AUTH_SOCK, bounded by ctx.
-// It returns why there is none, or "".
-func (a *auth) connectAgent(ctx context.Context) string {
-	sock := os.Getenv("SSH_AUTH_SOCK")
-	if sock == "" {
-		return "SSH_AUTH_SOCK is not set (no ssh-agent)"
-	}
-	c, err := (&net.Dialer{}).DialContext(ctx, "unix", sock)
-	if err != nil {
-		return fmt.Sprintf("the ssh-agent at SSH_AUTH_SOCK=%s is unreachable (%v)", sock, err)
-	}
-	// Every agent request is a blocking exchange on c: ctx's end cuts it.
-	a.stopAfter = context.AfterFunc(ctx, func() { c.Close() })
-	a.conn, a.agent = c, sshagent.NewClient(c)
-	return ""
-}
-
 // agentHolds reports whether the agent offers pub (true when it cannot
 // tell, so a flaky agent does not turn into a false "not loaded").
 func (a *auth) agentHolds(pub ssh.PublicKey) bool {
-	keys, err := a.agent.List()
+	keys, err := a.agent.list(a.ctx)
 	if err != nil {
 		return true
 	}
@@ -191,7 +195,7 @@ func (a *auth) collect() []ssh.Signer {
 		seen[string(k.PublicKey().Marshal())] = true
 	}
 	if a.agent != nil {
-		ks, err := a.agent.Signers()
+		ks, err := a.agent.signerList(a.ctx)
 		if err == nil {
 			n := 0
 			for _, k := range ks {
@@ -216,12 +220,11 @@ func (a *auth) describe() string {
 	return strings.Join(a.tried, ", ")
 }
 
+// close ends the login's own agent connection; a shared one is the
+// fan-out's to close.
 func (a *auth) close() {
-	if a.stopAfter != nil {
-		a.stopAfter()
-	}
-	if a.conn != nil {
-		a.conn.Close()
+	if a.owned && a.agent != nil {
+		a.agent.close()
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
 )
@@ -45,7 +46,10 @@ type Config struct {
 	// block it cannot evaluate, an Include it could not read, an identity
 	// file ssh would refuse. It is called before connecting, so also for a
 	// dial that then fails; at most once per distinct message within one
-	// Dial or DialAll, and never concurrently. Nil drops them.
+	// Dial or DialAll, and never concurrently. A notice naming its node
+	// that more than 8 nodes get alike is passed for the first 8, then
+	// once more, when DialAll ends, as "N more nodes alike (HOSTLIST):
+	// the first one's message". Nil drops them.
 	Warn func(msg string)
 }
 
@@ -118,28 +122,82 @@ func checkKnownHosts(path string, acceptNew bool) error {
 }
 
 // warner passes each distinct message to a Warn callback once, one call at
-// a time, however many dials run in parallel.
+// a time, however many dials run in parallel. A notice about one node
+// (forHost) that more than collapseAbove nodes get alike is passed for
+// the first collapseAbove of them; flush then says, in one message, which
+// others got it too.
 type warner struct {
-	fn   func(string)
-	mu   sync.Mutex
-	seen map[string]bool
+	fn     func(string)
+	mu     sync.Mutex
+	seen   map[string]bool
+	shapes map[string]*notice
+	order  []*notice
 }
 
-// withWarner returns cfg with Warn deduplicated (and never nil).
-func withWarner(cfg Config) Config {
-	w := &warner{fn: cfg.Warn, seen: map[string]bool{}}
+// notice is one per-node notice, with the node's name taken out.
+type notice struct {
+	first string   // the first node's message
+	more  []string // nodes past collapseAbove that got it too
+	n     int
+}
+
+// withWarner returns cfg with Warn deduplicated (and never nil), and the
+// warner behind it.
+func withWarner(cfg Config) (Config, *warner) {
+	w := &warner{fn: cfg.Warn, seen: map[string]bool{}, shapes: map[string]*notice{}}
 	cfg.Warn = w.warn
-	return cfg
+	return cfg, w
 }
 
 func (w *warner) warn(msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.say(msg)
+}
+
+func (w *warner) say(msg string) {
 	if w.seen[msg] || w.fn == nil {
 		return
 	}
 	w.seen[msg] = true
 	w.fn(msg)
+}
+
+// forHost passes msg, a notice that may name host, collapsing it with the
+// same notice for other hosts past collapseAbove of them.
+func (w *warner) forHost(host, msg string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.seen[msg] || w.fn == nil || host == "" || !strings.Contains(msg, host) {
+		w.say(msg)
+		return
+	}
+	shape := strings.ReplaceAll(msg, host, "\x00")
+	nt := w.shapes[shape]
+	if nt == nil {
+		nt = &notice{first: msg}
+		w.shapes[shape] = nt
+		w.order = append(w.order, nt)
+	}
+	nt.n++
+	if nt.n <= collapseAbove {
+		w.say(msg)
+		return
+	}
+	w.seen[msg] = true
+	nt.more = append(nt.more, host)
+}
+
+// flush says which nodes got a collapsed notice too.
+func (w *warner) flush() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, nt := range w.order {
+		if len(nt.more) > 0 {
+			w.fn(fmt.Sprintf("%d more nodes alike (%s): %s", len(nt.more), hosts.Compress(nt.more), nt.first))
+		}
+		nt.more = nil
+	}
 }
 
 // Dial connects to host ("node1", "alice@node1", "node1:2222") the way
@@ -148,44 +206,40 @@ func (w *warner) warn(msg string) {
 // bounds the whole dial, the SSH handshake included (the connection is
 // closed when ctx ends); ConnectTimeout bounds each hop.
 func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	cfg = withWarner(cfg)
+	cfg, w := withWarner(cfg)
 	if err := cfg.Check(ctx); err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
-	return dialChecked(ctx, host, cfg)
-}
-
-// dialChecked is Dial after Check, with cfg.Warn already deduplicated.
-func dialChecked(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	r, err := dialUnnamed(ctx, host, cfg)
+	in := newInputs(ctx, cfg, w)
+	defer in.close()
+	r, err := in.dial(ctx, host)
 	if err != nil {
 		return nil, fmt.Errorf("node %s: %w", host, err)
 	}
 	return r, nil
 }
 
-// dialUnnamed is dialChecked without the host's name on its error, for
-// DialAll, whose *HostError adds it.
-func dialUnnamed(ctx context.Context, host string, cfg Config) (*Remote, error) {
-	conf, err := loadSSHConfig(cfg.SSHConfigFile, homeDir())
-	if err != nil {
-		return nil, err
+// dial connects to host with the fan-out's inputs; its error does not name
+// host (DialAll's *HostError does).
+func (in *inputs) dial(ctx context.Context, host string) (*Remote, error) {
+	if in.confErr != nil {
+		return nil, in.confErr
 	}
-	return dial(ctx, host, cfg, conf, nil, 0)
+	return in.dialVia(ctx, host, in.cfg, nil, 0)
 }
 
-// dial connects to target, through via (explicit jump hops, last one
+// dialVia connects to target, through via (explicit jump hops, last one
 // nearest the target) or else through the target's own ProxyJump.
-func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via []string, depth int) (*Remote, error) {
+func (in *inputs) dialVia(ctx context.Context, target string, cfg Config, via []string, depth int) (*Remote, error) {
 	if depth > maxJumps {
 		return nil, fmt.Errorf("ProxyJump chain longer than %d hops (does a Host pattern make the jump host jump through itself?)", maxJumps)
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
 	}
-	s, err := resolveHost(target, cfg, conf)
+	s, err := resolveHost(target, cfg, in.conf)
 	for _, w := range s.Warnings {
-		cfg.Warn(w)
+		in.warn.forHost(s.Alias, w)
 	}
 	if err != nil {
 		return nil, err
@@ -205,12 +259,12 @@ func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via [
 		if len(rest) == 0 {
 			rest = nil // the first hop follows its own ssh_config
 		}
-		jump, err = dial(ctx, hop, hopCfg, conf, rest, depth+1)
+		jump, err = in.dialVia(ctx, hop, hopCfg, rest, depth+1)
 		if err != nil {
 			return nil, fmt.Errorf("jump host %s: %w", hop, err)
 		}
 	}
-	r, err := connect(ctx, target, s, cfg, jump)
+	r, err := in.connect(ctx, target, s, cfg, jump)
 	if err != nil {
 		if jump != nil {
 			jump.Close()
@@ -222,7 +276,7 @@ func dial(ctx context.Context, target string, cfg Config, conf *sshConfig, via [
 
 // connect dials s.HostName (directly or through jump), authenticates and
 // verifies the host key, then starts the keepalive.
-func connect(ctx context.Context, target string, s hostSettings, cfg Config, jump *Remote) (*Remote, error) {
+func (in *inputs) connect(ctx context.Context, target string, s hostSettings, cfg Config, jump *Remote) (*Remote, error) {
 	addr := net.JoinHostPort(s.HostName, strconv.Itoa(s.Port))
 	keyName := addr
 	if s.HostKeyAlias != "" {
@@ -233,7 +287,7 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 			return nil, err
 		}
 	}
-	hk := &hostKeys{userFiles: s.KnownHosts, globalFiles: s.GlobalKnown, acceptNew: s.AcceptNew, hash: s.HashKnownHosts}
+	hk := &hostKeys{userFiles: s.KnownHosts, globalFiles: s.GlobalKnown, acceptNew: s.AcceptNew, hash: s.HashKnownHosts, known: in.known}
 	algos, err := hk.algorithms(keyName)
 	if err != nil {
 		return nil, err
@@ -241,7 +295,7 @@ func connect(ctx context.Context, target string, s hostSettings, cfg Config, jum
 
 	ctx, cancel := context.WithTimeout(ctx, s.ConnectTimeout)
 	defer cancel()
-	auth, err := newAuth(ctx, s, cfg.Identity != "", cfg.Warn)
+	auth, err := newAuthFrom(ctx, s, cfg.Identity != "", cfg.Warn, in)
 	if err != nil {
 		return nil, err
 	}

@@ -99,7 +99,7 @@ func silentServer(t *testing.T) (port int, accepted *atomic.Int32) {
 }
 
 // writeFile writes a test file with the given mode (whatever the umask).
-func writeFile(t *testing.T, path, content string, mode os.FileMode) string {
+func writeFile(t testing.TB, path, content string, mode os.FileMode) string {
 	t.Helper()
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		t.Fatal(err)

@@ -9,7 +9,12 @@
 // (AgentOutput), and say where they reached the node (Addr).
 //
 // Dialling reads what `ssh` reads: ssh_config with its Includes,
-// known_hosts, identity files, ssh-agent. Every file goes through
+// known_hosts, identity files, ssh-agent. Each is read once per Dial or
+// DialAll and shared by its dials (one agent connection, known_hosts and
+// ssh_config indexed by host), so a fan-out's cost per node does not grow
+// with the number of nodes the files describe; a file changed during a
+// fan-out is read again by the next one (accept-new re-reads the
+// known_hosts file it writes to, under its lock). Every file goes through
 // internal/inputfile, so a FIFO or device named by mistake is refused at
 // once instead of hanging gorun. What would fail every node alike (a
 // missing --known-hosts, a --ssh-identity ssh would refuse, an encrypted

@@ -2,7 +2,6 @@ package sshexec
 
 import (
 	"context"
-	"strings"
 	"sync"
 
 	"github.com/hashicorp/go-multierror"
@@ -23,29 +22,12 @@ type HostError struct {
 func (e *HostError) Error() string { return "node " + e.Host + ": " + e.Err.Error() }
 func (e *HostError) Unwrap() error { return e.Err }
 
-// oneLinePerError is the ErrorFormat of ForEach's multierror: one line per
-// failing host, without go-multierror's "N errors occurred:" header, tab
-// indent and trailing blank line (main escapes the tab, so a user saw
-// "\x09* node ..."). A cause of several lines is folded onto its host's
-// line, so each line stays one host's whole story.
-func oneLinePerError(errs []error) string {
-	lines := make([]string, len(errs))
-	for i, err := range errs {
-		var parts []string
-		for _, l := range strings.Split(err.Error(), "\n") {
-			if l = strings.TrimSpace(l); l != "" {
-				parts = append(parts, l)
-			}
-		}
-		lines[i] = strings.Join(parts, "; ")
-	}
-	return strings.Join(lines, "\n")
-}
-
 // ForEach calls fn for every item, at most limit at a time (limit <= 0
 // means DefaultFanout), and returns a *multierror.Error with one *HostError
 // per failing item, in input order, or nil. Its message is one line per
-// failing item, "node NAME: cause", so fn's errors need not name the host.
+// failing item, "node NAME: cause", so fn's errors need not name the host;
+// past collapseAbove failing items, items that failed alike share a line
+// (see collapseAbove).
 // It stops starting new calls once ctx ends; the items not started fail
 // with ctx's error.
 func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context.Context, host string) error) error {
@@ -94,7 +76,8 @@ func ForEach(ctx context.Context, hosts []string, limit int, fn func(ctx context
 // nil, so it can report on every node in one pass. cfg.Warn hears each
 // distinct warning once for the whole call.
 func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[string]*Remote, error) {
-	cfg = withWarner(cfg)
+	cfg, w := withWarner(cfg)
+	defer w.flush()
 	if err := cfg.Check(ctx); err != nil {
 		return map[string]*Remote{}, err
 	}
@@ -106,10 +89,14 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 			unique = append(unique, h)
 		}
 	}
+	// ssh_config, known_hosts, identities and the agent: read once, for
+	// every dial.
+	in := newInputs(ctx, cfg, w)
+	defer in.close()
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))
 	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
-		r, err := dialUnnamed(ctx, h, cfg) // the *HostError names h
+		r, err := in.dial(ctx, h) // the *HostError names h
 		if err != nil {
 			return err
 		}

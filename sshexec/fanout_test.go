@@ -4,11 +4,15 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/hashicorp/go-multierror"
+	"golang.org/x/crypto/ssh/knownhosts"
 )
 
 func TestForEachErrorFormat(t *testing.T) {
@@ -111,5 +115,80 @@ func TestDialAllRefusedOneLinePerNode(t *testing.T) {
 	// Dial alone still names the node.
 	if _, err := Dial(context.Background(), "nodea", Config{SSHConfigFile: conf, KnownHosts: kh}); err == nil || !strings.HasPrefix(err.Error(), "node nodea: ") {
 		t.Errorf("Dial error %v, want it to name nodea", err)
+	}
+}
+
+// TestForEachCollapsesAlikeFailures: up to collapseAbove failing nodes
+// print a line each; past it, nodes that failed alike share one line with
+// a count and a compressed host list, plus the first one's own line.
+func TestForEachCollapsesAlikeFailures(t *testing.T) {
+	refused := func(h string) error {
+		addr := "127.0.0." + strings.TrimPrefix(h, "n") + ":22"
+		return fmt.Errorf("connect to %s: %w", addr, &net.OpError{Op: "dial", Net: "tcp", Err: &os.SyscallError{Syscall: "connect", Err: syscall.ECONNREFUSED}})
+	}
+	names := func(n int) []string {
+		var s []string
+		for i := range n {
+			s = append(s, fmt.Sprintf("n%d", i))
+		}
+		return s
+	}
+	tests := []struct {
+		name  string
+		hosts []string
+		fail  func(h string) error
+		want  []string // lines; "…" as the last stands for one line per node
+	}{
+		{name: "at the limit: one line per node", hosts: names(collapseAbove), fail: refused,
+			want: []string{"node n0: connect to 127.0.0.0:22: dial tcp: connect: connection refused", "…"}},
+		{name: "past it: one line and an example", hosts: names(1024), fail: refused,
+			want: []string{"1024 nodes refused the connection: n[0-1023]",
+				"  e.g. node n0: connect to 127.0.0.0:22: dial tcp: connect: connection refused"}},
+		{name: "causes apart, the rare ones on their own lines", hosts: names(12), fail: func(h string) error {
+			switch h {
+			case "n3":
+				k := mustKey(t).PublicKey()
+				return &HostKeyError{Host: "n3", Kind: ErrHostKeyChanged, Key: k, Known: []knownhosts.KnownKey{{Key: k, Filename: "kh", Line: 1}}}
+			case "n5", "n6", "n7", "n9":
+				return fmt.Errorf("run true on %s at 10.1.0.%s:2222: exit code 1", h, h[1:])
+			}
+			return refused(h)
+		}, want: []string{
+			"7 nodes refused the connection: n[0-2,4,8,10-11]",
+			"  e.g. node n0: connect to 127.0.0.0:22: dial tcp: connect: connection refused",
+			"HOSTKEY",
+			"4 nodes failed alike: n[5-7,9]",
+			"  e.g. node n5: run true on n5 at 10.1.0.5:2222: exit code 1",
+		}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			err := ForEach(context.Background(), tc.hosts, 4, func(_ context.Context, h string) error { return tc.fail(h) })
+			lines := strings.Split(err.Error(), "\n")
+			want := tc.want
+			if want[len(want)-1] == "…" {
+				if len(lines) != len(tc.hosts) {
+					t.Fatalf("%d lines for %d nodes:\n%s", len(lines), len(tc.hosts), err)
+				}
+				want, lines = want[:len(want)-1], lines[:len(want)-1]
+			}
+			if len(lines) != len(want) {
+				t.Fatalf("got\n%s\nwant\n%s", err, strings.Join(want, "\n"))
+			}
+			for i := range want {
+				if want[i] == "HOSTKEY" {
+					if !strings.HasPrefix(lines[i], "node n3: HOST KEY CHANGED") {
+						t.Errorf("line %d = %q, want n3's own line", i, lines[i])
+					}
+					continue
+				}
+				if lines[i] != want[i] {
+					t.Errorf("line %d\n%q\nwant\n%q", i, lines[i], want[i])
+				}
+			}
+			if !errors.Is(err, syscall.ECONNREFUSED) {
+				t.Error("errors.Is no longer reaches the causes")
+			}
+		})
 	}
 }

@@ -4,12 +4,12 @@ import (
 	"crypto/ed25519"
 	"errors"
 	"fmt"
-	"io/fs"
 	"net"
 	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/gorun/gorun/internal/shell"
 	"golang.org/x/crypto/ssh"
@@ -71,7 +71,10 @@ type hostKeys struct {
 	userFiles   []string // UserKnownHostsFile; accept-new appends to the first
 	globalFiles []string // GlobalKnownHostsFile; read only
 	acceptNew   bool
-	hash        bool // HashKnownHosts: write hashed host names
+	hash        bool        // HashKnownHosts: write hashed host names
+	known       *knownHosts // the fan-out's files, read once; nil: h's own
+
+	once sync.Once
 }
 
 // maxKnownHosts bounds one known_hosts file: far above the largest real
@@ -79,53 +82,21 @@ type hostKeys struct {
 // a few MiB), far below what would hurt.
 const maxKnownHosts = 32 << 20
 
-// db reads the files that exist now (so keys written by a concurrent
-// accept-new are seen) into a knownhosts callback, and lists them. Each is
-// read through inputfile (bounded; a FIFO or device refused, not waited on)
-// and handed to knownhosts, which reads only by name, as an in-memory file;
-// the callback's errors name the real files.
-func (h *hostKeys) db() (ssh.HostKeyCallback, []string, error) {
-	var files, mem []string
-	real := map[string]string{}
-	for _, f := range append(append([]string{}, h.userFiles...), h.globalFiles...) {
-		b, err := readFile(f, maxKnownHosts)
-		if errors.Is(err, fs.ErrNotExist) || (err == nil && len(b) == 0) {
-			continue // nothing known there
+// set returns the known_hosts files h reads from: the fan-out's shared
+// set, or (a hostKeys made on its own, as in tests) one of its own.
+func (h *hostKeys) set() *knownHosts {
+	h.once.Do(func() {
+		if h.known == nil {
+			h.known = newKnownHosts()
 		}
-		if err != nil {
-			return nil, nil, fmt.Errorf("known_hosts: %w", err)
-		}
-		m, err := memFile(f, b)
-		if err != nil {
-			return nil, nil, fmt.Errorf("known_hosts %s: %w", f, err)
-		}
-		defer m.Close()
-		name := "/proc/self/fd/" + strconv.Itoa(int(m.Fd()))
-		files, mem = append(files, f), append(mem, name)
-		real[name] = f
-	}
-	cb, err := knownhosts.New(mem...)
-	if err != nil {
-		msg := err.Error()
-		for name, f := range real {
-			msg = strings.ReplaceAll(msg, name+":", f+":")
-		}
-		return nil, nil, fmt.Errorf("known_hosts: %s", msg)
-	}
-	return func(hostname string, remote net.Addr, key ssh.PublicKey) error {
-		err := cb(hostname, remote, key)
-		var ke *knownhosts.KeyError
-		if errors.As(err, &ke) {
-			for i := range ke.Want {
-				ke.Want[i].Filename = real[ke.Want[i].Filename]
-			}
-		}
-		var re *knownhosts.RevokedError
-		if errors.As(err, &re) {
-			re.Revoked.Filename = real[re.Revoked.Filename]
-		}
-		return err
-	}, files, nil
+	})
+	return h.known
+}
+
+// db returns a knownhosts callback for hostport over h's files, and the
+// files that hold entries.
+func (h *hostKeys) db(hostport string) (ssh.HostKeyCallback, []string, error) {
+	return h.set().db(append(append([]string{}, h.userFiles...), h.globalFiles...), hostport)
 }
 
 // memFile returns an in-memory file (memfd) holding b.
@@ -146,7 +117,7 @@ func memFile(name string, b []byte) (*os.File, error) {
 // of the keys known_hosts holds for it, so the server cannot pick a type we
 // have no record of and look "changed". nil (library default) when none.
 func (h *hostKeys) algorithms(hostport string) ([]string, error) {
-	cb, _, err := h.db()
+	cb, _, err := h.db(hostport)
 	if err != nil {
 		return nil, err
 	}
@@ -184,46 +155,51 @@ func (h *hostKeys) algorithms(hostport string) ([]string, error) {
 // name the key is recorded under (HostKeyAlias or HostName, with the port).
 func (h *hostKeys) callback(hostport string) ssh.HostKeyCallback {
 	return func(_ string, remote net.Addr, key ssh.PublicKey) error {
-		cb, files, err := h.db()
-		if err != nil {
+		err := h.verify(hostport, remote, key)
+		var herr *HostKeyError
+		if !h.acceptNew || !errors.As(err, &herr) || herr.Kind != ErrUnknownHost {
 			return err
 		}
-		err = cb(hostport, remote, key)
-		if err == nil {
-			return nil
+		return h.record(hostport, key)
+	}
+}
+
+// verify checks key against what the files hold for hostport: nil when
+// known, else a *HostKeyError (possibly wrapped) or a known_hosts error.
+func (h *hostKeys) verify(hostport string, remote net.Addr, key ssh.PublicKey) error {
+	cb, files, err := h.db(hostport)
+	if err != nil {
+		return err
+	}
+	err = cb(hostport, remote, key)
+	if err == nil {
+		return nil
+	}
+	herr := &HostKeyError{
+		Host:        knownhosts.Normalize(hostport),
+		Key:         key,
+		Fingerprint: ssh.FingerprintSHA256(key),
+		Files:       h.userFiles,
+	}
+	var ke *knownhosts.KeyError
+	var re *knownhosts.RevokedError
+	switch {
+	case errors.As(err, &re):
+		herr.Kind = ErrHostKeyChanged
+		herr.Known = []knownhosts.KnownKey{re.Revoked}
+		return fmt.Errorf("%w (the key is marked @revoked)", herr)
+	case errors.As(err, &ke) && len(ke.Want) > 0:
+		herr.Kind = ErrHostKeyChanged
+		herr.Known = ke.Want
+		return herr
+	case errors.As(err, &ke):
+		herr.Kind = ErrUnknownHost
+		if len(files) > 0 {
+			herr.Files = files
 		}
-		herr := &HostKeyError{
-			Host:        knownhosts.Normalize(hostport),
-			Key:         key,
-			Fingerprint: ssh.FingerprintSHA256(key),
-			Files:       h.userFiles,
-		}
-		var ke *knownhosts.KeyError
-		var re *knownhosts.RevokedError
-		switch {
-		case errors.As(err, &re):
-			herr.Kind = ErrHostKeyChanged
-			herr.Known = []knownhosts.KnownKey{re.Revoked}
-			return fmt.Errorf("%w (the key is marked @revoked)", herr)
-		case errors.As(err, &ke) && len(ke.Want) > 0:
-			herr.Kind = ErrHostKeyChanged
-			herr.Known = ke.Want
-			return herr
-		case errors.As(err, &ke):
-			herr.Kind = ErrUnknownHost
-			if len(files) > 0 {
-				herr.Files = files
-			}
-			if !h.acceptNew {
-				return herr
-			}
-			if err := h.record(hostport, key); err != nil {
-				return fmt.Errorf("%w; recording it (accept-new) failed: %w", herr, err)
-			}
-			return nil
-		default:
-			return fmt.Errorf("known_hosts: %w", err)
-		}
+		return herr
+	default:
+		return fmt.Errorf("known_hosts: %w", err)
 	}
 }
 
@@ -232,48 +208,72 @@ func (h *hostKeys) callback(hostport string) ssh.HostKeyCallback {
 // HashKnownHosts is set. The write is one append under an flock, so
 // concurrent dials (and other gorun processes) do not interleave lines.
 // The file is opened without blocking and must be a regular file.
+//
+// Under the lock the host is checked again: against the file as it is
+// now when it changed since it was read (another process may have
+// recorded a key for it), and against what this fan-out recorded
+// meanwhile. A key found then is the verdict: the same key is accepted
+// without a second line, a different one refused as changed.
 func (h *hostKeys) record(hostport string, key ssh.PublicKey) error {
+	unknown := h.verify(hostport, probeAddr(hostport), key)
+	fail := func(err error) error {
+		return fmt.Errorf("%w; recording it (accept-new) failed: %w", unknown, err)
+	}
 	if len(h.userFiles) == 0 {
-		return errors.New("no known_hosts file to write")
+		return fail(errors.New("no known_hosts file to write"))
 	}
 	file := h.userFiles[0]
 	if file == os.DevNull {
-		return fmt.Errorf("known_hosts is %s, where no key can be recorded: give --known-hosts a file", os.DevNull)
+		return fail(fmt.Errorf("known_hosts is %s, where no key can be recorded: give --known-hosts a file", os.DevNull))
 	}
+	set := h.set()
+	set.rec.Lock() // one record at a time in this process; flock for the others
+	defer set.rec.Unlock()
 	if err := os.MkdirAll(filepath.Dir(file), 0o700); err != nil {
-		return err
+		return fail(err)
 	}
 	f, err := os.OpenFile(file, os.O_RDWR|os.O_APPEND|os.O_CREATE|unix.O_NONBLOCK|unix.O_NOCTTY, 0o600)
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	defer f.Close()
 	st, err := f.Stat()
 	if err != nil {
-		return err
+		return fail(err)
 	}
 	if !st.Mode().IsRegular() {
-		return fmt.Errorf("%s is not a regular file", file)
+		return fail(fmt.Errorf("%s is not a regular file", file))
 	}
 	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX); err != nil {
-		return fmt.Errorf("lock %s: %w", file, err)
+		return fail(fmt.Errorf("lock %s: %w", file, err))
 	}
+	// Its size again, under the lock.
+	if st, err = f.Stat(); err != nil {
+		return fail(err)
+	}
+	set.refresh(file, st.Size())
+	err = h.verify(hostport, probeAddr(hostport), key)
+	var herr *HostKeyError
+	if !errors.As(err, &herr) || herr.Kind != ErrUnknownHost {
+		return err // recorded meanwhile: nil for the same key
+	}
+	unknown = err
 	name := knownhosts.Normalize(hostport)
 	if h.hash {
 		name = knownhosts.HashHostname(name)
 	}
 	line := name + " " + strings.TrimSpace(string(ssh.MarshalAuthorizedKey(key)))
-	// Start on a fresh line even if the file lacks a final newline (its
-	// size is read again under the lock).
-	if st, err := f.Stat(); err == nil && st.Size() > 0 {
+	// Start on a fresh line even if the file lacks a final newline.
+	if st.Size() > 0 {
 		last := make([]byte, 1)
 		if _, err := f.ReadAt(last, st.Size()-1); err == nil && last[0] != '\n' {
 			line = "\n" + line
 		}
 	}
 	if _, err := f.WriteString(line + "\n"); err != nil {
-		return fmt.Errorf("write %s: %w", file, err)
+		return fail(fmt.Errorf("write %s: %w", file, err))
 	}
+	set.appended(file, []byte(line+"\n"))
 	return nil
 }
 

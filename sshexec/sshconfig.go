@@ -23,6 +23,9 @@ import (
 type sshConfig struct {
 	files    []*configFile
 	warnings []string // what was skipped
+	// home and localUser, when set (once per fan-out), spare each
+	// resolveHost looking them up.
+	home, localUser string
 }
 
 // configFile is one parsed file. The parser would read Include files
@@ -33,6 +36,7 @@ type configFile struct {
 	name     string
 	cfg      *ssh_config.Config
 	includes [][]*configFile
+	idx      hostIndex // built once at parse; read-only afterwards
 }
 
 // includeKey stands for an Include line in the parsed text.
@@ -135,6 +139,7 @@ func parseConfigFile(name string, b []byte, home string, system bool, depth int)
 		return nil, warnings, err
 	}
 	f.cfg = cfg
+	f.index()
 	return f, warnings, nil
 }
 
@@ -210,61 +215,135 @@ func splitKeyword(line string) (key, rest string, ok bool) {
 	return key, strings.TrimSpace(rest), true
 }
 
-// get returns the first value of key for host, or "".
-func (c *sshConfig) get(host, key string) string {
+// hostConfig is what ssh_config says for one host: the key-value lines
+// of every block that matches it, in the order ssh reads them (file by
+// file, block by block, an Include's files where the Include stands).
+type hostConfig []*ssh_config.KV
+
+// forHost collects the lines that apply to host, once per dial, so each
+// keyword is then looked up among those few lines instead of across every
+// block of every file.
+func (c *sshConfig) forHost(host string) hostConfig {
+	var out hostConfig
 	for _, f := range c.files {
-		if v := f.lookup(host, key, false, nil); len(v) > 0 {
-			return v[0]
+		out = f.collect(host, out)
+	}
+	return out
+}
+
+// get returns the first value of key, or "".
+func (hc hostConfig) get(key string) string {
+	for _, kv := range hc {
+		if strings.EqualFold(kv.Key, key) {
+			return kv.Value
 		}
 	}
 	return ""
 }
 
-// getAll returns every value of key for host, across all files in order
-// (IdentityFile is cumulative in OpenSSH).
-func (c *sshConfig) getAll(host, key string) []string {
+// getAll returns every value of key in order (IdentityFile is cumulative
+// in OpenSSH).
+func (hc hostConfig) getAll(key string) []string {
 	var all []string
-	for _, f := range c.files {
-		all = f.lookup(host, key, true, all)
+	for _, kv := range hc {
+		if strings.EqualFold(kv.Key, key) {
+			all = append(all, kv.Value)
+		}
 	}
 	return all
 }
 
-// lookup appends the values of key in the blocks of f that match host to
-// out, descending into Includes where they stand; unless all, it stops at
-// the first.
-func (f *configFile) lookup(host, key string, all bool, out []string) []string {
-	n := len(out)
-	for _, h := range f.cfg.Hosts {
+// get returns the first value of key for host, or "".
+func (c *sshConfig) get(host, key string) string { return c.forHost(host).get(key) }
+
+// getAll returns every value of key for host, across all files in order.
+func (c *sshConfig) getAll(host, key string) []string { return c.forHost(host).getAll(key) }
+
+// collect appends the non-empty key-value lines of the blocks of f that
+// match host to out, descending into Includes where they stand.
+func (f *configFile) collect(host string, out hostConfig) hostConfig {
+	for _, i := range f.candidates(host) {
+		h := f.cfg.Hosts[i]
 		if !h.Matches(host) {
 			continue
 		}
 		for _, node := range h.Nodes {
 			kv, ok := node.(*ssh_config.KV)
-			if !ok {
+			if !ok || kv.Value == "" {
 				continue
 			}
-			switch {
-			case strings.EqualFold(kv.Key, includeKey):
-				i, err := strconv.Atoi(kv.Value)
-				if err != nil || i < 0 || i >= len(f.includes) {
-					continue // a user's own "GorunInclude" line
-				}
-				for _, sub := range f.includes[i] {
-					out = sub.lookup(host, key, all, out)
-					if !all && len(out) > n {
-						return out
+			if strings.EqualFold(kv.Key, includeKey) {
+				if n, err := strconv.Atoi(kv.Value); err == nil && n >= 0 && n < len(f.includes) {
+					for _, sub := range f.includes[n] {
+						out = sub.collect(host, out)
 					}
+					continue
 				}
-			case strings.EqualFold(kv.Key, key) && kv.Value != "":
-				out = append(out, kv.Value)
-				if !all {
-					return out
-				}
+				// else a user's own "GorunInclude" line: an unknown keyword
 			}
+			out = append(out, kv)
 		}
 	}
 	return out
+}
+
+// hostIndex finds the blocks of a file that may match a host without
+// trying every block's patterns: a generated cluster config has one
+// "Host nodeN" block per node, and trying them all for every node is
+// quadratic in the node count.
+type hostIndex struct {
+	literal map[string][]int // block indices by each of their patterns, for blocks of plain names only
+	others  []int            // blocks with a wildcard or a negation: always tried
+}
+
+// index builds f's hostIndex. A block whose patterns are all plain names
+// (no *, ?, or !) can only match a host spelled exactly like one of them
+// (ssh_config's patterns are case-sensitive, anchored regular expressions
+// of the escaped name); every other block stays a candidate for every
+// host. Host.Matches still decides, so the index only skips blocks that
+// could not match.
+func (f *configFile) index() {
+	f.idx.literal = map[string][]int{}
+	for i, h := range f.cfg.Hosts {
+		plain := len(h.Patterns) > 0
+		for _, p := range h.Patterns {
+			if s := p.String(); s == "" || strings.ContainsAny(s, "*?!") {
+				plain = false
+			}
+		}
+		if !plain {
+			f.idx.others = append(f.idx.others, i)
+			continue
+		}
+		for _, p := range h.Patterns {
+			s := p.String()
+			if l := f.idx.literal[s]; len(l) == 0 || l[len(l)-1] != i {
+				f.idx.literal[s] = append(l, i)
+			}
+		}
+	}
+}
+
+// candidates returns, in file order, the indices of the blocks that may
+// match host.
+func (f *configFile) candidates(host string) []int {
+	lit := f.idx.literal[host]
+	if len(lit) == 0 {
+		return f.idx.others
+	}
+	if len(f.idx.others) == 0 {
+		return lit
+	}
+	out := make([]int, 0, len(lit)+len(f.idx.others))
+	a, b := f.idx.others, lit
+	for len(a) > 0 && len(b) > 0 {
+		if a[0] < b[0] {
+			out, a = append(out, a[0]), a[1:]
+		} else {
+			out, b = append(out, b[0]), b[1:]
+		}
+	}
+	return append(append(out, a...), b...)
 }
 
 // matchCriteria are the Match keywords of OpenSSH. The parser understands
@@ -362,10 +441,16 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 		return hostSettings{}, err
 	}
 	s := hostSettings{Alias: alias, Warnings: append([]string(nil), conf.warnings...)}
-	get := func(key string) string { return conf.get(alias, key) }
+	hc := conf.forHost(alias)
+	get := hc.get
 
-	home := homeDir()
-	local := currentUser()
+	home, local := conf.home, conf.localUser
+	if home == "" {
+		home = homeDir()
+	}
+	if local == "" {
+		local = currentUser()
+	}
 
 	s.HostName = alias
 	if v := get("HostName"); v != "" {
@@ -394,7 +479,7 @@ func resolveHost(target string, cfg Config, conf *sshConfig) (hostSettings, erro
 	if cfg.Identity != "" {
 		s.IdentityFiles = append(s.IdentityFiles, expandTokens(cfg.Identity, tv))
 	}
-	for _, id := range conf.getAll(alias, "IdentityFile") {
+	for _, id := range hc.getAll("IdentityFile") {
 		s.IdentityFiles = append(s.IdentityFiles, expandTokens(id, tv))
 	}
 	s.IdentitiesOnly = strings.EqualFold(get("IdentitiesOnly"), "yes")
