@@ -47,6 +47,8 @@ type sink struct {
 	status *statusLine // nil: no status line
 
 	bounded  atomic.Bool
+	boundC   chan struct{} // closed by bound
+	boundOne sync.Once
 	dropping atomic.Bool
 	dropped  atomic.Int64 // bytes not written
 }
@@ -64,7 +66,7 @@ type sinkMsg struct {
 }
 
 func newSink(status *statusLine) *sink {
-	s := &sink{ch: make(chan sinkMsg, 8), done: make(chan struct{}), status: status}
+	s := &sink{ch: make(chan sinkMsg, 8), done: make(chan struct{}), boundC: make(chan struct{}), status: status}
 	s.pool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	go func() {
 		defer close(s.done)
@@ -119,9 +121,10 @@ func (s *sink) send(w io.Writer, b *[]byte) {
 		s.drop(b)
 		return
 	}
-	if !s.bounded.Load() {
-		s.ch <- sinkMsg{w: w, b: b}
+	select {
+	case s.ch <- sinkMsg{w: w, b: b}:
 		return
+	case <-s.boundC: // a send already waiting is bounded too
 	}
 	t := time.NewTimer(stallLimit)
 	defer t.Stop()
@@ -139,7 +142,12 @@ func (s *sink) drop(b *[]byte) {
 }
 
 // bound limits how long writes may wait from now on (see sink).
-func (s *sink) bound() { s.bounded.Store(true) }
+func (s *sink) bound() {
+	s.boundOne.Do(func() {
+		s.bounded.Store(true)
+		close(s.boundC)
+	})
+}
 
 // message writes msg (ending in a newline) to w after the output already
 // sent.

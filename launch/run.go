@@ -8,6 +8,7 @@ import (
 	"io"
 	"slices"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
@@ -280,9 +281,19 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.workers[st.LocalRank] = w
 		m.mu.Unlock()
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
-	case wire.FrameExit:
+	case sshexec.FrameLost, wire.FrameExit:
 		var ex wire.WorkerExit
-		if json.Unmarshal(p, &ex) != nil {
+		if kind == sshexec.FrameLost {
+			// A supervisor killed before its report: its worker died
+			// with it, by its parent-death signal.
+			var st wire.WorkerStarted
+			if len(p) == 0 || p[0] != wire.FrameStarted || json.Unmarshal(p[1:], &st) != nil {
+				return
+			}
+			ex = wire.WorkerExit{Rank: st.Rank, LocalRank: st.LocalRank, Code: -1, Signal: int(syscall.SIGKILL),
+				SupervisorLost: true, Time: time.Now().UnixNano()}
+			kind = wire.FrameExit
+		} else if json.Unmarshal(p, &ex) != nil {
 			return
 		}
 		m.mu.Lock()
@@ -353,6 +364,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.agentErr = newLineWriter(l, s, opts.Err)
 		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
 		m.node.Job.Relay = true
+		m.node.Job.RelayEnd = wire.FrameExit
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
 			m.warm = func() {
@@ -556,6 +568,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			o.interrupted, sv.interrupted = true, true
 			o.stopped = waiting
 			sv.stopSig = stopSignal(ctx)
+			s.bound() // before anything more is written
 			if sv.phase != phaseStopping {
 				s.message(opts.Diag, sv.stopNotice())
 				sv.stopAll(false)

@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
-
-	"golang.org/x/sys/unix"
 )
 
 // renderSummary is the closing report of a failed job on Diag: which node and
@@ -45,9 +43,4 @@ func renderSummary(f Failure, attempts int) string {
 }
 
 // signalName is "SIGKILL" for 9, or "signal 9" for a number it does not know.
-func signalName(n int) string {
-	if s := unix.SignalName(syscall.Signal(n)); s != "" {
-		return s
-	}
-	return fmt.Sprintf("signal %d", n)
-}
+func signalName(n int) string { return SignalName(syscall.Signal(n)) }

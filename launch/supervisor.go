@@ -8,6 +8,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -352,6 +353,9 @@ func (sv *supervisor) rootCause() *Failure {
 
 // exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
 func exitWords(ex wire.WorkerExit) string {
+	if ex.SupervisorLost {
+		return fmt.Sprintf("was killed by signal %d (%s): its supervisor (gorun %s) died, and the worker with it", ex.Signal, signalName(ex.Signal), envplan.RankCommand)
+	}
 	if ex.Signal != 0 {
 		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
 	}

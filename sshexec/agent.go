@@ -140,7 +140,7 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 
 	jobOut, jobErr := stdout, stderr
 	if job.Relay {
-		rl, err := startRelay(stdout)
+		rl, err := startRelay(stdout, job.RelayEnd)
 		if err != nil {
 			a.logf("%v", err)
 			return AgentExitNoStart

@@ -29,7 +29,15 @@ const (
 	// sends while the job runs: in gorun, one GPU sample or notice as JSON
 	// (telemetry.Frame). sshexec does not read it.
 	FrameTelemetry byte = 'T'
+	// FrameLost says that a relay client hung up without its last word
+	// (a frame of kind Job.RelayEnd): it was killed. The payload is the
+	// first frame it sent (kind byte, then payload, cut at lostFirstMax),
+	// which says who it was.
+	FrameLost byte = 'L'
 )
+
+// lostFirstMax bounds what FrameLost keeps of a client's first frame.
+const lostFirstMax = 4 << 10
 
 // MaxFrame bounds a frame's payload, so that a confused client cannot make
 // the agent or the head hold unbounded memory.
@@ -129,6 +137,7 @@ type relay struct {
 
 	mu    sync.Mutex // serialises writes to out and guards conns
 	out   io.Writer
+	end   byte // Job.RelayEnd
 	werr  error
 	conns map[*net.UnixConn]struct{}
 
@@ -136,7 +145,7 @@ type relay struct {
 }
 
 // startRelay listens on a fresh socket in a private directory.
-func startRelay(out io.Writer) (*relay, error) {
+func startRelay(out io.Writer, end byte) (*relay, error) {
 	dir, err := os.MkdirTemp("", RelayDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
@@ -147,7 +156,7 @@ func startRelay(out io.Writer) (*relay, error) {
 		os.RemoveAll(dir)
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	r := &relay{dir: dir, ln: ln, out: out, conns: map[*net.UnixConn]struct{}{}}
+	r := &relay{dir: dir, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{}}
 	r.readers.Add(1)
 	go r.accept()
 	return r, nil
@@ -180,16 +189,24 @@ func (r *relay) read(c *net.UnixConn) {
 		c.Close()
 	}()
 	br := bufio.NewReaderSize(c, 64<<10)
-	var buf, frame []byte
+	var buf, frame, first []byte
+	ended := false
 	for {
 		kind, payload, err := ReadFrame(br, buf)
 		if err != nil {
+			if r.end != 0 && first != nil && !ended {
+				r.write(AppendFrame(nil, FrameLost, first))
+			}
 			return
 		}
 		buf = payload[:0]
-		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry || kind == FrameStart {
+		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry || kind == FrameStart || kind == FrameLost {
 			continue // the agent's own kinds cannot be forged
 		}
+		if first == nil {
+			first = append([]byte{kind}, payload[:min(len(payload), lostFirstMax-1)]...)
+		}
+		ended = ended || kind == r.end
 		frame = AppendFrame(frame[:0], kind, payload)
 		r.write(frame)
 	}

@@ -41,6 +41,10 @@ type Job struct {
 	// by RelaySocketVar in their environment, each passed on whole, in the
 	// order it arrived. Process.Tell reaches those descendants.
 	Relay bool `json:"relay,omitempty"`
+	// RelayEnd, when set, is the frame kind with which a relay client says
+	// its last word: one that hangs up without it is reported as
+	// FrameLost.
+	RelayEnd byte `json:"relay_end,omitempty"`
 	// Sidecar, when set on a relayed job, is handed to the agent's sidecar
 	// (ServeAgentWith) as it is; sshexec does not read it. gorun puts its
 	// GPU telemetry settings here.

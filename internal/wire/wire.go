@@ -70,6 +70,10 @@ type WorkerExit struct {
 	// for) before it ended: its end is a consequence, never the cause.
 	Stopped bool  `json:"stopped"`
 	Time    int64 `json:"time_ns"`
+	// SupervisorLost: the worker's supervisor hung up without this report
+	// (it was killed), and the worker died with it (its parent-death
+	// signal, SIGKILL); the agent said so (sshexec.FrameLost).
+	SupervisorLost bool `json:"supervisor_lost,omitempty"`
 }
 
 // Failed reports whether the worker ended badly.
