@@ -88,6 +88,8 @@ type worker struct {
 	stopped  chan struct{} // closed when a stop signal arrived or a dump killed the worker
 	stopOnce sync.Once
 
+	dump stackCapture // the worker's stderr while faulthandler dumps (stacks.go)
+
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 }
@@ -246,6 +248,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	w.sendCaptured() // the stacks first: the head counts the dump done at the exit
 	ex := wire.WorkerExit{Rank: w.rank, LocalRank: w.localRank, Code: ws.ExitStatus(), Stopped: w.isStopped(), Time: end}
 	if ws.Signaled() {
 		ex.Code, ex.Signal = -1, int(ws.Signal())
