@@ -2,6 +2,7 @@ package examples
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -11,6 +12,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/hosts"
 )
 
 // Worker-level supervision on the real cluster: real sshd, Debian's real
@@ -333,8 +336,9 @@ func TestLocalRestartsOwnedByGorun(t *testing.T) {
 
 // TestClusterHangCaught: rank 3 stops making progress (a sleep), so its
 // peers wait in their next collective and the group goes silent. gorun
-// names the silent ranks, prints every one's Python stacks, and exits with
-// its hang code, within the timeout plus 5 s.
+// names the silent ranks, names rank 3 as the one stuck, with its stack,
+// and the others as waiting, and exits with its hang code, within the
+// timeout plus 5 s.
 func TestClusterHangCaught(t *testing.T) {
 	c := needCluster(t, 2)
 	mark := marker(t)
@@ -366,18 +370,22 @@ func TestClusterHangCaught(t *testing.T) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	// Every rank's stacks, prefixed with its node and local rank: the
-	// sleeping rank on the script's time.sleep line, its peers inside
-	// torch's DDP, waiting for it.
+	// The culprit lines: the sleeping rank alone, on the script's
+	// time.sleep line, with its stack; its peers inside torch's DDP (or
+	// its backward), waiting for it. The raw dumps stay off the console.
 	src, _ := os.ReadFile(script(t))
-	sleepLine := 1 + strings.Count(string(src[:bytes.Index(src, []byte("time.sleep(3600)"))]), "\n")
+	sleepLine := strconv.Itoa(1 + strings.Count(string(src[:bytes.Index(src, []byte("time.sleep(3600)"))]), "\n"))
 	for _, p := range []string{
-		`\[node1 1\]   File ".*train_ddp\.py", line ` + strconv.Itoa(sleepLine) + ` in <module>`,
-		`\[node0 0\]   File ".*torch/nn/parallel/distributed\.py", line \d+ in`,
+		`(?m)^gorun: hang: stuck: node1 rank 3 at train_ddp\.py:` + sleepLine + ` .*time\.sleep\(3600\).* — not in a collective$`,
+		`(?m)^gorun: hang: waiting: .*node0 rank 0.* in \S+ at train_ddp\.py:\d+ `,
+		`(?m)^gorun:     File ".*train_ddp\.py", line ` + sleepLine + ` in <module>$`,
 	} {
 		if !regexp.MustCompile(p).MatchString(out) {
-			t.Errorf("no stack line matching %s:\n%s", p, out)
+			t.Errorf("no line matching %s:\n%s", p, out)
 		}
+	}
+	if n := strings.Count(out, "gorun: hang: stuck:"); n != 1 {
+		t.Errorf("%d stuck lines, want 1 (no false culprit):\n%s", n, out)
 	}
 	noneLeft(t, mark, 10*time.Second)
 }
@@ -512,5 +520,90 @@ sleep 30`
 	if after, _ := filepath.Glob("/tmp/gorun-flight-recorder-*"); len(after) != len(before) {
 		t.Errorf("the nodes' dump folders were not cleared: %v", after)
 	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
+// hangScript is the issue's hang: every rank joins a gloo group, rank
+// $HANG_RANK sleeps at line 5, the others wait in the all_reduce of line 6.
+func hangScript(t *testing.T) string { return absPath(t, "testcluster/hang.py") }
+
+// checkCulprit runs the checks both hang-culprit tests share: the lines
+// wanted, in order, and no other "stuck:" line; the stacks' directory
+// printed, holding one file per rank and the stuck rank's dump on line 5.
+func checkCulprit(t *testing.T, out string, ranks, stuckRank int, want ...string) {
+	t.Helper()
+	at := 0
+	for _, w := range want {
+		i := strings.Index(out[at:], w+"\n")
+		if i < 0 {
+			t.Fatalf("output lacks, in order, %q:\n%s", w, out)
+		}
+		at += i
+	}
+	if n := strings.Count(out, "gorun: hang: stuck:"); n != 1 {
+		t.Errorf("%d stuck lines, want 1:\n%s", n, out)
+	}
+	if strings.Contains(out, "Fatal Python error") || strings.Contains(out, "Extension modules:") {
+		t.Errorf("raw dumps on the console:\n%s", out)
+	}
+	m := regexp.MustCompile(`gorun: hang: every rank's stacks, all threads: (\S+) \(`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no stacks directory printed:\n%s", out)
+	}
+	files, _ := filepath.Glob(filepath.Join(m[1], "rank-*.txt"))
+	if len(files) != ranks {
+		t.Errorf("%d rank files in %s, want %d", len(files), m[1], ranks)
+	}
+	b, err := os.ReadFile(filepath.Join(m[1], fmt.Sprintf("rank-%d.txt", stuckRank)))
+	if err != nil || !strings.Contains(string(b), `hang.py", line 5 in <module>`) {
+		t.Errorf("rank %d's file (%v):\n%s", stuckRank, err, b)
+	}
+}
+
+// TestLocalHangCulprit: one local node, 3 gloo ranks, rank 1 sleeps: one
+// culprit line names rank 1 at hang.py:5 with its source, the two others
+// wait in all_reduce at hang.py:6, rank 1's stack follows, and every
+// rank's stacks are in the run's folder under the cache directory.
+func TestLocalHangCulprit(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "HANG_RANK=1", "XDG_CACHE_HOME=" + t.TempDir()},
+		"--torchrun", shim(t), "--nproc-per-node", "3", "--hang-timeout", "20s", hangScript(t), "--tag", mark)
+	code := r.wait(t, 3*time.Minute)
+	out := r.output()
+	if code != 124 {
+		t.Fatalf("exit %d, want 124 (hang):\n%s", code, out)
+	}
+	checkCulprit(t, out, 3, 1,
+		"gorun: hang: stuck: localhost rank 1 at hang.py:5 time.sleep(3600) — not in a collective",
+		"gorun: hang: waiting: localhost rank 0, localhost rank 2 in all_reduce at hang.py:6 t = torch.ones(4); dist.all_reduce(t)",
+		"gorun:       time.sleep(3600)")
+	if !strings.Contains(out, "node:   localhost\n") || !strings.Contains(out, "stuck: localhost rank 1 at hang.py:5") {
+		t.Errorf("the summary does not name rank 1:\n%s", out)
+	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
+// TestClusterHangCulprit: the issue's case on the 3-node netns cluster,
+// gloo, 2 ranks per node: rank 4 on node2 sleeps and the other five wait
+// in all_reduce. One culprit line names node2 rank 4 at hang.py:5 with its
+// source, and only it; the five others are named as waiting in
+// all_reduce; every rank's stacks are in the directory printed.
+func TestClusterHangCulprit(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "20s",
+		"--env", "HANG_RANK=4", hangScript(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "XDG_CACHE_HOME=" + t.TempDir()}, args...)
+	code := r.wait(t, 3*time.Minute)
+	out := r.output()
+	if code != 124 {
+		t.Fatalf("exit %d, want 124 (hang):\n%s", code, out)
+	}
+	n := c.nodes
+	checkCulprit(t, out, 6, 4,
+		"gorun: hang: stuck: "+n[2]+" rank 4 at hang.py:5 time.sleep(3600) — not in a collective",
+		"gorun: hang: waiting: 5 ranks (0-3,5 on "+hosts.Compress(n)+") in all_reduce at hang.py:6 t = torch.ones(4); dist.all_reduce(t)",
+		"gorun:       time.sleep(3600)")
 	noneLeft(t, mark, 10*time.Second)
 }

@@ -35,8 +35,7 @@
 // lines up to 16 MiB are written whole). Options.Diag gets gorun's own
 // messages (failures, restarts, the final summary), in order with the output
 // written before them. With Options.Plain (one local node, where gorun
-// stands in for torchrun) lines pass through as printed, except the stacks
-// of a hang diagnosis, which name their worker.
+// stands in for torchrun) lines pass through as printed.
 //
 // # Workers
 //
@@ -62,9 +61,15 @@
 // half a second for a node reporting a worker with a code of its own.
 //
 // With Options.HangTimeout, an attempt in which no worker made progress (a
-// line, a heartbeat) for that long is hung: the silent workers are named,
-// every worker is asked for its stacks (Process.Tell), and the attempt
-// fails with ExitHang.
+// line, a heartbeat) for that long is hung: the silent workers are named
+// (one by one up to 8, else counted), every worker is asked for its stacks
+// (Process.Tell), which its supervisor sends as one wire.FrameStacks
+// frame with the source lines read on its node, and the attempt fails with
+// ExitHang. The culprit lines (culprit.go) group the ranks by where their
+// stacks say they are, a collective or a line of user code, smallest
+// group first, one "gorun: hang:" line each; the first group's first rank
+// gets its stack on Diag, and Options.SaveStacks keeps every rank's. A
+// rank stuck alone outside a collective becomes the hang's Failure.
 //
 // # Phases
 //

@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/gorun/gorun/internal/pystack"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -181,10 +182,11 @@ type member struct {
 type workerState struct {
 	started  wire.WorkerStarted
 	out, err *lineWriter
-	last     time.Time // last progress: started, a line, a heartbeat
-	joined   bool      // reached the rendezvous store
-	imported bool      // past its imports: joined, or ended (importDone)
-	done     bool      // exited or dumped its stacks
+	last     time.Time     // last progress: started, a line, a heartbeat
+	joined   bool          // reached the rendezvous store
+	imported bool          // past its imports: joined, or ended (importDone)
+	done     bool          // exited or dumped its stacks
+	stacks   *pystack.Dump // sent for a hang diagnosis (wire.FrameStacks)
 }
 
 type exit struct {
@@ -235,6 +237,17 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &si) == nil {
 			events <- event{i: m.index, kind: kind, start: si}
 		}
+	case wire.FrameStacks:
+		lr, rest, err := wire.SplitRank(p)
+		var d pystack.Dump
+		if err != nil || json.Unmarshal(rest, &d) != nil {
+			return
+		}
+		m.mu.Lock()
+		if w := m.workers[lr]; w != nil {
+			w.stacks = &d
+		}
+		m.mu.Unlock()
 	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
 		lr, rest, err := wire.SplitRank(p)
 		if err != nil {
@@ -414,7 +427,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 
 	var o outcome
-	sv := supervisor{ms: ms, opts: opts, s: s}
+	sv := supervisor{ms: ms, opts: opts, s: s, attempt: k}
 	for i, m := range ms {
 		if m.startErr != nil && sv.nodeFailure == nil {
 			sv.nodeFailure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,

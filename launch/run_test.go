@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/pystack"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -669,25 +670,63 @@ func TestRunWorkerSignalCode(t *testing.T) {
 }
 
 // TestRunHang: no worker makes progress for the timeout: the silent ranks
-// are named, every node is asked for stacks, what they print is shown, and
-// the attempt fails with ExitHang.
+// are named, every node is asked for stacks, the culprit lines say where
+// each rank is (the stuck rank first, with its stack; not the raw dumps),
+// every rank's stacks are handed to SaveStacks, and the attempt fails
+// with ExitHang, naming the stuck rank.
 func TestRunHang(t *testing.T) {
 	before := runtime.NumGoroutine()
-	dump := append(line(wire.FrameErr, 0, "Fatal Python error: Aborted\n  File \"train.py\", line 9 in <module>\n"),
-		exited(0, 0, -1, 6, true, time.Now())...)
-	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, line(wire.FrameOut, 0, "step 1\n")}}, onTell: map[byte][]byte{wire.TellDump: dump}}
+	stacks := func(lr int, d pystack.Dump) []byte {
+		return sshexec.AppendFrame(nil, wire.FrameStacks, append(wire.AppendRank(nil, lr), wire.JSON(d)...))
+	}
+	at := func(file string, line int, fn, src string) pystack.Dump {
+		return pystack.Dump{Tool: pystack.ToolFaulthandler, Text: "Fatal Python error: Aborted\n",
+			Threads: []pystack.Thread{{ID: "0x1", Current: true, Frames: []pystack.Frame{{File: file, Line: line, Func: fn, Source: src}}}}}
+	}
+	reduce := at("/venv/lib/python3.11/site-packages/torch/distributed/distributed_c10d.py", 1541, "all_reduce", "work.wait()")
+	reduce.Threads[0].Frames = append(reduce.Threads[0].Frames, pystack.Frame{File: "/w/train.py", Line: 9, Func: "<module>", Source: "dist.all_reduce(t)"})
+	var dump []byte
+	dump = append(dump, stacks(0, reduce)...)
+	dump = append(dump, exited(0, 0, -1, 6, true, time.Now())...)
+	dump = append(dump, stacks(1, at("/w/train.py", 8, "<module>", "time.sleep(3600)"))...)
+	dump = append(dump, exited(1, 1, -1, 6, true, time.Now())...)
+	quiet := script{stopCode: 143, frames: []timedFrame{{0, started(0, 0)}, {0, started(1, 1)}, {0, line(wire.FrameOut, 0, "step 1\n")}},
+		onTell: map[byte][]byte{wire.TellDump: dump}}
 	c := &cluster{plan: [][]script{{quiet}}}
 	var out, diag syncBuffer
-	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms, Out: &out, Diag: &diag})
+	var saved []RankStacks
+	var savedLines []string
+	save := func(k int, rs []RankStacks, lines []string) (string, error) {
+		saved, savedLines = rs, lines
+		return "/runs/x/attempt-0/stacks", nil
+	}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 150 * ms, Out: &out, Diag: &diag, SaveStacks: save})
 	var jf *JobFailed
 	if !errors.As(err, &jf) || jf.ExitCode() != ExitHang || jf.Failure.Phase != "hang" {
 		t.Fatalf("err = %v, want a hang", err)
 	}
-	if !strings.Contains(diag.String(), "gorun:   silent: node1 rank 0 (local rank 0)") {
-		t.Errorf("diag = %q", diag.String())
+	if f := jf.Failure; f.Rank != 1 || f.LocalRank != 1 || !strings.Contains(f.Reason, "stuck: node1 rank 1 at train.py:8 time.sleep(3600)") {
+		t.Errorf("failure = %+v, want rank 1, stuck", f)
 	}
-	if !strings.Contains(out.String(), "[node1 0] step 1\n") || !strings.Contains(out.String(), "[node1 0]   File \"train.py\", line 9 in <module>") {
-		t.Errorf("out = %q", out.String())
+	d := diag.String()
+	for _, want := range []string{
+		"gorun:   silent: node1 rank 0 (local rank 0)",
+		"gorun: hang: stuck: node1 rank 1 at train.py:8 time.sleep(3600) — not in a collective\n" +
+			"gorun: hang: waiting: node1 rank 0 in all_reduce at train.py:9 dist.all_reduce(t)\n" +
+			"gorun: hang: node1 rank 1, thread 0x1, by faulthandler (most recent call first):\n" +
+			"gorun:     File \"/w/train.py\", line 8 in <module>\n" +
+			"gorun:       time.sleep(3600)\n" +
+			"gorun: hang: every rank's stacks, all threads: /runs/x/attempt-0/stacks (one file per rank, and summary.txt)\n",
+	} {
+		if !strings.Contains(d, want) {
+			t.Errorf("diag lacks %q:\n%s", want, d)
+		}
+	}
+	if !strings.Contains(out.String(), "[node1 0] step 1\n") || strings.Contains(out.String(), "Fatal Python error") {
+		t.Errorf("out = %q, want the output, not the dumps", out.String())
+	}
+	if len(saved) != 2 || saved[0].Rank != 0 || saved[1].Rank != 1 || saved[1].Dump == nil || len(savedLines) != 2 {
+		t.Errorf("saved %+v, lines %q", saved, savedLines)
 	}
 	checkNoLeak(t, before)
 }

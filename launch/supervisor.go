@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -97,8 +98,14 @@ type supervisor struct {
 	// that follows: every worker's end after it is a consequence of the
 	// diagnosis.
 	hang        *Failure
-	dumpPending int // silent workers whose stacks (or end) are still to come
+	dumpPending int         // silent workers whose stacks (or end) are still to come
+	silent      []workerRef // the workers silent when the hang was declared
+	attempt     int         // from 0, for Options.SaveStacks
 }
+
+// workerRef names one worker of the attempt: its node's index, its local
+// rank.
+type workerRef struct{ node, lr int }
 
 // enter moves the attempt to phase next and does what entering it means:
 // ask the RAS reporter for NCCL's report, or every worker for its stacks.
@@ -130,6 +137,9 @@ type workerCause struct {
 func (sv *supervisor) stopAll(now bool) int {
 	if sv.stopAt.IsZero() {
 		sv.stopAt = time.Now()
+	}
+	if sv.phase.diagnosing() {
+		sv.reportHang() // with the stacks that came
 	}
 	sv.enter(phaseStopping)
 	n := 0
@@ -268,26 +278,38 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		}
 		return all[a].lr < all[b].lr
 	})
-	var names []string
+	var names, nodes []string
 	var b strings.Builder
 	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", wire.HeartbeatFileVar, sv.opts.HangTimeout)
+	sv.silent = sv.silent[:0]
 	for _, w := range all {
-		fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
+		if len(all) <= maxSilentLines {
+			fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
+		}
 		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
-	}
-	sv.s.message(sv.opts.Diag, b.String())
-	var nodes []string
-	for _, w := range all {
 		if !slices.Contains(nodes, w.node) {
 			nodes = append(nodes, w.node)
 		}
+		sv.silent = append(sv.silent, workerRef{w.nodeIndex, w.lr})
 	}
-	sv.hang = &Failure{Node: strings.Join(nodes, ", "), Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
-		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, strings.Join(names, ", "))}
+	who := strings.Join(names, ", ")
+	if len(all) > maxSilentLines {
+		// A thousand ranks are one line: which of them matter is the
+		// culprit lines' to say.
+		who = fmt.Sprintf("%d ranks on %d nodes (every worker still running)", len(all), len(nodes))
+		fmt.Fprintf(&b, "gorun:   silent: %s, last progress %.0fs ago\n", who, time.Since(latest).Seconds())
+	}
+	sv.s.message(sv.opts.Diag, b.String())
+	node := strings.Join(nodes, ", ")
+	if len(nodes) > maxSilentLines {
+		node = hosts.Compress(nodes)
+	}
+	sv.hang = &Failure{Node: node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
+		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, who)}
 	sv.dumpPending = len(all)
 	ras := false
 	for _, m := range sv.ms {
-		m.log.tagWorkers.Store(true) // stacks of several ranks: say whose
+		m.log.tagWorkers.Store(true) // NCCL's report, and lines of several ranks at once: say whose
 		m.mu.Lock()
 		for _, w := range m.workers {
 			ras = ras || (w.started.RASReporter && !w.done && m.running)
@@ -360,4 +382,52 @@ func exitWords(ex wire.WorkerExit) string {
 		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))
 	}
 	return fmt.Sprintf("exited with %d", ex.Code)
+}
+
+// maxSilentLines is how many silent workers a hang names one by one; past
+// it they are counted.
+const maxSilentLines = 8
+
+// reportHang groups the silent workers by where their stacks say they are
+// and prints the culprit lines, the likely culprit's stack, and where every
+// rank's stacks were kept (Options.SaveStacks). A plainly stuck rank, alone
+// in its place, becomes the hang's failure.
+func (sv *supervisor) reportHang() {
+	ranks := make([]RankStacks, 0, len(sv.silent))
+	for _, ref := range sv.silent {
+		m := sv.ms[ref.node]
+		m.mu.Lock()
+		w := m.workers[ref.lr]
+		r := RankStacks{Node: m.node.Name, NodeIndex: ref.node, Rank: w.started.Rank, LocalRank: ref.lr, Dump: w.stacks}
+		m.mu.Unlock()
+		ranks = append(ranks, r)
+	}
+	if len(ranks) == 0 {
+		return
+	}
+	groups := groupHang(ranks)
+	console, lines := renderHang(groups, len(ranks))
+	if sv.opts.SaveStacks != nil {
+		var all []RankStacks
+		for _, g := range groups {
+			all = append(all, g.ranks...)
+		}
+		slices.SortStableFunc(all, func(a, b RankStacks) int {
+			if a.NodeIndex != b.NodeIndex {
+				return a.NodeIndex - b.NodeIndex
+			}
+			return a.LocalRank - b.LocalRank
+		})
+		if dir, err := sv.opts.SaveStacks(sv.attempt, all, lines); err != nil {
+			console += fmt.Sprintf("gorun: hang: could not keep every rank's stacks: %v\n", err)
+		} else if dir != "" {
+			console += fmt.Sprintf("gorun: hang: every rank's stacks, all threads: %s (one file per rank, and summary.txt)\n", dir)
+		}
+	}
+	sv.s.message(sv.opts.Diag, console)
+	if g := groups[0]; g.stuck() && len(g.ranks) == 1 && len(groups) > 1 {
+		r := g.ranks[0]
+		sv.hang.Node, sv.hang.Rank, sv.hang.LocalRank = r.Node, r.Rank, r.LocalRank
+		sv.hang.Reason += "; " + g.line(len(ranks))
+	}
 }

@@ -66,9 +66,14 @@ type Options struct {
 	// HangTimeout, when positive, is how long the group may go without
 	// progress from any worker (an output line, or a touch of the file in
 	// $GORUN_HEARTBEAT_FILE) before the attempt counts as hung: the silent
-	// workers are named, their stacks printed, and the attempt fails with
-	// ExitHang.
+	// workers are named, their stacks gathered and grouped by where they
+	// are (the culprit lines), and the attempt fails with ExitHang.
 	HangTimeout time.Duration
+	// SaveStacks, when set, keeps every rank's stacks of a hung attempt
+	// (k from 0), with the diagnosis's lines, and returns where they are,
+	// which is printed; the console shows the likely culprit's only. It
+	// is called from Run's goroutine and may do I/O.
+	SaveStacks func(k int, ranks []RankStacks, lines []string) (string, error)
 	// LocalRanks, when not nil, are the only local ranks whose lines are
 	// printed (torchrun's --local-ranks-filter); the others' lines are kept
 	// for the failure summary.

@@ -69,6 +69,7 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 	if dir := r.cl.Gorun.FlightRecorder; dir != "" {
 		hs = append(hs, &flightRecorder{dir: dir, runID: r.cfg.RunID, runners: r.conns, diag: r.ui.Err})
 	}
+	hs = append(hs, newHangStacks(r.cl.Gorun.FlightRecorder, r.cfg.RunID))
 	if r.cfg.RunID != "" {
 		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.facts, r.ui.Err))
 	}

@@ -23,7 +23,9 @@
 //     procnet.go), and the exit;
 //   - what the head asks of it (wire.TellDump, wire.TellRAS): the worker's
 //     Python stacks (stacks.go: py-spy where installed, else faulthandler
-//     on SIGABRT), and on the one RAS reporter of the job, NCCL's RAS
+//     on SIGABRT, whose text on stderr is held until the worker is gone),
+//     read by internal/pystack with each frame's source line from the
+//     node's files and sent as one wire.FrameStacks frame; and on the one RAS reporter of the job, NCCL's RAS
 //     report and its periodic collective counts as progress (ras.go,
 //     through internal/ncclras).
 //

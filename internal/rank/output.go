@@ -26,14 +26,18 @@ func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
 			if echo != nil {
 				_, _ = echo.Write(buf[:n])
 			}
-			held = append(held, buf[:n]...)
-			cut := bytes.LastIndexByte(held, '\n') + 1
-			if len(held)-cut > maxHeld {
-				cut = len(held)
-			}
-			if cut > 0 {
-				w.send(kind, append(frame[:4], held[:cut]...))
-				held = held[:copy(held, held[cut:])]
+			if kind == wire.FrameErr && w.dump.take(held, buf[:n]) {
+				held = held[:0] // faulthandler's dump: sent whole at the end (stacks.go)
+			} else {
+				held = append(held, buf[:n]...)
+				cut := bytes.LastIndexByte(held, '\n') + 1
+				if len(held)-cut > maxHeld {
+					cut = len(held)
+				}
+				if cut > 0 {
+					w.send(kind, append(frame[:4], held[:cut]...))
+					held = held[:copy(held, held[cut:])]
+				}
 			}
 		}
 		if err != nil {

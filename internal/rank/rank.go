@@ -98,6 +98,8 @@ type worker struct {
 	stopOnce sync.Once
 	gate     *signalGate // how each signal reaches the worker once
 
+	dump stackCapture // the worker's stderr while faulthandler dumps (stacks.go)
+
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 }
@@ -261,6 +263,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		case <-time.After(20 * time.Millisecond):
 		}
 	}
+	w.sendCaptured() // the stacks first: the head counts the dump done at the exit
 	ex := wire.WorkerExit{Rank: w.rank, LocalRank: w.localRank, Code: ws.ExitStatus(), Stopped: w.isStopped(), Time: end}
 	if ws.Signaled() {
 		ex.Code, ex.Signal = -1, int(ws.Signal())

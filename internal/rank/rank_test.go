@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/pystack"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -69,6 +70,7 @@ type relayServer struct {
 	path   string
 	conn   chan net.Conn
 	frames chan frameSeen
+	stacks []pystack.Dump // FrameStacks seen by collect
 }
 
 type frameSeen struct {
@@ -135,6 +137,12 @@ func (r *relayServer) collect(t *testing.T) (started wire.WorkerStarted, out, er
 				json.Unmarshal(f.payload, &started)
 			case wire.FrameExit:
 				json.Unmarshal(f.payload, &exit)
+			case wire.FrameStacks:
+				var d pystack.Dump
+				if lr, p, err := wire.SplitRank(f.payload); err != nil || lr != 1 || json.Unmarshal(p, &d) != nil {
+					t.Errorf("stacks frame for local rank %d (%v): %q", lr, err, p)
+				}
+				r.stacks = append(r.stacks, d)
 			case wire.FrameOut, wire.FrameErr:
 				lr, text, err := wire.SplitRank(f.payload)
 				if err != nil || lr != 1 {
@@ -249,16 +257,20 @@ func TestWorkerForwardsStop(t *testing.T) {
 }
 
 // TestWorkerDumpsStacks: asked for stacks, a Python worker without py-spy
-// prints every thread's traceback through faulthandler and ends; its end
-// counts as a stop.
+// dumps every thread's traceback through faulthandler and ends; its end
+// counts as a stop. The dump goes to the head as one stacks frame, read
+// here with the script's source lines, before the exit, and not as
+// output; the worker's other stderr lines still go as output.
 func TestWorkerDumpsStacks(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		t.Skip("no python3")
 	}
+	script := filepath.Join(t.TempDir(), "stuck.py")
+	os.WriteFile(script, []byte("import sys, time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)  # here\nprint('oops', file=sys.stderr, flush=True)\nstuck()\n"), 0o644)
 	r := newRelayServer(t)
 	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=/usr/bin:/bin", "PYTHON_EXEC=" + py},
-		"--", "-c", "import time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)\nstuck()\n")
+		"--", script)
 	var own strings.Builder
 	cmd.Stderr = &own
 	if err := cmd.Start(); err != nil {
@@ -271,9 +283,19 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	if _, sig := exitCode(err); sig != syscall.SIGABRT || strings.Contains(own.String(), "goroutine") {
 		t.Errorf("supervisor ended with %v, want SIGABRT as the worker and no Go dump; stderr %q", err, own.String())
 	}
-	_, _, errOut, exit, _ := r.collect(t)
-	if !strings.Contains(errOut, "in stuck") || !strings.Contains(errOut, "Fatal Python error: Aborted") {
-		t.Errorf("stderr relayed %q, want a faulthandler traceback through stuck()", errOut)
+	_, _, errOut, exit, kinds := r.collect(t)
+	if errOut != "oops\n" {
+		t.Errorf("stderr relayed %q, want the line before the dump only", errOut)
+	}
+	if k := strings.IndexRune(kinds, rune(wire.FrameStacks)); k < 0 || k > strings.IndexRune(kinds, rune(wire.FrameExit)) || len(r.stacks) != 1 {
+		t.Fatalf("frames %q: want one stacks frame before the exit", kinds)
+	}
+	d := r.stacks[0]
+	if !strings.Contains(d.Text, "Fatal Python error: Aborted") || d.Tool != pystack.ToolFaulthandler || len(d.Threads) != 1 {
+		t.Fatalf("dump = %+v", d)
+	}
+	if f := d.Threads[0].Frames[0]; f.File != script || f.Line != 4 || f.Func != "stuck" || f.Source != "time.sleep(60)  # here" {
+		t.Errorf("innermost frame = %+v, want stuck.py:4 with its source", f)
 	}
 	if exit.Signal != int(syscall.SIGABRT) || !exit.Stopped {
 		t.Errorf("exit = %+v, want SIGABRT, stopped", exit)
@@ -341,12 +363,19 @@ func TestWorkerReportsJoin(t *testing.T) {
 }
 
 // TestWorkerDumpsWithPySpy: where py-spy is on the PATH the supervisor
-// prints its dump and the worker lives on. py-spy cannot be installed on
-// the test machines, so a script stands in for it here, checking the
-// arguments it gets; the real one is used wherever it is installed.
+// sends its dump, read from py-spy's JSON with source lines, and the
+// worker lives on. py-spy cannot be installed on the test machines, so a
+// script stands in for it here: it checks the arguments it gets and, like
+// a py-spy that cannot unwind native frames, fails with --native, so the
+// supervisor asks again without; the real one is used wherever it is
+// installed.
 func TestWorkerDumpsWithPySpy(t *testing.T) {
 	bin := t.TempDir()
-	spy := "#!/bin/sh\n[ \"$1 $2\" = \"dump --pid\" ] || exit 3\necho \"Thread $3 (idle): \\\"MainThread\\\"\"\necho '    stuck (train.py:4)'\n"
+	train := filepath.Join(bin, "train.py")
+	os.WriteFile(train, []byte("import time\n\ndef stuck():\n    time.sleep(5)\n"), 0o644)
+	spy := "#!/bin/sh\n[ \"$1 $2 $3\" = \"dump --json --pid\" ] || exit 3\n" +
+		`echo '[{"thread_id": 1, "thread_name": "MainThread", "os_thread_id": '$4', "active": false, "owns_gil": false,` +
+		` "frames": [{"name": "stuck", "filename": "` + train + `", "module": null, "short_filename": "train.py", "line": 4}]}]'` + "\n"
 	if err := os.WriteFile(filepath.Join(bin, "py-spy"), []byte(spy), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -363,8 +392,13 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 		t.Fatalf("the worker did not live on: %v", err)
 	}
 	_, out, errOut, exit, kinds := r.collect(t)
-	if !strings.Contains(errOut, "py-spy: Thread ") || !strings.Contains(errOut, "py-spy:     stuck (train.py:4)") {
-		t.Errorf("stderr relayed %q, want py-spy's dump", errOut)
+	if errOut != "" || len(r.stacks) != 1 {
+		t.Fatalf("stderr relayed %q, %d stacks frames; want the dump as one stacks frame", errOut, len(r.stacks))
+	}
+	d := r.stacks[0]
+	want := "Thread " + d.Threads[0].ID + " (idle): \"MainThread\"\n    stuck (train.py:4)\n"
+	if d.Tool != pystack.ToolPySpy || d.Text != want || len(d.Threads) != 1 || d.Threads[0].Frames[0].Source != "time.sleep(5)" {
+		t.Errorf("dump = %+v, want text %q and the source line", d, want)
 	}
 	if !strings.ContainsRune(kinds, rune(wire.FrameDumped)) || !strings.Contains(out, "still alive") || exit.Code != 0 || exit.Stopped {
 		t.Errorf("frames %q, out %q, exit %+v", kinds, out, exit)

@@ -20,12 +20,16 @@ const (
 	FrameInit     byte = 'i' // local rank: the worker joined the rendezvous store
 	FrameDumped   byte = 'd' // local rank: a requested stack dump is written
 	FrameRASDone  byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
+	// FrameStacks: local rank, then a JSON pystack.Dump: the stacks a
+	// dump asked for (TellDump), with source lines read on the node; it
+	// comes before that worker's FrameDumped or FrameExit.
+	FrameStacks byte = 'k'
 )
 
 // What the head sends, through every agent, to every worker's supervisor:
 // one byte each.
 const (
-	TellDump byte = 'D' // print the worker's Python stacks now
+	TellDump byte = 'D' // send the worker's Python stacks now (FrameStacks)
 	TellRAS  byte = 'R' // the RAS reporter: print NCCL's RAS report now
 )
 

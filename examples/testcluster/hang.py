@@ -1,0 +1,6 @@
+import os, time
+import torch, torch.distributed as dist
+dist.init_process_group("gloo"); print(f"rank {dist.get_rank()} joined", flush=True)
+if dist.get_rank() == int(os.environ.get("HANG_RANK", "4")):
+    time.sleep(3600)
+t = torch.ones(4); dist.all_reduce(t)
