@@ -121,12 +121,19 @@ gorun options:
                            timelines, attempts and failures, preflight, plan
   --warm-restart on|off    start each node's next torchrun ahead, its imports
                            done, while an attempt runs (default on)
+  --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
+                           save their state before SIGKILL (default 30s)
+
+Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
+themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2
+and --signals-to-handle's SIGALRM, SIGXCPU, SIGPWR reach every worker once and
+stop nothing.
 
 Exit codes: 0 success; the failing worker's own code (128+N for signal N);
 2 bad input, an unreachable node or a failed preflight (nothing started);
 3 a node failed its checks (or kept GPU memory) before a restart;
-124 a hang; 130 interrupted; 1 anything else (an output file not written
-included).
+124 a hang; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM); 1 anything
+else (an output file not written included).
 
 torchrun options (torchrun --help explains them; dash or underscore spelling):
 `)
