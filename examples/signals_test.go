@@ -196,6 +196,22 @@ func atoiOr(s string) int {
 	return n
 }
 
+// runPids are the processes of a local run, gorun itself included, each
+// once: a signal "to every process" reaches each once, as Slurm's does (a
+// second SIGTERM to gorun would be a second stop: kill at once).
+func runPids(r *run, mark string) []int {
+	seen := map[int]bool{r.cmd.Process.Pid: true}
+	pids := []int{r.cmd.Process.Pid}
+	for _, p := range leftovers(mark) {
+		pidText, _, _ := strings.Cut(p, " ")
+		if pid := atoiOr(pidText); pid != 0 && !seen[pid] {
+			seen[pid] = true
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
 // agentDirs are the node agents' directories there are now (the nodes
 // share this machine's /tmp).
 func agentDirs() map[string]bool {
@@ -341,13 +357,7 @@ func TestLocalSignals(t *testing.T) {
 	})
 	t.Run("SIGUSR1 to every process", func(t *testing.T) {
 		r, mark, dir := start(t, "STEPS=40")
-		pids := []int{r.cmd.Process.Pid}
-		for _, p := range leftovers(mark) {
-			pidText, _, _ := strings.Cut(p, " ")
-			if pid := atoiOr(pidText); pid != 0 {
-				pids = append(pids, pid)
-			}
-		}
+		pids := runPids(r, mark)
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGUSR1)
 		}
@@ -360,13 +370,7 @@ func TestLocalSignals(t *testing.T) {
 	})
 	t.Run("SIGTERM to every process", func(t *testing.T) {
 		r, mark, dir := start(t)
-		pids := []int{r.cmd.Process.Pid}
-		for _, p := range leftovers(mark) {
-			pidText, _, _ := strings.Cut(p, " ")
-			if pid := atoiOr(pidText); pid != 0 {
-				pids = append(pids, pid)
-			}
-		}
+		pids := runPids(r, mark)
 		for _, pid := range pids {
 			syscall.Kill(pid, syscall.SIGTERM)
 		}

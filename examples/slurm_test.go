@@ -559,3 +559,54 @@ func TestSlurmSrunGorun(t *testing.T) {
 		})
 	}
 }
+
+// TestSlurmPreemptRequeue: the preemption pattern of preempt.sbatch, end
+// to end. `scancel --signal=USR1 --batch` (what --signal=B:USR1@T sends
+// before the time limit) reaches gorun, the batch shell; every one of the
+// 6 workers gets SIGUSR1 once and saves its step; rank 0 requeues the job;
+// Slurm stops it (SIGTERM) and runs it again, and every rank resumes from
+// its checkpoint and finishes.
+func TestSlurmPreemptRequeue(t *testing.T) {
+	c := needSlurm(t, 3)
+	ckpt := t.TempDir()
+	if err := os.Chmod(ckpt, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	env := c.jobEnv(t, "CKPT_DIR="+ckpt, "STEPS=150", "TRAIN="+absPath(t, "slurm/preempt_train.py"))
+	id, outFile, _ := c.submit(t, false, env, "--nodes=3", "slurm/preempt.sbatch")
+	deadline := time.Now().Add(slurmJobTimeout)
+	waitOut := func(re *regexp.Regexp, what string) string {
+		t.Helper()
+		for {
+			b, _ := os.ReadFile(outFile)
+			if re.Match(b) {
+				return string(b)
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("job %s: %s not seen within %v:\n%s", id, what, slurmJobTimeout, b)
+			}
+			time.Sleep(200 * time.Millisecond)
+		}
+	}
+	waitOut(regexp.MustCompile(`(?m)rank 5: step=20\b`), "a training step of rank 5")
+	warn := exec.Command("scancel", "--signal=USR1", "--batch", id)
+	warn.Env = env
+	if out, err := warn.CombinedOutput(); err != nil {
+		t.Fatalf("scancel --signal=USR1 --batch %s: %v %s", id, err, out)
+	}
+	waitOut(regexp.MustCompile(`gorun: SIGUSR1 passed to 6 workers on 3 nodes`), "SIGUSR1 passed on")
+	out := waitOut(regexp.MustCompile(`(?s)run 1 of job.*(rank \d: done at step 150.*){6}`), "the requeued run's end")
+	for rank := range 6 {
+		if !regexp.MustCompile(fmt.Sprintf(`rank %d: SIGUSR1: checkpoint saved at step (\d+)`, rank)).MatchString(out) {
+			t.Errorf("rank %d saved no checkpoint on SIGUSR1", rank)
+		}
+		m := regexp.MustCompile(fmt.Sprintf(`rank %d: resumed from step (\d+)`, rank)).FindStringSubmatch(out)
+		if m == nil || m[1] == "0" {
+			t.Errorf("rank %d did not resume from its checkpoint: %v", rank, m)
+		}
+	}
+	if n := strings.Count(out, ": SIGUSR1: checkpoint saved"); n != 6 {
+		t.Errorf("%d checkpoints saved on SIGUSR1, want 6 (each worker once):\n%s", n, out)
+	}
+	c.noneLeft(t, 30*time.Second)
+}
