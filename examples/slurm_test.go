@@ -595,6 +595,21 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 		t.Fatalf("scancel --signal=USR1 --batch %s: %v %s", id, err, out)
 	}
 	waitOut(regexp.MustCompile(`gorun: SIGUSR1 passed to 6 workers on 3 nodes`), "SIGUSR1 passed on")
+	// Slurm holds a requeued job back before it may start again (its
+	// begin time moves about two minutes on, and again while the job is
+	// still completing); the test cluster starts it as soon as it can.
+	rerun := regexp.MustCompile(`run 1 of job`)
+	for time.Now().Before(deadline) {
+		if b, _ := os.ReadFile(outFile); rerun.Match(b) {
+			break
+		}
+		if c.jobState(t, env, id) == "PENDING" {
+			up := exec.Command("scontrol", "update", "JobId="+id, "StartTime=now")
+			up.Env = env
+			_ = up.Run()
+		}
+		time.Sleep(time.Second)
+	}
 	out := waitOut(regexp.MustCompile(`(?s)run 1 of job.*(rank \d: done at step 150.*){6}`), "the requeued run's end")
 	for rank := range 6 {
 		if !regexp.MustCompile(fmt.Sprintf(`rank %d: SIGUSR1: checkpoint saved at step (\d+)`, rank)).MatchString(out) {

@@ -3,8 +3,10 @@ requeue, and resumes from its checkpoint when the job runs again.
 
 Each rank keeps its step in CKPT_DIR/rank<R>.step, written atomically. On
 SIGUSR1 (Slurm's warning, passed on by gorun) it saves at once; rank 0
-then runs `scontrol requeue $SLURM_JOB_ID`, and Slurm stops the job and
-starts it again. A run that finds a checkpoint says "resumed from step N".
+waits until every rank has saved (a training script would use a barrier;
+this one needs no torch, so the files are the barrier), then runs
+`scontrol requeue $SLURM_JOB_ID`, and Slurm stops the job and starts it
+again. A run that finds a checkpoint says "resumed from step N".
 No torch is needed: what is shown is the signal path, not the model.
 
 Environment: CKPT_DIR (required), STEPS=200, STEP_SLEEP=0.1.
@@ -12,7 +14,9 @@ Environment: CKPT_DIR (required), STEPS=200, STEP_SLEEP=0.1.
 import os, signal, subprocess, sys, time
 
 rank = int(os.environ["RANK"])
-ckpt = os.path.join(os.environ["CKPT_DIR"], f"rank{rank}.step")
+world = int(os.environ["WORLD_SIZE"])
+ckpt_dir = os.environ["CKPT_DIR"]
+ckpt = os.path.join(ckpt_dir, f"rank{rank}.step")
 steps = int(os.environ.get("STEPS", "200"))
 step_sleep = float(os.environ.get("STEP_SLEEP", "0.1"))
 
@@ -58,8 +62,15 @@ while step < steps:
     if warned:
         warned = False
         save(step)
+        with open(os.path.join(ckpt_dir, f"rank{rank}.saved-{os.environ.get('SLURM_RESTART_COUNT', '0')}"), "w"):
+            pass
         print(f"rank {rank}: SIGUSR1: checkpoint saved at step {step}", flush=True)
         if rank == 0:
+            run = os.environ.get("SLURM_RESTART_COUNT", "0")
+            deadline = time.time() + 30
+            while time.time() < deadline and not all(
+                    os.path.exists(os.path.join(ckpt_dir, f"rank{r}.saved-{run}")) for r in range(world)):
+                time.sleep(0.05)
             job = os.environ.get("SLURM_JOB_ID")
             if job:
                 print(f"rank {rank}: asking Slurm to requeue job {job}", flush=True)
