@@ -16,7 +16,7 @@ import (
 func console(t *testing.T, mode string, env ...string) (chunks [][]byte, at []time.Time, code int) {
 	t.Helper()
 	needTorch(t)
-	cmd := exec.Command(gorunBin, "--torchrun", shim(t), "--nproc-per-node", "1", absPath(t, "testcluster/console.py"))
+	cmd := exec.Command(gorunBin, "--torchrun", shim(t), "--standalone", "--nproc-per-node", "1", absPath(t, "testcluster/console.py"))
 	cmd.Env = append(append(os.Environ(), "NO_COLOR=1", "CONSOLE_MODE="+mode), env...)
 	pr, pw, err := os.Pipe()
 	if err != nil {
@@ -94,5 +94,28 @@ func TestLocalBytesKept(t *testing.T) {
 	}
 	if !bytes.Contains(out, []byte("crlf line\r\nno newline at the end")) {
 		t.Fatalf("want the worker's bytes as written, got %q", out)
+	}
+}
+
+// TestLocalStdoutStderrOrder: with gorun's stdout and stderr one pipe (as
+// under 2>&1), a worker that prints to each in turn is seen in the order it
+// printed (before: stdout in batches, then stderr).
+func TestLocalStdoutStderrOrder(t *testing.T) {
+	chunks, _, code := console(t, "alternate", "ALT_LINES=400")
+	out := bytes.Join(chunks, nil)
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	line := regexp.MustCompile(`(?m)^(out|err) (\d+)$`)
+	next, wrong := 0, 0
+	for _, m := range line.FindAllSubmatch(out, -1) {
+		n, _ := strconv.Atoi(string(m[2]))
+		if n != next {
+			wrong++
+		}
+		next = n + 1
+	}
+	if next != 400 || wrong != 0 {
+		t.Fatalf("%d lines out of place, last line %d (want 0 and 399):\n%s", wrong, next-1, out)
 	}
 }

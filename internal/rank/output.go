@@ -12,7 +12,9 @@ import (
 // update) is not held back. The head joins the pieces of a line again
 // where it prints lines whole, and decides when a partial line is shown
 // (launch/lines.go).
-func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
+// The stream that carries the worker's stderr (capture) holds
+// faulthandler's dump back while one is asked for.
+func (w *worker) forward(kind byte, r io.Reader, echo io.Writer, capture bool) {
 	buf := make([]byte, 64<<10)
 	frame := wire.AppendRank(nil, w.localRank)
 	for {
@@ -21,7 +23,7 @@ func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
 			if echo != nil {
 				_, _ = echo.Write(buf[:n])
 			}
-			if kind != wire.FrameErr || !w.dump.take(buf[:n]) { // faulthandler's dump: sent whole at the end (stacks.go)
+			if !capture || !w.dump.take(buf[:n]) { // faulthandler's dump: sent whole at the end (stacks.go)
 				w.send(kind, append(frame[:4], buf[:n]...))
 			}
 		}
