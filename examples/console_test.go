@@ -119,3 +119,19 @@ func TestLocalStdoutStderrOrder(t *testing.T) {
 		t.Fatalf("%d lines out of place, last line %d (want 0 and 399):\n%s", wrong, next-1, out)
 	}
 }
+
+// TestLocalSummaryEscaped: the failure summary quotes the worker's last
+// line with its escape sequences shown, not replayed; the worker's own line
+// passes through unchanged.
+func TestLocalSummaryEscaped(t *testing.T) {
+	chunks, _, code := console(t, "escape")
+	out := bytes.Join(chunks, nil)
+	if code != 3 {
+		t.Fatalf("exit %d, want the worker's 3:\n%s", code, out)
+	}
+	raw := []byte("boom \x1b[2J\x1b]0;title\x07 cleared\n")
+	quoted := []byte(`boom \x1b[2J\x1b]0;title\x07 cleared`)
+	if bytes.Count(out, raw) != 1 || !bytes.Contains(out, quoted) || bytes.Count(out, []byte("\x1b")) != 2 {
+		t.Fatalf("want the worker's line once as written and the summary's quote escaped:\n%q", out)
+	}
+}
