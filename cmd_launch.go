@@ -50,7 +50,7 @@ func jobConfig(args []string, cl cmdline.CommandLine) (job.Config, error) {
 
 // jobUI says what the output streams are.
 func jobUI(stdout, stderr io.Writer, kill <-chan struct{}) job.UI {
-	return job.UI{Out: stdout, Err: stderr, Kill: kill,
+	return job.UI{Out: stdout, Err: stderr, Kill: kill, Merged: term.SameFile(stdout, stderr),
 		Color: term.Color(stdout, os.Getenv),
 		Live:  term.Live(stderr, os.Getenv),
 		Width: func() int { return term.Width(stderr) },

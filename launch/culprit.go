@@ -10,6 +10,7 @@ import (
 
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/pystack"
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // RankStacks is one rank's stacks, as a hang diagnosis gathered them.
@@ -278,9 +279,10 @@ func writeStack(b *strings.Builder, r RankStacks) {
 		if f.Line > 0 {
 			line = strconv.Itoa(f.Line)
 		}
-		fmt.Fprintf(b, "gorun:     File \"%s\", line %s in %s\n", f.File, line, f.Func)
+		// The node's file names and source lines, escaped as every worker text gorun quotes.
+		fmt.Fprintf(b, "gorun:     File \"%s\", line %s in %s\n", userr.Printable(f.File), line, userr.Printable(f.Func))
 		if f.Source != "" {
-			fmt.Fprintf(b, "gorun:       %s\n", f.Source)
+			fmt.Fprintf(b, "gorun:       %s\n", userr.Printable(f.Source))
 		}
 	}
 	if t.Truncated {

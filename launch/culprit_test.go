@@ -215,3 +215,16 @@ func TestCompressRanks(t *testing.T) {
 		}
 	}
 }
+
+// TestHangStackEscaped: a frame's file, function and source line come from
+// the node and are quoted with their control characters escaped.
+func TestHangStackEscaped(t *testing.T) {
+	d := &pystack.Dump{Tool: "faulthandler", Threads: []pystack.Thread{{ID: "0x1", Frames: []pystack.Frame{
+		{File: "evil\x1b[2J.py", Line: 3, Func: "f\x07", Source: "x = '\x1b]0;title\x07'"}}}}}
+	var b strings.Builder
+	writeStack(&b, RankStacks{Node: "node1", Rank: 0, LocalRank: 0, Dump: d})
+	got := b.String()
+	if strings.ContainsAny(got, "\x1b\x07") || !strings.Contains(got, `evil\x1b[2J.py`) || !strings.Contains(got, `x = '\x1b]0;title\x07'`) {
+		t.Fatalf("stack lines not escaped: %q", got)
+	}
+}

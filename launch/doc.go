@@ -28,11 +28,17 @@
 // prefixes them with the node and local rank, "[node1 0] hello", and marks
 // torchrun's own lines with the node alone, "[node1] ...". torchrun's --tee
 // copies ("[default0]:hello") of lines a worker sent itself are dropped. A
-// line is written only when complete (a trailing '\r' of CRLF is dropped); a
+// line is written when complete (a trailing '\r' of CRLF is dropped); a
 // partial last line is completed with a newline when the stream ends. A line
 // longer than 64 KiB is written in pieces, every piece after the first
 // marked "[node1 0]+ " (in plain mode, where nothing could mark a piece,
-// lines up to 16 MiB are written whole). Options.Diag gets gorun's own
+// lines up to 16 MiB are written whole). A worker's partial line (a
+// progress bar's "\r" updates) is not held past 100 ms: what there is of it
+// is written as such a piece, showing the text after its last '\r', at most
+// one piece a second per line. In plain mode a worker's bytes pass as it
+// wrote them: a partial line 100 ms old is written as it is, a '\r' before
+// the newline is kept and a last line without one gets none (gorun's own
+// messages after it begin on a new line). Options.Diag gets gorun's own
 // messages (failures, restarts, the final summary), in order with the output
 // written before them. With Options.Plain (one local node, where gorun
 // stands in for torchrun) lines pass through as printed.

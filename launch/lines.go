@@ -28,6 +28,18 @@ const (
 	batchBytes = 64 << 10
 )
 
+// Partial lines of a worker's stream (a progress bar's "\r" updates, a
+// prompt) are not held until their newline (see lineWriter.flushHeld).
+const (
+	// liveAfter is how long a partial line is held before what there is
+	// of it is written: long enough that a line written in two writes
+	// (Python's print writes the text, then the newline) stays whole.
+	liveAfter = 100 * time.Millisecond
+	// liveEvery bounds, in prefixed mode, how often one line's pieces are
+	// written, since each becomes a line of its own there.
+	liveEvery = time.Second
+)
+
 // contMarker follows the prefix of every piece of an over-long line after the
 // first: "[node1 0]+ ...".
 const contMarker = '+'
@@ -63,6 +75,7 @@ type sinkMsg struct {
 	w       io.Writer
 	b       *[]byte
 	refresh bool // redraw the status line; w and b are nil
+	own     bool // gorun's own text (message): it begins on a line of its own
 }
 
 func newSink(status *statusLine) *sink {
@@ -70,6 +83,7 @@ func newSink(status *statusLine) *sink {
 	s.pool.New = func() any { b := make([]byte, 0, 4096); return &b }
 	go func() {
 		defer close(s.done)
+		open := false // the last write left a line open (plain mode: a worker's partial line)
 		for m := range s.ch {
 			if m.refresh {
 				s.status.draw(true)
@@ -80,9 +94,13 @@ func newSink(status *statusLine) *sink {
 				continue
 			}
 			s.status.erase()
+			if m.own && open {
+				_, _ = io.WriteString(m.w, "\n")
+			}
 			// A failing terminal or pipe must not stop supervision; the
 			// lines are dropped.
 			_, _ = m.w.Write(*m.b)
+			open = (*m.b)[len(*m.b)-1] != '\n'
 			s.status.wrote(*m.b)
 			if len(s.ch) == 0 {
 				s.status.draw(false)
@@ -112,7 +130,10 @@ func (s *sink) put(b *[]byte) {
 }
 
 // send hands b to the writer goroutine, which owns it from then on.
-func (s *sink) send(w io.Writer, b *[]byte) {
+func (s *sink) send(w io.Writer, b *[]byte) { s.sendMsg(sinkMsg{w: w, b: b}) }
+
+func (s *sink) sendMsg(m sinkMsg) {
+	b := m.b
 	if len(*b) == 0 {
 		s.put(b)
 		return
@@ -122,14 +143,14 @@ func (s *sink) send(w io.Writer, b *[]byte) {
 		return
 	}
 	select {
-	case s.ch <- sinkMsg{w: w, b: b}:
+	case s.ch <- m:
 		return
 	case <-s.boundC: // a send already waiting is bounded too
 	}
 	t := time.NewTimer(stallLimit)
 	defer t.Stop()
 	select {
-	case s.ch <- sinkMsg{w: w, b: b}:
+	case s.ch <- m:
 	case <-t.C:
 		s.dropping.Store(true)
 		s.drop(b)
@@ -150,11 +171,12 @@ func (s *sink) bound() {
 }
 
 // message writes msg (ending in a newline) to w after the output already
-// sent.
+// sent, on a line of its own: after a worker's partial line (plain mode)
+// it begins with a newline.
 func (s *sink) message(w io.Writer, msg string) {
 	b := s.get()
 	*b = append(*b, msg...)
-	s.send(w, b)
+	s.sendMsg(sinkMsg{w: w, b: b, own: true})
 }
 
 // close waits until everything sent has been written, or, once bound, at
@@ -313,6 +335,15 @@ func appendPrefix(dst []byte, name, color string, rank int, cont bool) []byte {
 // line until its newline and hands complete, prefixed lines to the sink in
 // batches, one batch per Write. It is safe for concurrent use, though a
 // runner writes each stream from one goroutine.
+//
+// A worker's own stream (newRankWriter) does not hold a partial line
+// longer than liveAfter: what there is of it is then written as a piece
+// (flushHeld). In plain mode the piece is the worker's bytes as they are,
+// and the rest of the line follows it, as on a terminal under torchrun.
+// In prefixed mode each piece is a line of its own, the later ones marked
+// with contMarker, so that no other line is ever glued to it; a piece
+// shows what a terminal would show of it (the text after its last "\r",
+// the current frame of a progress bar), at most one per liveEvery.
 type lineWriter struct {
 	log  *nodeLog
 	sink *sink
@@ -331,7 +362,19 @@ type lineWriter struct {
 	contRank int
 	closed   bool
 	prefixes [][]byte // cached prefixes by local rank; index 0 is torchrun's own
+
+	// Partial lines written live (a worker's stream only: live is set).
+	live      bool
+	heldAt    time.Time // when the held partial line began; zero: none held
+	lastPiece time.Time // when the last live piece was written
+	livePart  bool      // the line's pieces so far were written live
+	armed     stopper   // the pending flushHeld; nil: none
+	now       func() time.Time
+	afterFunc func(time.Duration, func()) stopper
 }
+
+// stopper is a pending timer (time.AfterFunc's).
+type stopper interface{ Stop() bool }
 
 func newLineWriter(log *nodeLog, s *sink, out io.Writer) *lineWriter {
 	return &lineWriter{log: log, sink: s, out: out, rank: -1}
@@ -340,7 +383,8 @@ func newLineWriter(log *nodeLog, s *sink, out io.Writer) *lineWriter {
 // newRankWriter returns the writer of one worker's stream, going where
 // parent (torchrun's stream of the same kind) goes.
 func newRankWriter(log *nodeLog, parent *lineWriter, rank int) *lineWriter {
-	return &lineWriter{log: log, sink: parent.sink, out: parent.out, rank: rank}
+	return &lineWriter{log: log, sink: parent.sink, out: parent.out, rank: rank,
+		live: true, now: time.Now, afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
 }
 
 // Write never fails: output after close is dropped, since the process it
@@ -367,6 +411,7 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		}
 		*b = w.endLine(*b, line)
 		w.partial = w.partial[:0]
+		w.heldAt = time.Time{}
 		p = p[i+1:]
 		if len(*b) >= batchBytes {
 			w.sink.send(w.out, b)
@@ -374,10 +419,81 @@ func (w *lineWriter) Write(p []byte) (int, error) {
 		}
 	}
 	w.sink.send(w.out, b)
+	if w.live && len(w.partial) > 0 {
+		if w.heldAt.IsZero() {
+			w.heldAt = w.now()
+		}
+		w.arm()
+	}
 	return n, nil
 }
 
-// close flushes a partial last line with a newline; later writes are dropped.
+// arm schedules flushHeld for when the held partial line is due, unless
+// it is scheduled already. w.mu is held.
+func (w *lineWriter) arm() {
+	if w.armed == nil {
+		w.armed = w.afterFunc(w.dueIn(w.now()), w.flushHeld)
+	}
+}
+
+// dueIn is how long from now the held partial line may wait.
+func (w *lineWriter) dueIn(now time.Time) time.Duration {
+	due := w.heldAt.Add(liveAfter)
+	if !w.log.plain && w.livePart {
+		due = later(due, w.lastPiece.Add(liveEvery))
+	}
+	return max(due.Sub(now), 0)
+}
+
+func later(a, b time.Time) time.Time {
+	if a.After(b) {
+		return a
+	}
+	return b
+}
+
+// flushHeld writes what is held of a partial line once it is due (see
+// lineWriter): it runs on its own goroutine, from arm's timer.
+func (w *lineWriter) flushHeld() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.armed = nil
+	if w.closed || len(w.partial) == 0 {
+		return
+	}
+	now := w.now()
+	if w.dueIn(now) > 0 {
+		w.arm()
+		return
+	}
+	cut := wholeRunes(w.partial) // the rest of a UTF-8 sequence comes with the next write
+	seg := w.partial[:cut]
+	if !w.log.plain {
+		seg = lastFrame(seg)
+	}
+	b := w.sink.get()
+	if len(seg) > 0 {
+		*b = w.piece(*b, seg)
+		w.livePart, w.lastPiece = true, now
+	}
+	w.partial = w.partial[:copy(w.partial, w.partial[cut:])]
+	w.heldAt = time.Time{}
+	if len(w.partial) > 0 {
+		w.heldAt = now
+		w.arm()
+	}
+	w.sink.send(w.out, b)
+}
+
+// lastFrame is what a terminal shows of b once it is written: the text
+// after its last carriage return that is followed by any.
+func lastFrame(b []byte) []byte {
+	b = bytes.TrimRight(b, "\r")
+	return b[bytes.LastIndexByte(b, '\r')+1:]
+}
+
+// close flushes a partial last line, with a newline in prefixed mode (in
+// plain mode it stays as the worker wrote it); later writes are dropped.
 func (w *lineWriter) close() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
@@ -385,9 +501,20 @@ func (w *lineWriter) close() {
 		return
 	}
 	w.closed = true
+	if w.armed != nil {
+		w.armed.Stop()
+		w.armed = nil
+	}
 	if len(w.partial) > 0 || w.cont {
 		b := w.sink.get()
-		*b = w.endLine(*b, w.partial)
+		if w.log.plain {
+			if len(w.partial) > 0 {
+				*b = w.piece(*b, w.partial)
+			}
+			w.cont, w.livePart = false, false
+		} else {
+			*b = w.endLine(*b, w.partial)
+		}
 		w.partial = nil
 		w.sink.send(w.out, b)
 	}
@@ -415,10 +542,17 @@ func (w *lineWriter) cutLong(b []byte) []byte {
 }
 
 // endLine writes the end of a line: the whole line, or the last piece of one
-// already written in part.
+// already written in part. Plain mode keeps a "\r" before the newline, as
+// the worker wrote it; prefixed lines lose it.
 func (w *lineWriter) endLine(b, line []byte) []byte {
-	if n := len(line); n > 0 && line[n-1] == '\r' {
+	if n := len(line); n > 0 && line[n-1] == '\r' && !w.log.plain {
 		line = line[:n-1]
+	}
+	if w.livePart {
+		w.livePart = false
+		if !w.log.plain {
+			line = lastFrame(line) // as its pieces were
+		}
 	}
 	for limit := w.limit(); len(line) > limit; {
 		cut := cutPoint(line[:limit])
@@ -516,20 +650,27 @@ func (w *lineWriter) prefix(rank int, cont bool) []byte {
 // trailing '\r' (so a CRLF split across pieces is still stripped) and not
 // inside a UTF-8 sequence.
 func cutPoint(b []byte) int {
-	n := len(b)
-	for k := 1; k <= utf8.UTFMax && k <= n; k++ {
-		if utf8.RuneStart(b[n-k]) {
-			if !utf8.FullRune(b[n-k:]) {
-				n -= k
-			}
-			break
-		}
-	}
+	n := wholeRunes(b)
 	if n == 0 {
 		n = len(b)
 	}
 	if n > 1 && b[n-1] == '\r' {
 		n--
+	}
+	return n
+}
+
+// wholeRunes is the length of b without a UTF-8 sequence cut short at
+// its end.
+func wholeRunes(b []byte) int {
+	n := len(b)
+	for k := 1; k <= utf8.UTFMax && k <= n; k++ {
+		if utf8.RuneStart(b[n-k]) {
+			if !utf8.FullRune(b[n-k:]) {
+				return n - k
+			}
+			break
+		}
 	}
 	return n
 }

@@ -16,6 +16,7 @@ type statusLine struct {
 	color bool
 
 	lines int64     // newlines written so far
+	open  bool      // the output's last line is not ended (a worker's partial line): no status under it
 	shown bool      // the line is on the screen
 	drawn time.Time // when it was last drawn
 	now   func() time.Time
@@ -33,8 +34,9 @@ func newStatusLine(w io.Writer, text func(lines int64) string, color bool) *stat
 }
 
 func (l *statusLine) wrote(b []byte) {
-	if l != nil {
+	if l != nil && len(b) > 0 {
 		l.lines += int64(bytes.Count(b, []byte{'\n'}))
+		l.open = b[len(b)-1] != '\n'
 	}
 }
 
@@ -50,8 +52,8 @@ func (l *statusLine) erase() {
 // draw writes the status line (no newline) unless it was drawn less than
 // statusEvery ago and force is off.
 func (l *statusLine) draw(force bool) {
-	if l == nil {
-		return
+	if l == nil || l.open {
+		return // drawn after the open line, it would join it; erased, it would take it along
 	}
 	now := l.now()
 	if !force && now.Sub(l.drawn) < statusEvery {

@@ -4,10 +4,15 @@ import (
 	"fmt"
 	"strings"
 	"syscall"
+
+	"github.com/gorun/gorun/internal/userr"
 )
 
 // renderSummary is the closing report of a failed job on Diag: which node and
 // rank failed, with what code and why, and the last lines that node printed.
+// What it quotes of the workers' and torchrun's text shows control
+// characters escaped (userr.Printable: "\x1b[2J"), so that quoting a line
+// does not clear the screen or set the title again.
 func renderSummary(f Failure, attempts int) string {
 	var b strings.Builder
 	tries := "1 attempt"
@@ -28,7 +33,7 @@ func renderSummary(f Failure, attempts int) string {
 	if f.Phase != "" {
 		fmt.Fprintf(&b, "  phase:  %s\n", f.Phase)
 	}
-	fmt.Fprintf(&b, "  reason: %s\n", f.Reason)
+	fmt.Fprintf(&b, "  reason: %s\n", userr.Printable(f.Reason))
 	if len(f.LastLines) > 0 {
 		if len(f.LastLines) == 1 {
 			fmt.Fprintf(&b, "  last line from %s:\n", f.Node)
@@ -36,7 +41,7 @@ func renderSummary(f Failure, attempts int) string {
 			fmt.Fprintf(&b, "  last %d lines from %s:\n", len(f.LastLines), f.Node)
 		}
 		for _, l := range f.LastLines {
-			fmt.Fprintf(&b, "    %s\n", l)
+			fmt.Fprintf(&b, "    %s\n", userr.Printable(l))
 		}
 	}
 	return b.String()

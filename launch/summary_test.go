@@ -23,6 +23,8 @@ func TestRenderSummary(t *testing.T) {
 			Reason: "node lost: heartbeat missed for 6s"}, 1},
 		{"torchrun exit", Failure{Node: "node1", Rank: -1, LocalRank: -1, Code: 1, Reason: "exit 1",
 			LastLines: []string{"[node1] torch.distributed.DistStoreError: Timed out after 61 seconds waiting for clients. 1/2 clients joined."}}, 2},
+		{"escapes quoted", Failure{Node: "node1", Rank: 0, LocalRank: 0, Code: 3, Reason: "exit 3: \x1b]0;title\x07",
+			LastLines: []string{"[node1 0] boom \x1b[2J\x1b]0;title\x07 cleared\r 50%\u202e", "[node1 0] bad byte \xff"}}, 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

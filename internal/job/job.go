@@ -67,6 +67,10 @@ type UI struct {
 	// Width is Err's width in columns now, 0 when unknown; read on every
 	// redraw, so a resized terminal is followed.
 	Width func() int
+	// Merged: Out and Err are the same file (a terminal, 2>&1), so each
+	// worker's stdout and stderr are one pipe, in order
+	// (wire.MergedOutputVar).
+	Merged bool
 	// Kill, when closed, turns a graceful stop into an immediate one (a
 	// second Ctrl-C).
 	Kill <-chan struct{}

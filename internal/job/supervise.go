@@ -107,6 +107,9 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 			}
 		}
 		env[wire.RestartCountVar] = strconv.Itoa(k)
+		if js.merged {
+			env[wire.MergedOutputVar] = "1"
+		}
 		if js.runID != "" {
 			env[wire.RunIDVar] = js.runID
 		}
@@ -134,12 +137,13 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 type jobSettings struct {
 	dir, runID string
 	warm       bool
+	merged     bool // UI.Merged
 	stopGrace  time.Duration
 	pass       []int // signals passed on to the workers (Job.PassSignals)
 }
 
 func (r *run) jobSettings() jobSettings {
-	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", stopGrace: r.cl.Gorun.StopGrace}
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", merged: r.ui.Merged, stopGrace: r.cl.Gorun.StopGrace}
 	for _, sig := range r.cl.Torchrun.PassSignals() {
 		js.pass = append(js.pass, int(sig))
 	}

@@ -17,7 +17,7 @@
 //     this process the way the worker ended, with its code or by its
 //     signal;
 //   - what it tells the head, as internal/wire frames on the node agent's
-//     relay socket: the start, every whole output line (output.go),
+//     relay socket: the start, its output as each read returns it (output.go),
 //     progress (progress.go: a touch of $GORUN_HEARTBEAT_FILE, and once,
 //     the connection to the rendezvous store read from /proc/<pid>/net in
 //     procnet.go), and the exit;

@@ -1,24 +1,21 @@
 package rank
 
 import (
-	"bytes"
 	"io"
 
 	"github.com/gorun/gorun/internal/wire"
 )
 
-// maxHeld bounds the bytes of a partial line held for its newline; past
-// it the piece goes as it is (the head joins the pieces again where it
-// prints lines whole).
-const maxHeld = 64 << 10
-
-// forward reads one of the worker's streams and sends its complete lines
-// as frames, at most one frame per read, so a chatty worker costs a few
-// large writes rather than one per line. A partial line waits for its
-// newline unless it grows past maxHeld; the rest goes at the end.
-func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
+// forward reads one of the worker's streams and sends what each read
+// returns as one frame, at once: a chatty worker costs a few large writes
+// rather than one per line, and a partial line (a progress bar's "\r"
+// update) is not held back. The head joins the pieces of a line again
+// where it prints lines whole, and decides when a partial line is shown
+// (launch/lines.go).
+// The stream that carries the worker's stderr (capture) holds
+// faulthandler's dump back while one is asked for.
+func (w *worker) forward(kind byte, r io.Reader, echo io.Writer, capture bool) {
 	buf := make([]byte, 64<<10)
-	var held []byte
 	frame := wire.AppendRank(nil, w.localRank)
 	for {
 		n, err := r.Read(buf)
@@ -26,24 +23,11 @@ func (w *worker) forward(kind byte, r io.Reader, echo io.Writer) {
 			if echo != nil {
 				_, _ = echo.Write(buf[:n])
 			}
-			if kind == wire.FrameErr && w.dump.take(held, buf[:n]) {
-				held = held[:0] // faulthandler's dump: sent whole at the end (stacks.go)
-			} else {
-				held = append(held, buf[:n]...)
-				cut := bytes.LastIndexByte(held, '\n') + 1
-				if len(held)-cut > maxHeld {
-					cut = len(held)
-				}
-				if cut > 0 {
-					w.send(kind, append(frame[:4], held[:cut]...))
-					held = held[:copy(held, held[cut:])]
-				}
+			if !capture || !w.dump.take(buf[:n]) { // faulthandler's dump: sent whole at the end (stacks.go)
+				w.send(kind, append(frame[:4], buf[:n]...))
 			}
 		}
 		if err != nil {
-			if len(held) > 0 {
-				w.send(kind, append(frame[:4], held...))
-			}
 			return
 		}
 	}

@@ -137,6 +137,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	w.stopped = make(chan struct{})
 	w.connOK = w.conn != nil
 	echo := getenv(envplan.WorkerEchoVar) == "1"
+	merged := getenv(wire.MergedOutputVar) == "1" && !echo
 	var copies sync.WaitGroup
 	announced, failed := make(chan struct{}), make(chan struct{})
 	defer func() {
@@ -155,17 +156,25 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	}
 	defer closeWriteEnds()
 	if w.conn != nil {
-		for _, s := range []struct {
-			kind byte
-			own  io.Writer
-			set  *io.Writer
-		}{{wire.FrameOut, os.Stdout, &cmd.Stdout}, {wire.FrameErr, os.Stderr, &cmd.Stderr}} {
+		type stream struct {
+			kind    byte
+			own     io.Writer
+			set     []*io.Writer
+			capture bool // carries stderr: faulthandler's dump
+		}
+		streams := []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout}, false}, {wire.FrameErr, os.Stderr, []*io.Writer{&cmd.Stderr}, true}}
+		if merged {
+			streams = []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout, &cmd.Stderr}, true}}
+		}
+		for _, s := range streams {
 			pr, pw, err := os.Pipe()
 			if err != nil {
 				fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
 				return 127
 			}
-			*s.set = pw
+			for _, set := range s.set {
+				*set = pw
+			}
 			writeEnds = append(writeEnds, pw)
 			readEnds = append(readEnds, pr)
 			var own io.Writer
@@ -181,7 +190,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 				case <-failed:
 					return
 				}
-				w.forward(s.kind, pr, own)
+				w.forward(s.kind, pr, own, s.capture)
 			}()
 		}
 	} else {

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -433,5 +434,43 @@ func TestWorkerLeftoverHoldsOutput(t *testing.T) {
 	_, out, _, exit, _ := r.collect(t)
 	if out != "bye\n" || exit.Code != 4 {
 		t.Errorf("out %q, exit %+v", out, exit)
+	}
+}
+
+// TestWorkerMergedOutput: where the head's stdout and stderr are one file,
+// the worker's two streams are one pipe, relayed as stdout in the order
+// written; with --tee/--redirects (echo) they stay apart for torchrun's
+// files.
+func TestWorkerMergedOutput(t *testing.T) {
+	const script = `for i in 1 2 3 4 5 6 7 8 9; do echo "out $i"; echo "err $i" >&2; done`
+	var want strings.Builder
+	for i := 1; i <= 9; i++ {
+		fmt.Fprintf(&want, "out %d\nerr %d\n", i, i)
+	}
+	for _, tt := range []struct {
+		name string
+		env  []string
+	}{
+		{"merged", []string{wire.MergedOutputVar + "=1"}},
+		{"apart", nil},
+		{"echo keeps them apart", []string{wire.MergedOutputVar + "=1", envplan.WorkerEchoVar + "=1"}},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRelayServer(t)
+			cmd := rankCmd(t, append([]string{sshexec.RelaySocketVar + "=" + r.path}, tt.env...), "--no-python", "--", "/bin/sh", "-c", script)
+			if err := cmd.Run(); err != nil {
+				t.Fatal(err)
+			}
+			_, out, errOut, _, _ := r.collect(t)
+			if tt.name == "merged" {
+				if out != want.String() || errOut != "" {
+					t.Errorf("stdout %q, stderr %q; want all on stdout, in order: %q", out, errOut, want.String())
+				}
+				return
+			}
+			if strings.Count(out, "out ") != 9 || strings.Contains(out, "err") || strings.Count(errOut, "err ") != 9 {
+				t.Errorf("stdout %q, stderr %q; want them apart", out, errOut)
+			}
+		})
 	}
 }

@@ -111,18 +111,15 @@ func (c *stackCapture) start() {
 	c.mu.Unlock()
 }
 
-// take holds p and reports true while the capture is on; held is a
-// partial line the reader kept back, which comes first.
-func (c *stackCapture) take(held, p []byte) bool {
+// take holds p and reports true while the capture is on.
+func (c *stackCapture) take(p []byte) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if !c.on {
 		return false
 	}
-	for _, b := range [][]byte{held, p} {
-		if n := min(len(b), maxCapture-len(c.held)); n > 0 {
-			c.held = append(c.held, b[:n]...)
-		}
+	if n := min(len(p), maxCapture-len(c.held)); n > 0 {
+		c.held = append(c.held, p[:n]...)
 	}
 	return true
 }

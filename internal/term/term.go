@@ -33,6 +33,20 @@ func Color(w io.Writer, getenv func(string) string) bool {
 	return getenv("NO_COLOR") == "" && getenv("TERM") != "dumb" && IsTerminal(w)
 }
 
+// SameFile reports whether a and b write to the same file (the same
+// device and inode: one terminal, or a shell's 2>&1), where the order
+// between what goes to each is seen.
+func SameFile(a, b io.Writer) bool {
+	fa, ok1 := a.(*os.File)
+	fb, ok2 := b.(*os.File)
+	if !ok1 || !ok2 {
+		return false
+	}
+	sa, err1 := fa.Stat()
+	sb, err2 := fb.Stat()
+	return err1 == nil && err2 == nil && os.SameFile(sa, sb)
+}
+
 // Width is w's width in columns now; 0 when w is not a terminal or does
 // not say.
 func Width(w io.Writer) int {

@@ -82,3 +82,45 @@ func TestTerminal(t *testing.T) {
 		}
 	}
 }
+
+func TestSameFile(t *testing.T) {
+	tty, _ := openPTY(t)
+	dir := t.TempDir()
+	a, err := os.Create(dir + "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a.Close()
+	a2, err := os.OpenFile(dir+"/a", os.O_WRONLY|os.O_APPEND, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer a2.Close()
+	b, err := os.Create(dir + "/b")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.Close()
+	tty2, err := os.OpenFile(tty.Name(), os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tty2.Close()
+	var buf bytes.Buffer
+	for _, tt := range []struct {
+		name string
+		x, y interface{ Write([]byte) (int, error) }
+		want bool
+	}{
+		{"one file twice", a, a, true},
+		{"one file opened twice (>> f 2>> f)", a, a2, true},
+		{"two files", a, b, false},
+		{"one terminal", tty, tty2, true},
+		{"terminal and file", tty, a, false},
+		{"not a file", &buf, a, false},
+	} {
+		if got := SameFile(tt.x, tt.y); got != tt.want {
+			t.Errorf("%s: SameFile = %v, want %v", tt.name, got, tt.want)
+		}
+	}
+}

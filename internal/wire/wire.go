@@ -49,6 +49,12 @@ const (
 	// set by the head; the worker's supervisor copies it to torchrun's
 	// TORCHELASTIC_RESTART_COUNT.
 	RestartCountVar = "GORUN_RESTART_COUNT"
+	// MergedOutputVar set to 1 says that the head's stdout and stderr are
+	// the same file (a terminal, or 2>&1): the worker's supervisor then
+	// gives the worker one pipe for both, so that their order is kept
+	// (two pipes read apart cannot keep it), and sends all of it as
+	// FrameOut. Not with WorkerEchoVar, whose files keep them apart.
+	MergedOutputVar = "GORUN_MERGED_OUTPUT"
 )
 
 // WorkerStarted says a worker runs.
