@@ -70,15 +70,12 @@ func ProbeMaster(ctx context.Context, p MasterProbe) Finding {
 			return ok("net.master", msg, "from "+local)
 		}
 		last = err
-		if ctx.Err() != nil || !time.Now().Add(masterRetryEvery).Before(deadline) {
+		if ctx.Err() != nil || !time.Now().Before(deadline) {
 			break
 		}
 		select {
 		case <-ctx.Done():
-		case <-time.After(masterRetryEvery):
-		}
-		if ctx.Err() != nil {
-			break
+		case <-time.After(min(masterRetryEvery, time.Until(deadline))):
 		}
 	}
 	return Finding{ID: "net.master", Severity: SeverityWarn,
