@@ -119,6 +119,7 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		return nil, err
 	}
 	b.headNotes()
+	b.perNodeNotes()
 	if err := b.collectUserEnv(); err != nil {
 		return nil, err
 	}
@@ -193,7 +194,7 @@ func (b *builder) decideRendezvous() error {
 	// otherwise it is what torchrun will export from gorun's flags.
 	portReason, portSource := "torchrun's default --master-port", SourceTorchrun
 	if b.spec.Set("master_port") {
-		portReason, portSource = "--master-port", SourceUser
+		portReason, portSource = b.givenAs("master_port"), SourceUser
 	}
 	switch {
 	case c.Standalone:
@@ -207,7 +208,7 @@ func (b *builder) decideRendezvous() error {
 		b.masterAddr = Var{Value: host, Reason: "host of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
 		b.masterPort = Var{Value: p, Reason: "port of --rdzv-endpoint (static rendezvous store)", Source: SourceTorchrun}
 	case b.spec.Set("master_addr") || !b.head:
-		addr := Var{Value: c.MasterAddr, Reason: "--master-addr", Source: SourceUser}
+		addr := Var{Value: c.MasterAddr, Reason: b.givenAs("master_addr"), Source: SourceUser}
 		if !b.spec.Set("master_addr") {
 			if c.MasterAddr == "" {
 				c.MasterAddr = "127.0.0.1"
@@ -628,7 +629,11 @@ func (b *builder) closingNotes() {
 	}
 	b.leftToNCCLNotes()
 	b.overrideNotes()
-	b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
+	if b.perNode() {
+		b.note(NoteInfo, "torchrun runs with --max-restarts=0: when a worker fails, gorun stops this node's torchrun and starts a fresh one, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT. Restarting every node together is for what started them (a JobSet's failure policy, a PyTorchJob's restart policy), which sees this gorun's exit code", b.cfg.MaxRestarts)
+	} else {
+		b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
+	}
 	if b.cfg.MaxRestarts > 0 {
 		if b.spec.Gorun.WarmRestart == "off" {
 			b.note(NoteInfo, "--warm-restart off: each restart starts torchrun cold, paying its import of torch")
@@ -742,6 +747,33 @@ func (b *builder) headNotes() {
 	if !b.static && len(b.hosts) > 1 {
 		b.note(NoteInfo, "global ranks are decided by the rendezvous when the nodes join (rank -1 in the plan)")
 	}
+}
+
+// perNodeNotes says, in local mode with more than one node or a node rank
+// (one gorun per Kubernetes pod, or per Slurm task), that the plan is this
+// node's alone: the other nodes run their own gorun, and their checks,
+// plans and output are theirs.
+func (b *builder) perNodeNotes() {
+	if !b.perNode() {
+		return
+	}
+	which := fmt.Sprintf("node %d of %s", b.cfg.NodeRank, nodesText(b.nnodesMin, b.nnodesMax))
+	if !b.static {
+		which = fmt.Sprintf("one of %s, ranked by the %s rendezvous", nodesText(b.nnodesMin, b.nnodesMax), b.cfg.RdzvBackend)
+	}
+	b.note(NoteInfo, "this plan is one node's: gorun runs torchrun on this node only (%s); the other nodes run their own gorun (one per pod or per Slurm task), outside this gorun's reach: their checks, plans and output are theirs", which)
+}
+
+// perNode: local mode, one node of several that this gorun does not start.
+func (b *builder) perNode() bool {
+	return !b.head && !b.cfg.Standalone && (b.nnodesMax > 1 || b.spec.Set("node_rank"))
+}
+
+func nodesText(lo, hi int) string {
+	if lo != hi {
+		return fmt.Sprintf("%d to %d nodes", lo, hi)
+	}
+	return fmt.Sprintf("%d node%s", hi, plural(hi))
 }
 
 // fewestCPUs returns the size of the smallest CPU set among ranks, or 0

@@ -125,6 +125,12 @@ func (t tableWriter) header(p Plan) {
 	}
 	job := fmt.Sprintf("%d node%s", len(p.Nodes), plural(len(p.Nodes)))
 	switch {
+	case len(p.Nodes) == 1 && c.NNodesMax > 1 && !c.Standalone:
+		// One gorun per node (a pod, a Slurm task): this plan is one of them.
+		job = nodesText(c.NNodesMin, c.NNodesMax) + "; this plan covers this node only"
+		if known && same > 0 {
+			job += fmt.Sprintf(", %d process%s here", same, pluralES(same))
+		}
 	case !known:
 		job += ", processes per node decided on each node (nproc_per_node=" + c.NProcPerNode + ")"
 	case same > 0:

@@ -84,6 +84,10 @@ type RunOptions struct {
 	// Bandwidth (BandwidthNode, BandwidthAll or "") moves real bytes on
 	// every node and, for BandwidthAll, between nodes.
 	Bandwidth string
+	// Master, when set, is probed from this machine while the nodes are
+	// checked (ProbeMaster), and its finding joins the first target's: the
+	// one node of a gorun that runs per pod, whose master is another pod.
+	Master *MasterProbe
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -122,6 +126,11 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 		hosts[i], index[t.Host] = t.Host, i
 	}
 	reports := make([]NodeReport, len(targets))
+	var master chan Finding
+	if opts.Master != nil && len(targets) > 0 {
+		master = make(chan Finding, 1)
+		go func() { master <- ProbeMaster(ctx, *opts.Master) }()
+	}
 	var mu sync.Mutex
 	done := 0
 	_ = sshexec.ForEach(ctx, hosts, 0, func(ctx context.Context, host string) error {
@@ -139,6 +148,9 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 		if reports[i].Host == "" { // not started: ctx ended first
 			reports[i] = unreached(t.Host, "node.reach", "preflight did not run on "+t.Host, ctx.Err(), "")
 		}
+	}
+	if master != nil {
+		reports[0].Findings = append(reports[0].Findings, <-master)
 	}
 	var cross []CrossResult
 	if opts.Bandwidth == BandwidthAll && ctx.Err() == nil {

@@ -63,6 +63,12 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		}
 		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, nodes[0].Name, runners[nodes[0].Name].Addr())
 	}
+	if t, _ := chooseTransport(cl, nodes, cfg); t == TransportPod {
+		here := func(host string) bool { return thisMachine(ctx, host) }
+		if p, ok := podMaster(cl, cfg.Getenv, here); ok {
+			opts.Master = &p
+		}
+	}
 	if !cl.Torchrun.NoPython && cl.Torchrun.TrainingScript != "" {
 		if src, err := inputfile.Read(cl.Torchrun.TrainingScript, maxScriptBytes); err == nil {
 			opts.ScriptName, opts.Script = cl.Torchrun.TrainingScript, src

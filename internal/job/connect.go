@@ -21,6 +21,10 @@ const (
 	TransportSSH
 	// TransportSrun: every node as job steps of the Slurm allocation.
 	TransportSrun
+	// TransportPod: this machine only, as one node of several that
+	// something else started, one gorun each (a Kubernetes pod per node):
+	// no host list, no Slurm step, and more than one node or a node rank.
+	TransportPod
 )
 
 func (t Transport) String() string {
@@ -29,6 +33,8 @@ func (t Transport) String() string {
 		return "ssh"
 	case TransportSrun:
 		return "srun"
+	case TransportPod:
+		return "pod"
 	default:
 		return "local"
 	}
@@ -37,9 +43,16 @@ func (t Transport) String() string {
 // chooseTransport reads --launcher: auto picks srun inside a Slurm
 // allocation whose nodes are the job's (no --hosts or --hostfile) when srun
 // is on the PATH; --launcher srun outside an allocation, or without srun,
-// is refused before anything starts.
-func chooseTransport(o cmdline.Options, nodes []hosts.Host, cfg Config) (Transport, error) {
+// is refused before anything starts. Without a host list, more than one
+// node or a node rank (on argv or in PET_NNODES / PET_NODE_RANK, as
+// Kubeflow sets them) makes this gorun one pod's torchrun, except in a
+// Slurm step, whose per-node gorun stays local mode.
+func chooseTransport(cl cmdline.CommandLine, nodes []hosts.Host, cfg Config) (Transport, error) {
+	o := cl.Gorun
 	if len(nodes) == 0 && o.Launcher != "srun" {
+		if perPod(cl) && !hosts.SlurmStep(cfg.Getenv) {
+			return TransportPod, nil
+		}
 		return TransportLocal, nil
 	}
 	_, lookErr := cfg.LookPath("srun")
@@ -71,12 +84,12 @@ func chooseTransport(o cmdline.Options, nodes []hosts.Host, cfg Config) (Transpo
 // SSH for the rest, dialled in parallel. On any failure every connection
 // is closed and the error names each failing host.
 func Connect(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, cfg Config, diag io.Writer) (map[string]sshexec.Runner, error) {
-	t, err := chooseTransport(cl.Gorun, nodes, cfg)
+	t, err := chooseTransport(cl, nodes, cfg)
 	if err != nil {
 		return nil, err
 	}
 	switch t {
-	case TransportLocal:
+	case TransportLocal, TransportPod:
 		return map[string]sshexec.Runner{"localhost": sshexec.NewLocal(cfg.Self)}, nil
 	case TransportSrun:
 		return connectSrun(ctx, cl.Gorun, nodes, cfg.Self)

@@ -18,31 +18,56 @@ func TestChooseTransport(t *testing.T) {
 	nodes := []hosts.Host{{Name: "node0"}, {Name: "node1"}}
 	found := func(string) (string, error) { return "/usr/bin/srun", nil }
 	missing := func(string) (string, error) { return "", errors.New("not found") }
+	alloc := map[string]string{"SLURM_JOB_ID": "7"}
+	step := map[string]string{"SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0", "PET_NNODES": "2"}
+	// What Kubeflow's PyTorchJob and Trainer v2 set in every pod.
+	pod := func(rank string) map[string]string {
+		return map[string]string{"PET_NNODES": "2", "PET_NODE_RANK": rank, "PET_NPROC_PER_NODE": "2",
+			"PET_MASTER_ADDR": "job-node-0-0.job", "PET_MASTER_PORT": "29500"}
+	}
 	for _, tc := range []struct {
-		name     string
-		launcher string
-		hostsOpt string
-		jobID    string
-		look     func(string) (string, error)
-		nodes    []hosts.Host
-		want     Transport
-		wantErr  bool
+		name    string
+		args    []string // before the script
+		env     map[string]string
+		look    func(string) (string, error)
+		nodes   []hosts.Host
+		want    Transport
+		wantErr bool
 	}{
-		{"auto in an allocation", "auto", "", "7", found, nodes, TransportSrun, false},
-		{"auto with --hosts", "auto", "node0,node1", "7", found, nodes, TransportSSH, false},
-		{"auto outside an allocation", "auto", "", "", found, nodes, TransportSSH, false},
-		{"auto without srun", "auto", "", "7", missing, nodes, TransportSSH, false},
-		{"auto, local mode", "auto", "", "7", found, nil, TransportLocal, false},
-		{"ssh in an allocation", "ssh", "", "7", found, nodes, TransportSSH, false},
-		{"srun with --hosts", "srun", "node0,node1", "7", found, nodes, TransportSrun, false},
-		{"srun, local mode", "srun", "", "7", found, nil, TransportLocal, false},
-		{"srun outside an allocation", "srun", "", "", found, nodes, 0, true},
-		{"srun not on the PATH", "srun", "", "7", missing, nodes, 0, true},
-		{"srun not on the PATH, local mode", "srun", "", "7", missing, nil, 0, true},
+		{"auto in an allocation", nil, alloc, found, nodes, TransportSrun, false},
+		{"auto with --hosts", []string{"--hosts", "node0,node1"}, alloc, found, nodes, TransportSSH, false},
+		{"auto outside an allocation", nil, nil, found, nodes, TransportSSH, false},
+		{"auto without srun", nil, alloc, missing, nodes, TransportSSH, false},
+		{"auto, local mode", nil, alloc, found, nil, TransportLocal, false},
+		{"ssh in an allocation", []string{"--launcher", "ssh"}, alloc, found, nodes, TransportSSH, false},
+		{"srun with --hosts", []string{"--launcher", "srun", "--hosts", "node0,node1"}, alloc, found, nodes, TransportSrun, false},
+		{"srun, local mode", []string{"--launcher", "srun"}, alloc, found, nil, TransportLocal, false},
+		{"srun outside an allocation", []string{"--launcher", "srun"}, nil, found, nodes, 0, true},
+		{"srun not on the PATH", []string{"--launcher", "srun"}, alloc, missing, nodes, 0, true},
+		{"srun not on the PATH, local mode", []string{"--launcher", "srun"}, alloc, missing, nil, 0, true},
+
+		{"pod: Kubeflow's PET_* on node 0", nil, pod("0"), missing, nil, TransportPod, false},
+		{"pod: Kubeflow's PET_* on node 1", nil, pod("1"), missing, nil, TransportPod, false},
+		{"pod: PET_NODE_RANK alone", nil, map[string]string{"PET_NODE_RANK": "0"}, missing, nil, TransportPod, false},
+		{"pod: PET_NNODES=1:3, elastic", nil, map[string]string{"PET_NNODES": "1:3"}, missing, nil, TransportPod, false},
+		{"pod: --nnodes and --node-rank on argv", []string{"--nnodes", "2", "--node-rank", "1"}, nil, missing, nil, TransportPod, false},
+		{"pod: c10d", []string{"--rdzv-backend", "c10d", "--rdzv-endpoint", "job-0:29400"}, map[string]string{"PET_NNODES": "2"}, missing, nil, TransportPod, false},
+		{"pod: --launcher ssh with no host list", []string{"--launcher", "ssh"}, pod("1"), missing, nil, TransportPod, false},
+		{"pod: srun on the PATH, no allocation", nil, pod("1"), found, nil, TransportPod, false},
+		{"local: PET_NNODES=1", nil, map[string]string{"PET_NNODES": "1"}, missing, nil, TransportLocal, false},
+		{"local: --standalone", []string{"--standalone"}, nil, missing, nil, TransportLocal, false},
+		{"local: PET_NNODES=2 in a Slurm step (srun gorun)", nil, step, found, nil, TransportLocal, false},
+		{"ssh: PET_NNODES=2 with --hosts", []string{"--hosts", "node0,node1"}, pod("0"), missing, nodes, TransportSSH, false},
+		{"srun: PET_NNODES=2 in an allocation's batch script", nil, map[string]string{"SLURM_JOB_ID": "7", "PET_NNODES": "2"}, found, nodes, TransportSrun, false},
+		{"refused: --launcher srun in a pod", []string{"--launcher", "srun"}, pod("1"), found, nil, 0, true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cfg := Config{LookPath: tc.look, Getenv: env(map[string]string{"SLURM_JOB_ID": tc.jobID})}
-			got, err := chooseTransport(cmdline.Options{Launcher: tc.launcher, Hosts: tc.hostsOpt}, tc.nodes, cfg)
+			cl, err := cmdline.Parse(append(append([]string{}, tc.args...), "x.py"), env(tc.env))
+			if err != nil {
+				t.Fatal(err)
+			}
+			cfg := Config{LookPath: tc.look, Getenv: env(tc.env)}
+			got, err := chooseTransport(cl, tc.nodes, cfg)
 			var input *userr.InputError
 			if tc.wantErr != (err != nil) || (err != nil && !errors.As(err, &input)) {
 				t.Fatalf("chooseTransport: %v, want an input error: %v", err, tc.wantErr)
@@ -52,8 +77,10 @@ func TestChooseTransport(t *testing.T) {
 			}
 		})
 	}
-	if TransportSrun.String() != "srun" || TransportSSH.String() != "ssh" || TransportLocal.String() != "local" {
-		t.Error("Transport.String")
+	for tr, name := range map[Transport]string{TransportSrun: "srun", TransportSSH: "ssh", TransportLocal: "local", TransportPod: "pod"} {
+		if tr.String() != name {
+			t.Errorf("Transport.String() = %q, want %q", tr.String(), name)
+		}
 	}
 }
 

@@ -76,7 +76,9 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 	if len(r.spec.Hosts) > 0 {
 		hs = append(hs, newShrink(r))
 	}
-	hs = append(hs, &masterPort{diag: r.ui.Err})
+	if !r.perPod { // the other pods were told the port; moving it would lose them
+		hs = append(hs, &masterPort{diag: r.ui.Err})
+	}
 	watch, err := newGPUWatch(r.cl, r.cfg.Args, preflightText, outs, r.ui)
 	if err != nil {
 		return nil, err

@@ -94,6 +94,9 @@ type run struct {
 	spec  envplan.Spec
 	conns map[string]sshexec.Runner
 	facts envplan.Facts // preflight's, nil without it
+	// perPod: this gorun is one pod's torchrun (TransportPod); the other
+	// nodes, and the master port they were told, are not its to change.
+	perPod bool
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -116,10 +119,14 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if err := checkScript(cl, len(nodes) > 0); err != nil {
 		return err
 	}
-	if _, err := chooseTransport(cl.Gorun, nodes, cfg); err != nil {
+	transport, err := chooseTransport(cl, nodes, cfg)
+	if err != nil {
 		return err
 	}
-	r := &run{cfg: cfg, cl: cl, ui: ui,
+	if transport == TransportPod {
+		fmt.Fprintln(ui.Err, podLine(cl))
+	}
+	r := &run{cfg: cfg, cl: cl, ui: ui, perPod: transport == TransportPod,
 		spec: envplan.Spec{CommandLine: cl, Hosts: nodes, Environ: cfg.Environ, RunID: cfg.RunID}}
 	if _, err := envplan.Build(r.spec, nil); err != nil { // bad input refused before connecting anywhere
 		return err
@@ -152,7 +159,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		switch {
 		case !report.OK || hasWarnings(report):
 			io.WriteString(ui.Err, text.String())
-		case len(nodes) > 0: // all clear: one line, the first of the report
+		case len(nodes) > 0 || r.perPod: // all clear: one line, the first of the report
 			first, _, _ := strings.Cut(text.String(), "\n")
 			fmt.Fprintln(ui.Err, first)
 		}
