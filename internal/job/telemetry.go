@@ -2,12 +2,14 @@ package job
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -343,7 +345,29 @@ func nodeList(nodes []string) string {
 	if len(nodes) == 1 {
 		return nodes[0]
 	}
-	return fmt.Sprintf("%s (%d nodes)", hosts.Compress(nodes), len(nodes))
+	// In name order (node2 before node10), not the order the notices came.
+	sorted := slices.Clone(nodes)
+	slices.SortFunc(sorted, func(a, b string) int {
+		pa, na := splitNumber(a)
+		pb, nb := splitNumber(b)
+		if c := strings.Compare(pa, pb); c != 0 {
+			return c
+		}
+		if c := cmp.Compare(len(na), len(nb)); c != 0 {
+			return c
+		}
+		return strings.Compare(na, nb)
+	})
+	return fmt.Sprintf("%s (%d nodes)", hosts.Compress(sorted), len(nodes))
+}
+
+// splitNumber splits a name's numeric suffix off: "node12" is "node", "12".
+func splitNumber(name string) (string, string) {
+	i := len(name)
+	for i > 0 && name[i-1] >= '0' && name[i-1] <= '9' {
+		i--
+	}
+	return name[:i], name[i:]
 }
 
 // joinLines joins errors one per line, with no header.

@@ -221,3 +221,19 @@ func TestFitWidth(t *testing.T) {
 		}
 	}
 }
+
+func TestNodeListInNameOrder(t *testing.T) {
+	for _, tc := range []struct {
+		nodes []string
+		want  string
+	}{
+		{[]string{"node2", "node0", "node1"}, "node[0-2] (3 nodes)"},
+		{[]string{"node10", "node2"}, "node[2,10] (2 nodes)"},
+		{[]string{"b", "a"}, "a,b (2 nodes)"},
+		{[]string{"node1"}, "node1"},
+	} {
+		if got := nodeList(tc.nodes); got != tc.want {
+			t.Errorf("nodeList(%q) = %q, want %q", tc.nodes, got, tc.want)
+		}
+	}
+}

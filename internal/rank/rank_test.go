@@ -72,6 +72,7 @@ type relayServer struct {
 	conn   chan net.Conn
 	frames chan frameSeen
 	stacks []pystack.Dump // FrameStacks seen by collect
+	early  []frameSeen    // frames waitOut read past, for collect
 }
 
 type frameSeen struct {
@@ -112,6 +113,7 @@ func newRelayServer(t *testing.T) *relayServer {
 func (r *relayServer) waitOut(text string) {
 	var out string
 	for f := range r.frames {
+		r.early = append(r.early, f) // collect sees every frame, these first
 		if f.kind == wire.FrameOut {
 			out += string(f.payload[4:])
 			if strings.Contains(out, text) {
@@ -126,9 +128,19 @@ func (r *relayServer) waitOut(text string) {
 func (r *relayServer) collect(t *testing.T) (started wire.WorkerStarted, out, errOut string, exit wire.WorkerExit, kinds string) {
 	t.Helper()
 	timeout := time.After(20 * time.Second)
+	frames := make(chan frameSeen)
+	go func() {
+		defer close(frames)
+		for _, f := range r.early {
+			frames <- f
+		}
+		for f := range r.frames {
+			frames <- f
+		}
+	}()
 	for {
 		select {
-		case f, ok := <-r.frames:
+		case f, ok := <-frames:
 			if !ok {
 				return
 			}
@@ -286,7 +298,7 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	}
 	_, _, errOut, exit, kinds := r.collect(t)
 	if errOut != "oops\n" {
-		t.Errorf("stderr relayed %q, want the line before the dump only", errOut)
+		t.Errorf("stderr relayed %q, want the line before the dump only (frames %q, stacks %+v)", errOut, kinds, r.stacks)
 	}
 	if k := strings.IndexRune(kinds, rune(wire.FrameStacks)); k < 0 || k > strings.IndexRune(kinds, rune(wire.FrameExit)) || len(r.stacks) != 1 {
 		t.Fatalf("frames %q: want one stacks frame before the exit", kinds)
