@@ -128,7 +128,13 @@ type run struct {
 
 func startGorun(t *testing.T, env []string, args ...string) *run {
 	t.Helper()
-	cmd := exec.Command(gorunBin, args...)
+	return startCmd(t, exec.Command(gorunBin, args...), env)
+}
+
+// startCmd starts cmd (gorun, perhaps behind a command such as `ip netns
+// exec`) with env added, its output collected line by line.
+func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *run {
+	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Env = append(cmd.Env, "NO_COLOR=1", "PYTHONUNBUFFERED=1")
 	pr, pw := io.Pipe()
