@@ -149,9 +149,12 @@ func TestClusterStartupCrash(t *testing.T) {
 // about 1.9 s on this machine idle, 2-3 s with the other nodes' workers
 // and standbys on the same 2 cores. A cold torchrun would pay the same
 // import after the stop and the recheck, so the 1.5 s of a warm restart
-// (TestClusterWarmRestart) is out of reach for this crash; 4 s is the
-// import under load plus the stop, the recheck and a margin.
-const restartWindow = 4 * time.Second
+// (TestClusterWarmRestart) is out of reach for this crash. Measured on
+// the 2-core machine: 2.64 s in a run of a few e2e tests; in four
+// .ci/test runs, two under 4 s, 4.45 s (a go build beside it) and 4.28 s
+// (load 7). 5 s is the import under that load plus the stop, the recheck
+// and a margin.
+const restartWindow = 5 * time.Second
 
 // TestClusterWarmRestart: a worker on node1 crashes in training, once
 // every node's next torchrun has had time to start warm: the restart

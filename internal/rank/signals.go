@@ -73,7 +73,9 @@ const (
 //   - the worker already has its own copy when the signal reached this
 //     supervisor and, for a stop signal, the agent too (a stop signal
 //     reaching this supervisor alone is torchrun's); then nothing is sent;
-//   - otherwise the worker's process group gets the signal, once.
+//   - otherwise the worker's process group gets the signal, once; a
+//     stop the head asks for before anything else is heard of it goes at
+//     once, without waiting decideAfter.
 //
 // A stop signal is decided once for the worker's life: every later copy is
 // the same stop. A passed signal may come again once passQuiet is over.
@@ -125,6 +127,14 @@ func (g *signalGate) hear(sig syscall.Signal, how int) {
 		return
 	}
 	st.heard = how
+	if stop && how == heardAsk {
+		// The head's stop heard first: a stop sent to the whole step
+		// would have reached this supervisor before the head's word of
+		// it, so the worker has no copy. At once: a restart waits for it.
+		st.heard, st.decided, st.done = 0, g.now(), true
+		g.deliver(sig)
+		return
+	}
 	g.after(decideAfter, func() { g.decide(sig) })
 }
 
