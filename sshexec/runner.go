@@ -64,6 +64,16 @@ func StopSignals() []os.Signal {
 	return []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
 }
 
+// IsStopSignal reports whether sig is one of StopSignals.
+func IsStopSignal(sig os.Signal) bool {
+	for _, s := range StopSignals() {
+		if s == sig {
+			return true
+		}
+	}
+	return false
+}
+
 // Defaults for Job.
 const (
 	DefaultHeartbeatTimeout = 6 * time.Second

@@ -10,6 +10,8 @@ import (
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/sshexec"
 )
 
 // forwardedSignals are the signals this supervisor catches. SIGKILL
@@ -22,13 +24,7 @@ func forwardedSignals() []os.Signal {
 
 // isStopSignal reports signals that mean "stop": the worker's end after one of
 // them is a consequence.
-func isStopSignal(s os.Signal) bool {
-	switch s {
-	case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
-		return true
-	}
-	return false
-}
+func isStopSignal(s os.Signal) bool { return sshexec.IsStopSignal(s) }
 
 // isPassSignal reports the signals gorun passes on to the workers without
 // stopping anything (USR1, USR2 and those --signals-to-handle may add).

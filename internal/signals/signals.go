@@ -73,7 +73,7 @@ func (w *Watcher) run() {
 			return
 		}
 		sig := s.(syscall.Signal)
-		if !isStop(sig) {
+		if !sshexec.IsStopSignal(sig) {
 			select {
 			case w.pass <- sig:
 			default:
@@ -96,15 +96,6 @@ func (w *Watcher) run() {
 			close(w.kill)
 		}
 	}
-}
-
-func isStop(sig syscall.Signal) bool {
-	for _, s := range sshexec.StopSignals() {
-		if s == sig {
-			return true
-		}
-	}
-	return false
 }
 
 // Context is cancelled by the first stop signal, its cause a
