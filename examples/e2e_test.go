@@ -92,7 +92,32 @@ func needCluster(t *testing.T, n int) cluster {
 	}
 	need(t, len(c.nodes) >= n, fmt.Sprintf("the test cluster has %d nodes, want %d", len(c.nodes), n))
 	c.nodes = c.nodes[:n]
+	noAgentDirLeft(t)
 	return c
+}
+
+// noAgentDirLeft fails t if a node agent's directory (its socket and the
+// workers' heartbeat files) made during t is still there 5 s after t ends:
+// a job leaves no file behind, as it leaves no process.
+func noAgentDirLeft(t *testing.T) {
+	before := agentDirs()
+	t.Cleanup(func() {
+		var left []string
+		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+			left = left[:0]
+			for d := range agentDirs() {
+				if !before[d] {
+					left = append(left, d)
+				}
+			}
+			if len(left) == 0 || time.Now().After(deadline) {
+				break
+			}
+		}
+		for _, d := range left {
+			t.Errorf("left behind: %s", d)
+		}
+	})
 }
 
 // hostsFlag gives every node the same number of slots.

@@ -132,7 +132,8 @@ func (d *FrameDecoder) Err() error { return d.err }
 // descendants connect to, and one writer that puts their frames and the
 // main process's output on the agent's stdout, whole frames only.
 type relay struct {
-	dir string
+	dir  string
+	lock *os.File // privateDir's
 	ln  *net.UnixListener
 
 	mu    sync.Mutex // serialises writes to out and guards conns
@@ -146,7 +147,7 @@ type relay struct {
 
 // startRelay listens on a fresh socket in a private directory.
 func startRelay(out io.Writer, end byte) (*relay, error) {
-	dir, err := os.MkdirTemp("", RelayDirPrefix)
+	dir, lock, err := privateDir(RelayDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -154,9 +155,10 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		os.RemoveAll(dir)
+		lock.Close()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
-	r := &relay{dir: dir, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{}}
+	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{}}
 	r.readers.Add(1)
 	go r.accept()
 	return r, nil
@@ -265,4 +267,5 @@ func (r *relay) close() {
 	r.ln.Close()
 	r.readers.Wait()
 	os.RemoveAll(r.dir)
+	r.lock.Close()
 }

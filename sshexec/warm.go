@@ -147,6 +147,10 @@ func importTimeVar(name string) bool {
 	return false
 }
 
+// warmDirPrefix begins the name of the directory that holds a standby's
+// shim.
+const warmDirPrefix = "gorun-warm-"
+
 // standby is a warm interpreter waiting for its job.
 type standby struct {
 	job     Job      // what it was started for
@@ -155,6 +159,7 @@ type standby struct {
 	pid     int
 	release *os.File // fd 3's write end
 	dir     string   // holds the shim, which removes it once read; removed here too if the standby is killed
+	lock    *os.File // privateDir's, held until the standby is handed its job or killed
 }
 
 // startStandby starts job's interpreter with the shim, in a new session,
@@ -171,29 +176,31 @@ func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, err
 	}
 	// The shim is a file, not -c CODE, so that ps shows a short command
 	// line: python3 /tmp/gorun-warm-*/warm.py script /usr/bin/torchrun ...
-	dir, err := os.MkdirTemp("", "gorun-warm-")
+	dir, lock, err := privateDir(warmDirPrefix)
 	if err != nil {
+		return nil, nil, err
+	}
+	fail := func(err error) (*standby, *startedJob, error) {
+		os.RemoveAll(dir)
+		lock.Close()
 		return nil, nil, err
 	}
 	shim := filepath.Join(dir, "warm.py")
 	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
+		return fail(err)
 	}
 	pr, pw, err := os.Pipe()
 	if err != nil {
-		os.RemoveAll(dir)
-		return nil, nil, err
+		return fail(err)
 	}
 	defer pr.Close()
 	argv := append(append(slices.Clone(prog.interp), shim, prog.mode, prog.target), job.Preimport...)
 	started, err := forkExec(argv[0], argv, env, job.Dir, stdout, stderr, pr)
 	if err != nil {
 		pw.Close()
-		os.RemoveAll(dir)
-		return nil, nil, err
+		return fail(err)
 	}
-	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw, dir: dir}, started, nil
+	return &standby{job: job, env: env, program: prog, pid: started.pid, release: pw, dir: dir, lock: lock}, started, nil
 }
 
 // handOver gives the standby job when it fits: the same program, folder
@@ -267,6 +274,7 @@ func (s *standby) hand(env []string, dir string, args []string) error {
 	if cerr := s.release.Close(); err == nil {
 		err = cerr
 	}
+	s.lock.Close()
 	return err
 }
 
@@ -274,6 +282,7 @@ func (s *standby) hand(env []string, dir string, args []string) error {
 func (s *standby) kill() {
 	s.release.Close()
 	os.RemoveAll(s.dir)
+	s.lock.Close()
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL) // its own session and group
 	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 }

@@ -142,15 +142,16 @@ node_init() {
   return 1
 }
 
-# every slurmd, slurmctld and munged of this STATE still running?
+# munged, and every daemon up() started in the background ($started: the pids of their
+# subshells, which exec setsid -w, so each stays for as long as its daemon runs), still running?
+# (Not by the daemons' names: for a moment after its start a slurmd is still nsenter or env.)
 daemons_alive() {
-  local n=$1 c p comms=""
+  local c p comms=""
   for p in $(state_pids); do read -r c 2>/dev/null <"/proc/$p/comm" && comms+="$c "; done
-  for c in slurmctld munged; do
-    [[ " $comms" == *" $c "* ]] || { log "$c is not running"; return 1; }
+  [[ " $comms" == *" munged "* ]] || { log "munged is not running"; return 1; }
+  for p in $started; do
+    kill -0 "$p" 2>/dev/null || { log "a daemon (started as pid $p) has ended"; return 1; }
   done
-  c=$(tr ' ' '\n' <<<"$comms" | grep -c '^slurmd$' || true)
-  [ "$c" -ge "$n" ] || { log "$c of $n slurmd running"; return 1; }
 }
 
 show_logs() {
@@ -255,14 +256,17 @@ up() {
 
   # slurmctld on the head
   # (the subshell execs: nothing of this script stays behind holding the caller's stdout)
-  (cd "$STATE/slurmctld" && exec setsid env -i PATH=$DPATH SLURM_CONF="$CONF" \
+  started=""
+  (cd "$STATE/slurmctld" && exec setsid -w env -i PATH=$DPATH SLURM_CONF="$CONF" \
     slurmctld -D -i -f "$CONF") </dev/null >>"$STATE/slurmctld/slurmctld.out" 2>&1 &
+  started+=" $!"
 
   # slurmd inside each node: net + UTS + mount + PID namespaces of the node's pid 1
   for ((i = 0; i < n; i++)); do
     init=$(node_init "$i") || fail "node$i: no process is pid 1 of its PID namespace"
-    (cd / && exec setsid nsenter -t "$init" -n -u -m -p -- env -i PATH=$DPATH SLURM_CONF="$CONF" \
+    (cd / && exec setsid -w nsenter -t "$init" -n -u -m -p -- env -i PATH=$DPATH SLURM_CONF="$CONF" \
       slurmd -D -f "$CONF" -N "node$i") </dev/null >>"$STATE/slurmd/node$i.out" 2>&1 &
+    started+=" $!"
   done
 
   # wait for every node to be idle
@@ -276,7 +280,7 @@ up() {
     fi
     [ "$(date +%s)" -lt "$deadline" ] ||
       fail "nodes not all idle after ${UP_TIMEOUT}s: ${states//$'\n'/, }"
-    daemons_alive "$n" || fail "a daemon died; nodes: ${states//$'\n'/, }"
+    daemons_alive || fail "a daemon died; nodes: ${states//$'\n'/, }"
     sleep 0.2
   done
   log "up: $n nodes idle in $(since "$t0")s (namespaces: $(secs $((t1 - t0)))s, Slurm: $(since "$t1")s); the clients need:"

@@ -1,0 +1,88 @@
+package sshexec
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// staleAfter: a private directory younger than this is never swept, so
+// that one made a moment ago, not yet locked by its owner, is left alone.
+const staleAfter = time.Minute
+
+// privateDir makes a fresh directory under the system's temporary folder,
+// named prefix and a random tail, readable by its owner only, and holds a
+// lock on it (flock) for as long as the returned file is open: close it
+// after removing the directory. Before that it sweeps the directories of
+// the same prefix that no process holds any more, left by an agent or a
+// standby that was killed outright (SIGKILL, a node rebooted without
+// clearing /tmp): a job leaves no file behind, even when killed.
+func privateDir(prefix string) (string, *os.File, error) {
+	sweepPrivateDirs(os.TempDir(), prefix, time.Now())
+	dir, err := os.MkdirTemp("", prefix)
+	if err != nil {
+		return "", nil, err
+	}
+	lock, err := os.Open(dir)
+	if err == nil {
+		if err = flockNB(lock); err != nil {
+			lock.Close()
+		}
+	}
+	if err != nil {
+		os.RemoveAll(dir)
+		return "", nil, err
+	}
+	return dir, lock, nil
+}
+
+// sweepPrivateDirs removes each directory in tmp named prefix* that this
+// user owns, that is older than staleAfter and that no process holds
+// locked. What it cannot read or remove it leaves: sweeping is a courtesy,
+// never a reason to fail a launch.
+func sweepPrivateDirs(tmp, prefix string, now time.Time) int {
+	entries, err := os.ReadDir(tmp)
+	if err != nil {
+		return 0
+	}
+	swept := 0
+	for _, e := range entries {
+		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+			continue
+		}
+		dir := filepath.Join(tmp, e.Name())
+		info, err := os.Lstat(dir)
+		if err != nil || !info.IsDir() || now.Sub(info.ModTime()) < staleAfter {
+			continue
+		}
+		if st, ok := info.Sys().(*syscall.Stat_t); !ok || int(st.Uid) != os.Getuid() {
+			continue
+		}
+		if removeUnlocked(dir) {
+			swept++
+		}
+	}
+	return swept
+}
+
+// removeUnlocked removes dir if it can take dir's lock, that is if its
+// owner is gone; the lock is held while removing, so that no owner comes
+// back to it in between.
+func removeUnlocked(dir string) bool {
+	f, err := os.Open(dir)
+	if err != nil {
+		return false
+	}
+	defer f.Close()
+	if flockNB(f) != nil {
+		return false // held: its agent or standby runs
+	}
+	return os.RemoveAll(dir) == nil
+}
+
+// flockNB takes f's exclusive lock, or fails at once if it is held.
+func flockNB(f *os.File) error {
+	return syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB)
+}
