@@ -134,7 +134,7 @@ func (d *FrameDecoder) Err() error { return d.err }
 type relay struct {
 	dir  string
 	lock *os.File // privateDir's
-	ln  *net.UnixListener
+	ln   *net.UnixListener
 
 	mu    sync.Mutex // serialises writes to out and guards conns
 	out   io.Writer
