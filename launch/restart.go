@@ -42,7 +42,7 @@ func (r Restart) String() string {
 		name string
 		at   time.Duration
 	}
-	phases := []phase{{"stopped", r.Stopped}, {"next torchrun handed its command line", r.Handed},
+	phases := []phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked}, {"next torchrun handed its command line", r.Handed},
 		{"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
 	var b strings.Builder
 	fmt.Fprintf(&b, "gorun: restart after attempt %d: failure seen", r.Attempt+1)

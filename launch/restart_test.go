@@ -41,6 +41,13 @@ func TestRestartString(t *testing.T) {
 	if got := r.String(); got != want {
 		t.Errorf("String =\n%s\nwant\n%s", got, want)
 	}
+	// The checks before the restart, where they ran.
+	r.GPUFree, r.Checked, r.Handed = 300*time.Millisecond, 800*time.Millisecond, 810*time.Millisecond
+	r.FirstLine = 1000 * time.Millisecond
+	want = "gorun: restart after attempt 1: failure seen, stopped +40ms, GPU memory free +300ms, nodes rechecked +800ms, next torchrun handed its command line +810ms (warm on 2 of 3 nodes), workers started +900ms, first line +1000ms; longest: GPU memory free → nodes rechecked (500ms)"
+	if got := r.String(); got != want {
+		t.Errorf("String =\n%s\nwant\n%s", got, want)
+	}
 	if got := (Restart{Attempt: 1, Stopped: 5 * time.Millisecond}).String(); !strings.HasSuffix(got, "stopped +5ms; longest: failure seen → stopped (5ms)") {
 		t.Errorf("partial: %s", got)
 	}
@@ -72,7 +79,7 @@ func (w *warmRunner) warmCount() int {
 func TestRunWarmsAndTimesARestart(t *testing.T) {
 	var runners []*warmRunner
 	var mu sync.Mutex
-	attempt := func(_ context.Context, k int) ([]Node, error) {
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
 			{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
 			{ms, sshexec.AppendFrame(nil, wire.FrameOut, append(wire.AppendRank(nil, 0), "hello\n"...))}}}

@@ -80,7 +80,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("%w before attempt %d", ErrInterrupted, k+1)
 		}
-		nodes, err := opts.Attempt(ctx, k)
+		nodes, err := opts.Attempt(ctx, k, restart)
 		if err != nil {
 			if ctx.Err() != nil {
 				return res, fmt.Errorf("%w while preparing attempt %d: %w", ErrInterrupted, k+1, err)

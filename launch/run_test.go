@@ -202,7 +202,7 @@ type cluster struct {
 	runners  [][]*fakeRunner
 }
 
-func (c *cluster) attempt(_ context.Context, k int) ([]Node, error) {
+func (c *cluster) attempt(_ context.Context, k int, _ *Restart) ([]Node, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.attempts = append(c.attempts, k)
@@ -547,11 +547,11 @@ func TestRunInterruptedDuringBackoff(t *testing.T) {
 
 func TestRunAttemptError(t *testing.T) {
 	boom := errors.New("no free port")
-	_, err := Run(context.Background(), Options{Attempt: func(context.Context, int) ([]Node, error) { return nil, boom }})
+	_, err := Run(context.Background(), Options{Attempt: func(context.Context, int, *Restart) ([]Node, error) { return nil, boom }})
 	if !errors.Is(err, boom) || errors.Is(err, ErrInterrupted) {
 		t.Errorf("err = %v", err)
 	}
-	_, err = Run(context.Background(), Options{Attempt: func(context.Context, int) ([]Node, error) { return nil, nil }})
+	_, err = Run(context.Background(), Options{Attempt: func(context.Context, int, *Restart) ([]Node, error) { return nil, nil }})
 	if err == nil {
 		t.Errorf("no nodes: err = nil")
 	}

@@ -32,8 +32,10 @@ type Options struct {
 	// and export the attempt number to the workers: launch adds nothing to
 	// a Job's environment, so GORUN_RESTART_COUNT=k (the group-wide
 	// counterpart of torchrun's per-node TORCHELASTIC_RESTART_COUNT) is set
-	// by the caller in the Jobs it returns here.
-	Attempt func(ctx context.Context, k int) ([]Node, error)
+	// by the caller in the Jobs it returns here. rs is the timeline of the
+	// restart under way (nil for the first attempt): the caller records
+	// in it the phases it runs before the restart (GPUFree, Checked).
+	Attempt func(ctx context.Context, k int, rs *Restart) ([]Node, error)
 	// MaxRestarts is how many times the whole group may be restarted.
 	MaxRestarts int
 	// Backoff is the pause before a restart: none before the first
@@ -166,6 +168,12 @@ type Restart struct {
 	// Stopped: every node of the failed attempt has exited and its
 	// output is in.
 	Stopped time.Duration
+	// GPUFree: no process of the job holds GPU memory on any node of the
+	// failed attempt (0: nothing was checked, as on CPU nodes).
+	GPUFree time.Duration
+	// Checked: every node was checked again and the next attempt's plan
+	// made (0: no recheck, as with one local node).
+	Checked time.Duration
 	// Handed: the next attempt's torchrun was handed its command line
 	// (its agents started, or warm ones given their jobs).
 	Handed time.Duration

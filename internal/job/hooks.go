@@ -90,13 +90,27 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 }
 
 // beforeAttempt runs every BeforeAttempt hook in order, stopping at the
-// first error.
-func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt) error {
+// first error. Before a restart (rs not nil) it records in rs when the
+// GPU teardown check (where it checked a GPU) and the recheck were over.
+func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt, rs *launch.Restart) error {
 	for _, h := range hooks {
-		if b, ok := h.(BeforeAttempt); ok {
-			if err := b.BeforeAttempt(ctx, a); err != nil {
-				return fmt.Errorf("%s: %w", h.Name(), err)
+		b, ok := h.(BeforeAttempt)
+		if !ok {
+			continue
+		}
+		if err := b.BeforeAttempt(ctx, a); err != nil {
+			return fmt.Errorf("%s: %w", h.Name(), err)
+		}
+		if rs == nil {
+			continue
+		}
+		switch h.(type) {
+		case *gpuFree:
+			if a.GPUFree > 0 {
+				rs.GPUFree = time.Since(rs.Failed)
 			}
+		case *shrink:
+			rs.Checked = time.Since(rs.Failed)
 		}
 	}
 	return nil

@@ -32,9 +32,9 @@ const (
 func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) error {
 	a := &Attempt{Spec: r.spec, Plan: plan}
 	opts := launch.Options{
-		Attempt: func(ctx context.Context, k int) ([]launch.Node, error) {
+		Attempt: func(ctx context.Context, k int, rs *launch.Restart) ([]launch.Node, error) {
 			a.K, a.Nodes, a.GPUFree = k, nil, 0
-			if err := beforeAttempt(ctx, hooks, a); err != nil {
+			if err := beforeAttempt(ctx, hooks, a, rs); err != nil {
 				return nil, err
 			}
 			a.Nodes = jobs(a.Plan, r.conns, k, r.jobSettings())
