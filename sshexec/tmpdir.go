@@ -1,6 +1,7 @@
 package sshexec
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -78,6 +79,12 @@ func removeUnlocked(dir string) bool {
 	defer f.Close()
 	if flockNB(f) != nil {
 		return false // held: its agent or standby runs
+	}
+	// An agent of a gorun from before these locks holds none: one whose
+	// socket still answers is alive.
+	if c, err := net.DialTimeout("unix", filepath.Join(dir, "sock"), time.Second); err == nil {
+		c.Close()
+		return false
 	}
 	return os.RemoveAll(dir) == nil
 }

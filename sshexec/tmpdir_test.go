@@ -1,6 +1,7 @@
 package sshexec
 
 import (
+	"net"
 	"os"
 	"path/filepath"
 	"testing"
@@ -42,10 +43,23 @@ func TestSweepPrivateDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	// An agent without a lock whose socket answers (a gorun from before
+	// the locks) is alive.
+	listening := mk(RelayDirPrefix+"listening", old)
+	os.Remove(filepath.Join(listening, "sock"))
+	ln, err := net.Listen("unix", filepath.Join(listening, "sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if err := os.Chtimes(listening, old, old); err != nil {
+		t.Fatal(err)
+	}
+
 	if n := sweepPrivateDirs(tmp, RelayDirPrefix, time.Now()); n != 1 {
 		t.Errorf("swept %d directories, want 1 (the stale one)", n)
 	}
-	for d, want := range map[string]bool{stale: false, young: true, other: true, held: true} {
+	for d, want := range map[string]bool{stale: false, young: true, other: true, held: true, listening: true} {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: there %v, want %v", filepath.Base(d), err == nil, want)
 		}
