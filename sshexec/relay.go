@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 )
 
 // RelayDirPrefix begins the name of the private directory that holds a
@@ -158,6 +159,7 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 		lock.Close()
 		return nil, fmt.Errorf("relay: %w", err)
 	}
+	go sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), time.Now()) // off the start's path
 	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{}}
 	r.readers.Add(1)
 	go r.accept()

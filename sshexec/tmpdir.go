@@ -4,6 +4,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -13,15 +14,16 @@ import (
 // that one made a moment ago, not yet locked by its owner, is left alone.
 const staleAfter = time.Minute
 
+// privateDirPrefixes are the private directories an agent makes: its
+// relay's, and each standby's.
+func privateDirPrefixes() []string { return []string{RelayDirPrefix, warmDirPrefix} }
+
 // privateDir makes a fresh directory under the system's temporary folder,
 // named prefix and a random tail, readable by its owner only, and holds a
 // lock on it (flock) for as long as the returned file is open: close it
-// after removing the directory. Before that it sweeps the directories of
-// the same prefix that no process holds any more, left by an agent or a
-// standby that was killed outright (SIGKILL, a node rebooted without
-// clearing /tmp): a job leaves no file behind, even when killed.
+// after removing the directory. The lock is what tells sweepPrivateDirs
+// that its owner lives.
 func privateDir(prefix string) (string, *os.File, error) {
-	sweepPrivateDirs(os.TempDir(), prefix, time.Now())
 	dir, err := os.MkdirTemp("", prefix)
 	if err != nil {
 		return "", nil, err
@@ -39,18 +41,21 @@ func privateDir(prefix string) (string, *os.File, error) {
 	return dir, lock, nil
 }
 
-// sweepPrivateDirs removes each directory in tmp named prefix* that this
-// user owns, that is older than staleAfter and that no process holds
-// locked. What it cannot read or remove it leaves: sweeping is a courtesy,
-// never a reason to fail a launch.
-func sweepPrivateDirs(tmp, prefix string, now time.Time) int {
+// sweepPrivateDirs removes each directory in tmp named with one of
+// prefixes that this user owns, that is older than staleAfter and that no
+// process holds locked: those left by an agent or a standby killed
+// outright (SIGKILL, the OOM killer), so that a job leaves no file behind
+// for long. Every agent sweeps once as it starts (startRelay). What it
+// cannot read or remove it leaves: sweeping is a courtesy, never a reason
+// to fail a launch.
+func sweepPrivateDirs(tmp string, prefixes []string, now time.Time) int {
 	entries, err := os.ReadDir(tmp)
 	if err != nil {
 		return 0
 	}
 	swept := 0
 	for _, e := range entries {
-		if !e.IsDir() || !strings.HasPrefix(e.Name(), prefix) {
+		if !e.IsDir() || !slices.ContainsFunc(prefixes, func(p string) bool { return strings.HasPrefix(e.Name(), p) }) {
 			continue
 		}
 		dir := filepath.Join(tmp, e.Name())

@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// TestSweepPrivateDirs: of the directories named like an agent's, the
-// sweep removes only the one that is old and that nobody holds locked.
+// TestSweepPrivateDirs: of the directories named like an agent's or a
+// standby's, the sweep removes only those old, unlocked and not answering.
 func TestSweepPrivateDirs(t *testing.T) {
 	tmp := t.TempDir()
 	old := time.Now().Add(-2 * staleAfter)
@@ -27,6 +27,7 @@ func TestSweepPrivateDirs(t *testing.T) {
 		return d
 	}
 	stale := mk(RelayDirPrefix+"stale", old)
+	staleWarm := mk(warmDirPrefix+"stale", old)
 	young := mk(RelayDirPrefix+"young", time.Now())
 	other := mk("other-prefix", old)
 	held := mk(RelayDirPrefix+"held", old)
@@ -56,10 +57,10 @@ func TestSweepPrivateDirs(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	if n := sweepPrivateDirs(tmp, RelayDirPrefix, time.Now()); n != 1 {
-		t.Errorf("swept %d directories, want 1 (the stale one)", n)
+	if n := sweepPrivateDirs(tmp, privateDirPrefixes(), time.Now()); n != 2 {
+		t.Errorf("swept %d directories, want 2 (the stale agent's and standby's)", n)
 	}
-	for d, want := range map[string]bool{stale: false, young: true, other: true, held: true, listening: true} {
+	for d, want := range map[string]bool{stale: false, staleWarm: false, young: true, other: true, held: true, listening: true} {
 		if _, err := os.Stat(d); (err == nil) != want {
 			t.Errorf("%s: there %v, want %v", filepath.Base(d), err == nil, want)
 		}
@@ -75,11 +76,11 @@ func TestPrivateDirLocked(t *testing.T) {
 		t.Fatal(err)
 	}
 	future := time.Now().Add(2 * staleAfter) // as if it had been there for minutes
-	if n := sweepPrivateDirs(os.TempDir(), RelayDirPrefix, future); n != 0 {
+	if n := sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), future); n != 0 {
 		t.Fatalf("swept %d directories while their lock is held", n)
 	}
 	lock.Close()
-	if n := sweepPrivateDirs(os.TempDir(), RelayDirPrefix, future); n != 1 {
+	if n := sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), future); n != 1 {
 		t.Fatalf("swept %d directories once the lock was let go, want 1", n)
 	}
 	if _, err := os.Stat(dir); err == nil {

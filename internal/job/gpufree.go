@@ -59,7 +59,7 @@ func (*gpuFree) Name() string { return "GPU teardown check" }
 
 // BeforeAttempt checks the nodes of the previous attempt's plan (the
 // recheck that follows may drop one of them), all at once, and records
-// how long that took in a.GPUFree.
+// when it was over in the restart's timeline (a.Restart.GPUFree).
 func (g *gpuFree) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	if a.K == 0 {
 		return nil
@@ -77,9 +77,10 @@ func (g *gpuFree) BeforeAttempt(ctx context.Context, a *Attempt) error {
 		}
 		return nil
 	}
-	start := time.Now()
 	answers := g.ask(ctx, names)
-	a.GPUFree = time.Since(start)
+	if a.Restart != nil {
+		a.Restart.GPUFree = a.phaseDone()
+	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w while checking the GPUs before a restart", launch.ErrInterrupted)
 	}

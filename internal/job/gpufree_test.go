@@ -95,7 +95,7 @@ func TestGPUFreeHook(t *testing.T) {
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			g, plan, diag := gpuFreeHook(tt.nodes...)
-			a := &Attempt{K: 1, Plan: plan}
+			a := &Attempt{K: 1, Plan: plan, Restart: &launch.Restart{Failed: time.Now()}}
 			err := g.BeforeAttempt(context.Background(), a)
 			if (err != nil) != tt.err {
 				t.Errorf("err = %v, want an error: %v", err, tt.err)
@@ -116,8 +116,8 @@ func TestGPUFreeHook(t *testing.T) {
 					}
 				}
 			}
-			if a.GPUFree <= 0 {
-				t.Errorf("GPUFree %s, want the time taken", a.GPUFree)
+			if a.Restart.GPUFree <= 0 {
+				t.Errorf("GPUFree %s, want when the check was over", a.Restart.GPUFree)
 			}
 			for _, n := range tt.nodes {
 				if n.calls != 1 || n.req.Var != wire.RunIDVar || n.req.Value != "run1" || n.req.Timeout() != wire.DefaultGPUFreeTimeout {
@@ -160,10 +160,10 @@ func TestGPUFreeNoGPUsOnce(t *testing.T) {
 	// Every node without GPUs: nothing asked, nothing timed.
 	g, plan, diag = gpuFreeHook(newGPUNode("a", noGPUsAnswer, nil))
 	g.BeforeAttempt(context.Background(), &Attempt{K: 1, Plan: plan})
-	a := &Attempt{K: 2, Plan: plan}
+	a := &Attempt{K: 2, Plan: plan, Restart: &launch.Restart{Failed: time.Now()}}
 	g.BeforeAttempt(context.Background(), a)
-	if a.GPUFree != 0 || strings.Count(diag.String(), "\n") != 1 {
-		t.Errorf("second restart: GPUFree %s, said %q", a.GPUFree, diag)
+	if a.Restart.GPUFree != 0 || strings.Count(diag.String(), "\n") != 1 {
+		t.Errorf("second restart: GPUFree %s, said %q", a.Restart.GPUFree, diag)
 	}
 }
 

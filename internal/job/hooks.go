@@ -18,10 +18,9 @@ type Attempt struct {
 	// Nodes are the attempt's jobs, built from Plan after every
 	// BeforeAttempt hook has run; nil until then.
 	Nodes []launch.Node
-	// GPUFree is how long the teardown check before this restart took
-	// (0 for the first attempt, or when no node had GPUs to check), for
-	// the restart's timeline.
-	GPUFree time.Duration
+	// Restart is the timeline of the restart this attempt is (nil for the
+	// first attempt): the hooks record in it when their phase was over.
+	Restart *launch.Restart
 }
 
 // A Hook takes part in a run's lifecycle. Name says which in errors; what
@@ -90,30 +89,25 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 }
 
 // beforeAttempt runs every BeforeAttempt hook in order, stopping at the
-// first error. Before a restart (rs not nil) it records in rs when the
-// GPU teardown check (where it checked a GPU) and the recheck were over.
-func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt, rs *launch.Restart) error {
+// first error.
+func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt) error {
 	for _, h := range hooks {
-		b, ok := h.(BeforeAttempt)
-		if !ok {
-			continue
-		}
-		if err := b.BeforeAttempt(ctx, a); err != nil {
-			return fmt.Errorf("%s: %w", h.Name(), err)
-		}
-		if rs == nil {
-			continue
-		}
-		switch h.(type) {
-		case *gpuFree:
-			if a.GPUFree > 0 {
-				rs.GPUFree = time.Since(rs.Failed)
+		if b, ok := h.(BeforeAttempt); ok {
+			if err := b.BeforeAttempt(ctx, a); err != nil {
+				return fmt.Errorf("%s: %w", h.Name(), err)
 			}
-		case *shrink:
-			rs.Checked = time.Since(rs.Failed)
 		}
 	}
 	return nil
+}
+
+// phaseDone is the offset of now in the restart's timeline, for a hook
+// to record when its phase was over; 0 before the first attempt.
+func (a *Attempt) phaseDone() time.Duration {
+	if a.Restart == nil {
+		return 0
+	}
+	return time.Since(a.Restart.Failed)
 }
 
 func starting(hooks []Hook, a *Attempt) {

@@ -51,6 +51,9 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	nodes := a.Spec.Hosts
 	report := s.check(ctx, nodes)
 	failed := failedNodes(report, checks)
+	if a.Restart != nil {
+		defer func() { a.Restart.Checked = a.phaseDone() }() // with the plan made again, if it is
+	}
 	// Without node 0, the master moves: the others' routes are checked
 	// again against the new node 0.
 	if len(failed) > 0 && failed[nodes[0].Name] != "" && len(failed) < len(nodes) {

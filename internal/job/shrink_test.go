@@ -6,6 +6,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
@@ -124,11 +125,14 @@ func TestShrinkThroughRealChecks(t *testing.T) {
 	lost := &fakeRunner{name: "node1", agent: func([]string) ([]byte, error) { return nil, errors.New("connection lost") }}
 	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, spec: spec,
 		conns: map[string]sshexec.Runner{"node0": ok, "node1": lost}}
-	a := &Attempt{K: 1, Spec: spec, Plan: plan}
+	a := &Attempt{K: 1, Spec: spec, Plan: plan, Restart: &launch.Restart{Failed: time.Now()}}
 	if err := newShrink(r).BeforeAttempt(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	if len(a.Plan.Nodes) != 1 || a.Plan.Nodes[0].Host != "node0" {
 		t.Errorf("next attempt: %+v", a.Plan.Nodes)
+	}
+	if a.Restart.Checked <= 0 {
+		t.Errorf("the restart's timeline has no recheck: %+v", *a.Restart)
 	}
 }

@@ -33,8 +33,8 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	a := &Attempt{Spec: r.spec, Plan: plan}
 	opts := launch.Options{
 		Attempt: func(ctx context.Context, k int, rs *launch.Restart) ([]launch.Node, error) {
-			a.K, a.Nodes, a.GPUFree = k, nil, 0
-			if err := beforeAttempt(ctx, hooks, a, rs); err != nil {
+			a.K, a.Nodes, a.Restart = k, nil, rs
+			if err := beforeAttempt(ctx, hooks, a); err != nil {
 				return nil, err
 			}
 			a.Nodes = jobs(a.Plan, r.conns, k, r.jobSettings())
