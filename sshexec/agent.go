@@ -151,6 +151,9 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 			job.Env = map[string]string{}
 		}
 		job.Env[RelaySocketVar] = rl.path()
+		if job.Pool != nil {
+			job.Env[PoolSocketVar] = rl.poolPath()
+		}
 		jobOut = frameWriter{rl, FrameStdout}
 		jobErr = frameWriter{rl, FrameStderr}
 	}
@@ -167,9 +170,11 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 			a.logf("start %s: %v", job.Argv[0], err)
 			return AgentExitNoStart
 		}
-		r = newReaper(out.pid)
+		a.startPool(job)
+		r = a.newReaper(out.pid)
 		go r.run()
 	}
+	defer a.pool.close() // before the relay's folder goes
 	if sidecar != nil && a.relay != nil && len(job.Sidecar) > 0 {
 		defer a.runSidecar(ctx, sidecar, job.Sidecar, r.mainDone)()
 	}
@@ -236,6 +241,37 @@ type agent struct {
 	stderr io.Writer
 	self   int
 	relay  *relay // nil unless Job.Relay
+	pool   *pool  // nil unless Job.Pool, and once dropped
+}
+
+// startPool starts the job's worker pool, when it asks for one; without
+// it the workers start as ever.
+func (a *agent) startPool(job Job) {
+	if job.Pool == nil || a.relay == nil {
+		return
+	}
+	p, err := startPool(job, a.relay.dir, a.logf)
+	if err != nil {
+		a.logf("pool: %v; the workers start without it", err)
+		return
+	}
+	a.pool = p
+}
+
+// dropPool kills the pool's interpreters and forgets it.
+func (a *agent) dropPool() {
+	a.pool.close()
+	a.pool = nil
+}
+
+// newReaper is a reaper of the agent's children that tells the pool of
+// its interpreters' ends.
+func (a *agent) newReaper(main int) *reaper {
+	r := newReaper(main)
+	if a.pool != nil {
+		r.others = a.pool.reaped
+	}
+	return r
 }
 
 func (a *agent) logf(format string, args ...any) {
@@ -372,6 +408,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			return r.exitCode()
 		case <-mainDone:
 			mainDone, mainGone = nil, true
+			a.pool.dropIdle() // the job is over: its pool with it, and said nothing of
 			stop(0, shortGrace, "job exited, leaving processes behind", RelayStop)
 		case c, ok := <-ctl:
 			if !ok {
@@ -715,6 +752,7 @@ type reaper struct {
 	allGone  chan struct{} // closed when the agent has no child left
 	status   unix.WaitStatus
 	reaped   bool
+	others   func(pid int, ws unix.WaitStatus) // told of every other child reaped; nil: none
 }
 
 func newReaper(main int) *reaper {
@@ -736,9 +774,12 @@ func (r *reaper) run() {
 			}
 			return // ECHILD
 		}
-		if pid == r.main {
+		switch {
+		case pid == r.main:
 			r.status, r.reaped = ws, true
 			close(r.mainDone)
+		case r.others != nil:
+			r.others(pid, ws)
 		}
 	}
 }

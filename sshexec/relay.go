@@ -168,6 +168,9 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 
 func (r *relay) path() string { return filepath.Join(r.dir, "sock") }
 
+// poolPath is where the job's worker pool listens (Job.Pool).
+func (r *relay) poolPath() string { return filepath.Join(r.dir, "pool") }
+
 func (r *relay) accept() {
 	defer r.readers.Done()
 	for {

@@ -56,6 +56,9 @@ type Job struct {
 	// Standby marks a job line sent by Warmer.Warm: the agent starts the
 	// job's interpreter now and waits for the job itself (see warm.go).
 	Standby bool `json:"standby,omitempty"`
+	// Pool, for a relayed job, asks for its workers' interpreters to be
+	// started beside it (pool.go).
+	Pool *Pool `json:"pool,omitempty"`
 }
 
 // StopSignals are the signals that stop a job, as torchrun's

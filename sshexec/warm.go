@@ -318,13 +318,17 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	if err != nil {
 		cold = err.Error()
 	} else {
-		r = newReaper(sb.pid)
+		a.startPool(sj)
+		r = a.newReaper(sb.pid)
 		go r.run()
 		mainDone = r.mainDone
 	}
+	// The standby and its pool go together: a cold job starts a pool of
+	// its own.
 	drop := func() {
 		if sb != nil {
 			sb.kill()
+			a.dropPool()
 			<-r.allGone
 			sbOut.wait()
 			sb = nil
@@ -365,6 +369,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		case <-mainDone:
 			mainDone = nil
 			cold = fmt.Sprintf("the warm interpreter ended before the job came (%s)", waitWords(r))
+			a.dropPool()
 			<-r.allGone
 			sbOut.wait()
 			sb = nil
@@ -373,7 +378,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	selfArg(job.Argv)
 	job.Relay = sj.Relay // the relay is the standby's, already in its environment
 	if job.Relay {
-		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar])
+		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar], sj.Env[PoolSocketVar])
 	}
 	if sb != nil && cold == "" {
 		why, err := sb.handOver(job)
@@ -394,18 +399,24 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		a.logf("start %s: %v", job.Argv[0], err)
 		return Job{}, nil, nil, AgentExitNoStart
 	}
-	r = newReaper(out.pid)
+	a.startPool(job)
+	r = a.newReaper(out.pid)
 	go r.run()
 	return job, out, r, 0
 }
 
-// withRelay is env with the relay socket's variable set to path.
-func withRelay(env map[string]string, path string) map[string]string {
-	out := make(map[string]string, len(env)+1)
+// withRelay is env with the relay's socket variables set to the
+// standby's: its relay socket, and its pool's ("": none).
+func withRelay(env map[string]string, sock, pool string) map[string]string {
+	out := make(map[string]string, len(env)+2)
 	for k, v := range env {
 		out[k] = v
 	}
-	out[RelaySocketVar] = path
+	out[RelaySocketVar] = sock
+	delete(out, PoolSocketVar)
+	if pool != "" {
+		out[PoolSocketVar] = pool
+	}
 	return out
 }
 

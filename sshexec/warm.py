@@ -1,17 +1,48 @@
-# The warm start of a Python job (sshexec.Job.Preimport). gorun's node
-# agent runs this ahead of the job, in the job's own interpreter: it
-# imports the modules named, waits on fd 3 for the job itself (one JSON
-# line: environment, working directory, arguments), and then becomes it,
-# with sys.argv, sys.path[0] and the environment as `python SCRIPT ARGS`
-# or `python -m MODULE ARGS` would have set them, the script running as
-# __main__. It prints nothing of its own.
+# The warm start of a Python program, run by gorun's node agent in the
+# program's own interpreter ahead of it. It imports the modules named,
+# waits on fd 3 for the program itself (one JSON line: environment,
+# working directory, arguments), and then becomes it, with sys.argv,
+# sys.path[0] and the environment as `python SCRIPT ARGS` or
+# `python -m MODULE ARGS` would have set them, the script running as
+# __main__. It prints nothing of its own. Two uses:
+#
+#   warm.py script|module TARGET MODULES...   a warm torchrun
+#       (sshexec.Job.Preimport); fd 3 is a pipe.
+#   warm.py pool SETTINGS                     one interpreter of a worker
+#       pool (sshexec.Job.Pool): SETTINGS is JSON (cpus, signals,
+#       modules); fd 3 is a unix socket, on which the job's line brings
+#       the worker's stdin, stdout and stderr, and names its script.
+import array
 import json
 import os
 import runpy
+import signal
+import socket
 import sys
 
+_SHIM = os.path.abspath(__file__)
 
-def _wait_for_job():
+
+def _forget_shim():
+    # This file is read: it and its private folder go, and the job does
+    # not see the folder on its path.
+    del sys.path[0]
+    try:
+        os.unlink(__file__)
+        os.rmdir(os.path.dirname(__file__))
+    except OSError:
+        pass
+
+
+def _import(modules):
+    for name in modules:
+        try:
+            __import__(name)
+        except BaseException:  # the job imports it again, and reports the failure as it would
+            pass
+
+
+def _wait_on_pipe():
     line = b""
     with os.fdopen(3, "rb", buffering=0) as f:
         while not line.endswith(b"\n"):
@@ -21,38 +52,97 @@ def _wait_for_job():
             line += chunk
     if not line.endswith(b"\n"):
         os._exit(125)  # the agent went away before the job came
-    return json.loads(line)
+    return json.loads(line), []
 
 
-def _main():
-    mode, target, modules = sys.argv[1], sys.argv[2], sys.argv[3:]
-    # This file is read: it and its private folder go, and the job does
-    # not see the folder on its path.
-    del sys.path[0]
-    try:
-        os.unlink(__file__)
-        os.rmdir(os.path.dirname(__file__))
-    except OSError:
-        pass
-    for name in modules:
-        try:
-            __import__(name)
-        except BaseException:  # the job imports it again, and reports the failure as it would
-            pass
-    job = _wait_for_job()
+def _wait_on_socket():
+    sock = socket.socket(fileno=3)
+    line, fds = b"", []
+    while not line.endswith(b"\n"):
+        msg, anc, _, _ = sock.recvmsg(1 << 16, socket.CMSG_SPACE(16 * array.array("i").itemsize))
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                a = array.array("i")
+                a.frombytes(data[: len(data) - len(data) % a.itemsize])
+                fds.extend(a)
+        if not msg:
+            break
+        line += msg
+    sock.close()
+    if not line.endswith(b"\n") or len(fds) != 3:
+        os._exit(125)  # the agent went away before the job came
+    return json.loads(line), fds
+
+
+def _become(job, mode, target):
     os.environ.clear()
     for kv in job["env"]:
         name, _, value = kv.partition("=")
         os.environ[name] = value
     if job.get("dir"):
         os.chdir(job["dir"])
-    sys.argv = [target] + job["args"]
     if mode == "script":
+        sys.argv = [target] + job["args"]
         sys.path.insert(0, os.path.dirname(os.path.realpath(target)))
-        runpy.run_path(target, run_name="__main__")
+        # Python 3.9 and later give __main__ an absolute __file__.
+        runpy.run_path(os.path.abspath(target), run_name="__main__")
     else:
+        sys.argv = [target] + job["args"]
         sys.path.insert(0, os.getcwd())
         runpy.run_module(target, run_name="__main__", alter_sys=True)
+
+
+def _run(job, mode, target):
+    # An error's traceback starts at the job's own frame, as it would
+    # without this shim.
+    try:
+        _become(job, mode, target)
+    except (SystemExit, KeyboardInterrupt):
+        raise
+    except BaseException as e:
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__):
+            tb = tb.tb_next
+        sys.excepthook(type(e), e, tb or e.__traceback__)
+        sys.exit(1)
+
+
+def _main():
+    mode = sys.argv[1]
+    _forget_shim()
+    if mode != "pool":
+        target, modules = sys.argv[2], sys.argv[3:]
+        _import(modules)
+        job, _ = _wait_on_pipe()
+        _run(job, mode, target)
+        return
+    settings = json.loads(sys.argv[2])
+    # The agent ignores the signals it passes on; a worker has them as
+    # Python would at its start.
+    for n in settings.get("signals") or []:
+        signal.signal(n, signal.default_int_handler if n == signal.SIGINT else signal.SIG_DFL)
+    if settings.get("cpus"):
+        os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
+    # What the imports print belongs to the worker: held until its
+    # streams come.
+    held = {1: os.memfd_create("gorun-held-out"), 2: os.memfd_create("gorun-held-err")}
+    for fd, h in held.items():
+        os.dup2(h, fd)
+    _import(settings.get("modules") or [])
+    job, fds = _wait_on_socket()
+    for i, fd in enumerate(fds):
+        os.dup2(fd, i)
+        os.close(fd)
+    for fd, h in held.items():
+        os.lseek(h, 0, os.SEEK_SET)
+        while True:
+            b = os.read(h, 1 << 16)
+            if not b:
+                break
+            while b:
+                b = b[os.write(fd, b):]
+        os.close(h)
+    _run(job, job["mode"], job["target"])
 
 
 _main()
