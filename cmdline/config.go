@@ -106,6 +106,10 @@ type Options struct {
 	// signal of a stop from outside (SIGTERM or Ctrl-C to gorun, scancel,
 	// a pod's deletion), before what is left is killed.
 	StopGrace time.Duration
+	// Prewarm (--prewarm MODULES|off) names the modules that each node's
+	// pool of worker interpreters imports ahead, one interpreter per local
+	// rank; nil (off, the default): every worker starts its own.
+	Prewarm []string
 }
 
 // PassSignals are the signals gorun passes on to every worker without

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/internal/userr"
@@ -57,6 +58,7 @@ func gorunTable() []*optionSpec {
 		gorunText("report", "--report", func(o *Options) *string { return &o.Report }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
+		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
 	}
 }
 
@@ -149,6 +151,44 @@ func setStopGrace(o *Options, typed string, _ int, value string) error {
 	}
 	o.StopGrace = d
 	return nil
+}
+
+// setPrewarm reads --prewarm: off, or the modules each pooled worker
+// interpreter imports ahead, comma-separated (torch, or torch,numpy).
+func setPrewarm(o *Options, typed string, _ int, value string) error {
+	if value == "off" {
+		o.Prewarm = nil
+		return nil
+	}
+	var mods []string
+	for _, m := range strings.Split(value, ",") {
+		m = strings.TrimSpace(m)
+		if !pythonModuleName(m) {
+			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a Python module name", userr.Quote(m)),
+				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or off (the default)"}
+		}
+		mods = append(mods, m)
+	}
+	o.Prewarm = mods
+	return nil
+}
+
+// pythonModuleName reports whether s is a dotted Python module name.
+func pythonModuleName(s string) bool {
+	if s == "" {
+		return false
+	}
+	for _, part := range strings.Split(s, ".") {
+		if part == "" || part[0] >= '0' && part[0] <= '9' {
+			return false
+		}
+		for _, r := range part {
+			if r != '_' && !(r >= 'a' && r <= 'z') && !(r >= 'A' && r <= 'Z') && !(r >= '0' && r <= '9') {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func setTelemetryInterval(o *Options, typed string, _ int, value string) error {

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"syscall"
 
@@ -12,8 +13,10 @@ import (
 	"github.com/gorun/gorun/sshexec"
 )
 
-// workerCommand builds the worker's command from _rank's arguments.
-func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, error) {
+// workerCommand builds the worker's command from _rank's arguments, and,
+// for a Python worker, what a pooled interpreter needs to become it (the
+// rest of the PoolTake is filled in at the start).
+func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshexec.PoolTake, error) {
 	noPython, module := false, false
 	for len(args) > 0 && args[0] != "--" {
 		switch args[0] {
@@ -22,7 +25,7 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, error)
 		case "-m":
 			module = true
 		default:
-			return nil, fmt.Errorf("unknown option %q (usage: %s [--no-python | -m] -- script args...)", args[0], envplan.RankCommand)
+			return nil, nil, fmt.Errorf("unknown option %q (usage: %s [--no-python | -m] -- script args...)", args[0], envplan.RankCommand)
 		}
 		args = args[1:]
 	}
@@ -30,9 +33,10 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, error)
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		return nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", envplan.RankCommand)
+		return nil, nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", envplan.RankCommand)
 	}
 	argv := args
+	var take *sshexec.PoolTake
 	if !noPython {
 		py := interpreter(getenv, os.Getppid())
 		argv = []string{py, "-u"}
@@ -40,17 +44,23 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, error)
 			argv = append(argv, "-m")
 		}
 		argv = append(argv, args...)
+		take = &sshexec.PoolTake{Module: module, Target: args[0], Args: args[1:]}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	cmd := &exec.Cmd{Path: path, Args: argv}
 	// Its own process group, so a signal torchrun sends to this group
 	// reaches the worker once, through forwardSignals; and the parent-death
 	// signal for when this process is killed outright.
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	return cmd, nil
+	if take != nil {
+		if take.Interp, err = filepath.Abs(path); err != nil {
+			return nil, nil, err
+		}
+	}
+	return cmd, take, nil
 }
 
 // workerEnv is the worker's environment: this process's, with torchrun's
@@ -65,7 +75,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
-		case k == sshexec.RelaySocketVar:
+		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar:
 			continue // the worker's own children must not speak for it
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "":
 			continue

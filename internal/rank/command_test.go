@@ -26,7 +26,7 @@ func TestWorkerCommand(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			cmd, err := workerCommand(tt.args, getenv)
+			cmd, _, err := workerCommand(tt.args, getenv)
 			if tt.want == nil {
 				if err == nil {
 					t.Fatalf("workerCommand(%q) = %q, want an error", tt.args, cmd.Args)

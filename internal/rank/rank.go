@@ -44,12 +44,15 @@ import (
 // killed by a signal ends this process by the same signal, and then Run
 // does not return.
 func Run(args []string, getenv func(string) string, stderr io.Writer) int {
-	cmd, err := workerCommand(args, getenv)
+	cmd, take, err := workerCommand(args, getenv)
 	if err != nil {
 		fmt.Fprintf(stderr, "gorun %s: %v\n", envplan.RankCommand, err)
 		return 127
 	}
 	w := &worker{localRank: atoi(getenv("LOCAL_RANK"), -1), rank: atoi(getenv("RANK"), -1), stderr: stderr}
+	if sock := getenv(sshexec.PoolSocketVar); sock != "" && take != nil {
+		w.pool, w.take = sock, take
+	}
 	cmd.Env = workerEnv(os.Environ(), getenv)
 	if sock := getenv(sshexec.RelaySocketVar); sock != "" {
 		if c, err := net.Dial("unix", sock); err == nil {
@@ -102,6 +105,9 @@ type worker struct {
 
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
+
+	pool string            // the node's worker pool (sshexec.PoolSocketVar); "": none
+	take *sshexec.PoolTake // the worker, for the pool
 }
 
 func (w *worker) send(kind byte, payload []byte) {
@@ -216,19 +222,20 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, cpuset.Format(cpus), err)
 		return 127
 	}
-	if err := cmd.Start(); err != nil {
+	pid, wait, started, err := w.start(cmd, cpus)
+	if err != nil {
 		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", envplan.RankCommand, cmd.Path, err)
 		return 127
 	}
-	pid := cmd.Process.Pid
 	w.gate = newSignalGate(func(sig syscall.Signal) { _ = unix.Kill(-pid, sig) }, w.markStopped)
 	// Our copies of the write ends go now, so the readers end with the
 	// worker's last writer.
 	closeWriteEnds()
 	w.ras = rasReporter(getenv)
 	w.rasAddr = getenv("NCCL_RAS_ADDR")
-	w.send(wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: w.rank, LocalRank: w.localRank,
-		WorldSize: atoi(getenv("WORLD_SIZE"), -1), PID: pid, Time: time.Now().UnixNano(), RASReporter: w.ras}))
+	started.Rank, started.LocalRank, started.WorldSize = w.rank, w.localRank, atoi(getenv("WORLD_SIZE"), -1)
+	started.PID, started.Time, started.RASReporter = pid, time.Now().UnixNano(), w.ras
+	w.send(wire.FrameStarted, wire.JSON(started))
 	close(announced)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -242,13 +249,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	go func() { defer bg.Done(); w.watch(ctx, pid, heartbeat, atoi(getenv("MASTER_PORT"), 0)) }()
 	go func() { defer bg.Done(); w.listen(ctx, pid) }()
 
-	var ws unix.WaitStatus
-	for {
-		_, err := unix.Wait4(pid, &ws, 0, nil)
-		if err != unix.EINTR {
-			break
-		}
-	}
+	ws := wait()
 	end := time.Now().UnixNano()
 	cancel()
 	// The worker's last lines go out before its exit. A process it left
@@ -288,6 +289,60 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		exitBySignal(syscall.Signal(ex.Signal))
 	}
 	return ex.Code
+}
+
+// start starts the worker: in its interpreter from the node's pool when
+// the pool has one that fits, else as cmd, a child of this process. It
+// returns the worker's pid and how to wait for its end, and the start
+// frame as far as it says how the worker started.
+func (w *worker) start(cmd *exec.Cmd, cpus []int) (int, func() unix.WaitStatus, wire.WorkerStarted, error) {
+	var st wire.WorkerStarted
+	if w.take != nil {
+		p, cold, err := w.takePooled(cmd, cpus)
+		switch {
+		case err != nil:
+			st.Cold = "the pool could not be asked: " + err.Error()
+		case cold != "":
+			st.Cold = cold
+		default:
+			st.Pooled = true
+			return p.PID, p.Wait, st, nil
+		}
+	}
+	if err := cmd.Start(); err != nil {
+		return 0, nil, st, err
+	}
+	pid := cmd.Process.Pid
+	return pid, func() unix.WaitStatus {
+		var ws unix.WaitStatus
+		for {
+			if _, err := unix.Wait4(pid, &ws, 0, nil); err != unix.EINTR {
+				return ws
+			}
+		}
+	}, st, nil
+}
+
+// takePooled asks the pool for the worker's interpreter, handing it the
+// streams cmd would have had.
+func (w *worker) takePooled(cmd *exec.Cmd, cpus []int) (*sshexec.Pooled, string, error) {
+	out, ok1 := cmd.Stdout.(*os.File)
+	errf, ok2 := cmd.Stderr.(*os.File)
+	if !ok1 || !ok2 {
+		return nil, "", fmt.Errorf("the worker's streams are not files")
+	}
+	in, err := os.Open(os.DevNull) // as exec.Cmd gives a worker without Stdin
+	if err != nil {
+		return nil, "", err
+	}
+	defer in.Close()
+	dir, err := os.Getwd()
+	if err != nil {
+		return nil, "", err
+	}
+	take := *w.take
+	take.Slot, take.Env, take.Dir, take.CPUs = w.localRank, cmd.Env, dir, cpus
+	return sshexec.TakePooled(w.pool, take, in, out, errf)
 }
 
 // outputDrain is how long the supervisor waits, once the worker has

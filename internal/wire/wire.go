@@ -67,6 +67,12 @@ type WorkerStarted struct {
 	// RASReporter is set on the one worker (local rank 0 of node 0) that
 	// asks NCCL's RAS for progress and, in a hang, for its report.
 	RASReporter bool `json:"ras_reporter,omitempty"`
+	// Pooled: the worker runs in an interpreter of the node's pool,
+	// its imports done ahead (sshexec.Job.Pool).
+	Pooled bool `json:"pooled,omitempty"`
+	// Cold says why a worker that could have been pooled started an
+	// interpreter of its own.
+	Cold string `json:"cold,omitempty"`
 }
 
 // WorkerExit says how a worker ended.
