@@ -80,6 +80,9 @@ func ParseWith(argv []string, getenv func(string) string, newID func() string) (
 	if err := p.checkGorun(); err != nil {
 		return CommandLine{}, err
 	}
+	if err := p.checkPrewarm(cfg); err != nil {
+		return CommandLine{}, err
+	}
 	given := append(p.envGiven, p.argvGiven...)
 	if given == nil {
 		given = []Arg{}

@@ -332,6 +332,8 @@ func TestParseAccepts(t *testing.T) {
 			},
 			given: []Arg{},
 		},
+		{name: "prewarm modules", argv: []string{"--prewarm", "torch, numpy.linalg", "train.py"}, opts: func(o *Options) { o.Prewarm = []string{"torch", "numpy.linalg"} }},
+		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) {}},
 		{name: "gorun repeated: last wins", argv: []string{"--dry-run", "--format", "json", "--format", "table", "train.py"}, opts: func(o *Options) { o.DryRun = true }},
 	}
 	for _, tc := range cases {
@@ -454,6 +456,10 @@ func TestParseRefuses(t *testing.T) {
 		{name: "node rank from PET_", argv: []string{"train.py"}, env: map[string]string{"PET_NODE_RANK": "first"}, where: "PET_NODE_RANK", problem: "invalid int value"},
 		{name: "no-python with module", argv: []string{"--no-python", "-m", "pkg"}, where: "--no-python", problem: "Don't use both the '--no-python' flag and the '--module' flag at the same time."},
 		{name: "no-python from PET_ with module", argv: []string{"-m", "pkg"}, env: map[string]string{"PET_NO_PYTHON": "1"}, where: "PET_NO_PYTHON", problem: "Don't use both"},
+		{name: "prewarm not a module", argv: []string{"--prewarm", "torch,1np", "train.py"}, where: "--prewarm", problem: `"1np" is not a Python module name`},
+		{name: "prewarm empty module", argv: []string{"--prewarm", "torch,", "train.py"}, where: "--prewarm", problem: "is not a Python module name"},
+		{name: "prewarm with no-python", argv: []string{"--prewarm", "torch", "--no-python", "true"}, where: "--prewarm", problem: "--no-python means"},
+		{name: "prewarm with run-path", argv: []string{"--prew=torch", "--run-path", "t.py"}, where: "--prew", problem: "--run-path means"},
 		{name: "no script", argv: []string{}, where: "training_script", problem: "missing"},
 		{name: "no script after options", argv: []string{"--nnodes", "2", "-m"}, where: "training_script", problem: "missing"},
 		{name: "only --", argv: []string{"--"}, where: "training_script", problem: "missing"},
@@ -577,6 +583,7 @@ var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--warm-restart", "--stop-grace",
+	"--prewarm",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1208,6 +1215,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--report":              {"r.html", "Report"},
 		"--warm-restart":        {"off", "WarmRestart"},
 		"--stop-grace":          {"2m", "StopGrace"},
+		"--prewarm":             {"torch,numpy", "Prewarm"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

@@ -265,6 +265,29 @@ func (p *parser) checkGorun() error {
 	return nil
 }
 
+// checkPrewarm refuses --prewarm where no worker is a Python interpreter
+// gorun starts: --no-python runs the script as a program of its own, and
+// --run-path runs it inside torchrun's agent.
+func (p *parser) checkPrewarm(cfg Config) error {
+	if len(p.gorun.Prewarm) == 0 {
+		return nil
+	}
+	var other string
+	switch {
+	case cfg.RunPath:
+		other = "--run-path"
+	case cfg.NoPython:
+		other = "--no-python"
+	default:
+		return nil
+	}
+	return &userr.InputError{
+		Where:   p.gorunGiven["prewarm"],
+		Problem: "pre-imports modules in a Python interpreter for each worker, and " + other + " means the workers are not started as Python scripts",
+		Fix:     "drop " + p.gorunGiven["prewarm"] + " (or give --prewarm off), or drop " + other,
+	}
+}
+
 // parseDuration reads a Go duration ("90s", "20m", "1h30m") or a plain
 // number of seconds; negative values are refused.
 func parseDuration(s string) (time.Duration, error) {

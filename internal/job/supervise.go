@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
@@ -123,6 +124,9 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		if js.warm {
 			job.Preimport = []string{torchrunModule}
 		}
+		if len(js.prewarm) > 0 {
+			job.Pool = workerPool(n, js.prewarm)
+		}
 		nodes = append(nodes, launch.Node{
 			Name:    n.Host,
 			Runner:  runners[n.Host],
@@ -133,17 +137,46 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 	return nodes
 }
 
+// workerPool asks node n's agent for one interpreter per local rank,
+// importing modules ahead: each with its rank's CPUs and the variables
+// torchrun and `gorun _rank` give every worker when unset, so that the
+// worker finds its interpreter started as it would have started it.
+func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
+	def := map[string]string{"PYTHONFAULTHANDLER": "1"} // `gorun _rank`'s
+	if v, ok := n.Env["OMP_NUM_THREADS"]; ok && v.Source == envplan.SourceTorchrun {
+		def["OMP_NUM_THREADS"] = v.Value // torchrun's, for nproc_per_node > 1
+	}
+	var sets []string
+	if v, ok := n.Env[envplan.RankCPUsVar]; ok {
+		sets = strings.Split(v.Value, ";")
+	}
+	p := &sshexec.Pool{
+		Modules: modules,
+		// what torchrun sets for each worker, which no module reads at import
+		Late: []string{"TORCHELASTIC_*", "TORCH_NCCL_ASYNC_ERROR_HANDLING"},
+	}
+	for i := range n.Ranks {
+		s := sshexec.PoolSlot{Default: def}
+		if i < len(sets) {
+			s.CPUs, _ = cpuset.Parse(sets[i]) // the plan made it; `gorun _rank` says what is wrong with it
+		}
+		p.Slots = append(p.Slots, s)
+	}
+	return p
+}
+
 // jobSettings are what every node's job of a run shares.
 type jobSettings struct {
 	dir, runID string
 	warm       bool
-	merged     bool // UI.Merged
+	prewarm    []string // modules the worker pool imports; none: no pool
+	merged     bool     // UI.Merged
 	stopGrace  time.Duration
 	pass       []int // signals passed on to the workers (Job.PassSignals)
 }
 
 func (r *run) jobSettings() jobSettings {
-	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", merged: r.ui.Merged, stopGrace: r.cl.Gorun.StopGrace}
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, merged: r.ui.Merged, stopGrace: r.cl.Gorun.StopGrace}
 	for _, sig := range r.cl.Torchrun.PassSignals() {
 		js.pass = append(js.pass, int(sig))
 	}
