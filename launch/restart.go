@@ -56,6 +56,9 @@ func (r Restart) String() string {
 		if p.name == "next torchrun handed its command line" && r.Warm > 0 {
 			fmt.Fprintf(&b, " (warm on %d of %d nodes)", r.Warm, r.Nodes)
 		}
+		if p.name == "workers started" && r.Workers > 0 {
+			fmt.Fprintf(&b, " (%d of %d pooled)", r.Pooled, r.Workers)
+		}
 		if d := p.at - prev; d > longestD {
 			longest, longestD = from+" → "+p.name, d
 		}

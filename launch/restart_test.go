@@ -44,7 +44,8 @@ func TestRestartString(t *testing.T) {
 	// The checks before the restart, where they ran.
 	r.GPUFree, r.Checked, r.Handed = 300*time.Millisecond, 800*time.Millisecond, 810*time.Millisecond
 	r.FirstLine = 1000 * time.Millisecond
-	want = "gorun: restart after attempt 1: failure seen, stopped +40ms, GPU memory free +300ms, nodes rechecked +800ms, next torchrun handed its command line +810ms (warm on 2 of 3 nodes), workers started +900ms, first line +1000ms; longest: GPU memory free → nodes rechecked (500ms)"
+	r.Pooled, r.Workers = 5, 6
+	want = "gorun: restart after attempt 1: failure seen, stopped +40ms, GPU memory free +300ms, nodes rechecked +800ms, next torchrun handed its command line +810ms (warm on 2 of 3 nodes), workers started +900ms (5 of 6 pooled), first line +1000ms; longest: GPU memory free → nodes rechecked (500ms)"
 	if got := r.String(); got != want {
 		t.Errorf("String =\n%s\nwant\n%s", got, want)
 	}

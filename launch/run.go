@@ -480,6 +480,16 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			switch ev.kind {
 			case wire.FrameStarted:
 				sv.started++
+				if rs != nil && ms[ev.i].node.Job.Pool != nil {
+					rs.Workers++
+					if ev.started.Pooled {
+						rs.Pooled++
+					}
+				}
+				if why := ev.started.Cold; why != "" && !said[ms[ev.i].node.Name+"\x00pool"] {
+					said[ms[ev.i].node.Name+"\x00pool"] = true // once per node and run: each rank would say it again
+					s.message(opts.Diag, fmt.Sprintf("gorun: %s: local rank %d starts without the worker pool: %s\n", ms[ev.i].node.Name, ev.started.LocalRank, why))
+				}
 				if rs != nil && rs.WorkersUp == 0 && (expected == 0 || sv.started == expected) {
 					rs.WorkersUp = time.Since(rs.Failed)
 					sayTimeline(false)

@@ -179,6 +179,10 @@ type Restart struct {
 	Handed time.Duration
 	// Warm of Nodes of the next attempt started warm.
 	Warm, Nodes int
+	// Pooled of Workers of the next attempt were taken from their
+	// node's worker pool (sshexec.Job.Pool); Workers counts only when the
+	// job has one.
+	Pooled, Workers int
 	// WorkersUp: every worker of the next attempt has started (the
 	// first worker, when the node does not say how many it runs).
 	WorkersUp time.Duration

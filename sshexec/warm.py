@@ -89,6 +89,10 @@ def _become(job, mode, target):
     else:
         sys.argv = [target] + job["args"]
         sys.path.insert(0, os.getcwd())
+        # Imported ahead, it runs afresh as __main__, as under `python -m`
+        # (where sys.modules never has it), without runpy's warning that
+        # it was found imported.
+        sys.modules.pop(target, None)
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
@@ -113,6 +117,13 @@ def _main():
     if mode != "pool":
         target, modules = sys.argv[2], sys.argv[3:]
         _import(modules)
+        # A module (not a package) imported ahead runs afresh when the
+        # program imports or runs it, its own imports done: a wrapper
+        # that runs torchrun's module with runpy, as `python -m` does,
+        # gets no warning that it was found imported.
+        for name in modules:
+            if not hasattr(sys.modules.get(name), "__path__"):
+                sys.modules.pop(name, None)
         job, _ = _wait_on_pipe()
         _run(job, mode, target)
         return
