@@ -40,6 +40,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv("GORUN_TEST_RELAY_CLIENT") == "1" {
 		os.Exit(relayClient())
 	}
+	if os.Getenv(testPoolEnv) == "1" {
+		os.Exit(poolHelper())
+	}
 	if os.Getenv(testAgentOutputEnv) == "1" {
 		os.Exit(agentOutputHelper(os.Args[1:]))
 	}

@@ -13,12 +13,17 @@
 #       modules); fd 3 is a unix socket, on which the job's line brings
 #       the worker's stdin, stdout and stderr, and names its script.
 import array
+import builtins
+import importlib.machinery
+import importlib.util
+import io
 import json
 import os
 import runpy
 import signal
 import socket
 import sys
+import types
 
 _SHIM = os.path.abspath(__file__)
 
@@ -74,6 +79,24 @@ def _wait_on_socket():
     return json.loads(line), fds
 
 
+def _run_script(path):
+    # As `python script` runs it: a fresh __main__ (no spec, no package,
+    # a source loader), the code compiled with the script's absolute
+    # name; runpy.run_path would differ in sys.argv[0], __package__ and
+    # __loader__.
+    try:
+        with io.open_code(path) as f:
+            source = f.read()
+    except OSError as e:
+        sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n" % (sys.executable, path, e.errno, e.strerror))
+        sys.exit(2)
+    main = types.ModuleType("__main__")
+    main.__dict__.update(__file__=path, __cached__=None, __package__=None, __spec__=None,
+                         __loader__=importlib.machinery.SourceFileLoader("__main__", path), __builtins__=builtins)
+    sys.modules["__main__"] = main
+    exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
+
+
 def _become(job, mode, target):
     os.environ.clear()
     for kv in job["env"]:
@@ -81,18 +104,24 @@ def _become(job, mode, target):
         os.environ[name] = value
     if job.get("dir"):
         os.chdir(job["dir"])
+    sys.argv = [target] + (job.get("args") or [])
     if mode == "script":
-        sys.argv = [target] + job["args"]
         sys.path.insert(0, os.path.dirname(os.path.realpath(target)))
         # Python 3.9 and later give __main__ an absolute __file__.
-        runpy.run_path(os.path.abspath(target), run_name="__main__")
+        _run_script(os.path.abspath(target))
     else:
-        sys.argv = [target] + job["args"]
         sys.path.insert(0, os.getcwd())
         # Imported ahead, it runs afresh as __main__, as under `python -m`
         # (where sys.modules never has it), without runpy's warning that
         # it was found imported.
         sys.modules.pop(target, None)
+        try:
+            spec = importlib.util.find_spec(target)
+        except (ImportError, ValueError):
+            spec = None
+        if spec is None:
+            sys.stderr.write("%s: No module named %s\n" % (sys.executable, target))
+            sys.exit(1)
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
@@ -105,9 +134,11 @@ def _run(job, mode, target):
         raise
     except BaseException as e:
         tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__):
+        while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next
-        sys.excepthook(type(e), e, tb or e.__traceback__)
+        if tb is not None:
+            e.__traceback__ = tb  # the default hook prints the exception's own
+        sys.excepthook(type(e), e, e.__traceback__)
         sys.exit(1)
 
 

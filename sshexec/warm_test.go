@@ -15,11 +15,12 @@ import (
 
 // warmScript is a Python job that says what it sees: its arguments, its
 // working directory, a variable, and whether a module only the warm
-// start imports was already there.
+// start imports was already there (what email.mime.text imports: the
+// module named runs afresh).
 const warmScript = `#!/usr/bin/python3
 import os, sys
 print("argv", sys.argv[1:], "cwd", os.path.basename(os.getcwd()), "FOO", os.environ.get("FOO"),
-      "warm", "email.mime.text" in sys.modules, "path0", sys.path[0] == os.path.dirname(os.path.realpath(__file__)),
+      "warm", "email.mime.nonmultipart" in sys.modules, "path0", sys.path[0] == os.path.dirname(os.path.realpath(__file__)),
       "main", __name__, flush=True)
 sys.exit(int(os.environ.get("CODE", "0")))
 `

@@ -1,0 +1,268 @@
+package sshexec
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+)
+
+// testPoolEnv makes the test binary act as the job's main process of a
+// pooled job (helper-process pattern): a torchrun whose workers'
+// supervisors take their interpreters from the pool, one after another,
+// as $GORUN_TEST_TAKES (testTake, JSON) lists them.
+const testPoolEnv = "GORUN_TEST_POOL"
+
+// testTake is one worker the helper asks the pool for.
+type testTake struct {
+	Slot   int               `json:"slot"`
+	Module bool              `json:"module,omitempty"`
+	Target string            `json:"target"`
+	Args   []string          `json:"args,omitempty"`
+	Env    map[string]string `json:"env,omitempty"` // on top of the helper's
+	CPUs   []int             `json:"cpus,omitempty"`
+	// HangUp: the supervisor drops its connection once the worker runs,
+	// as a supervisor that is killed does, and reports whether the worker
+	// went with it.
+	HangUp bool `json:"hang_up,omitempty"`
+}
+
+// poolHelper is the test binary as a pooled job's main process.
+func poolHelper() int {
+	var takes []testTake
+	if err := json.Unmarshal([]byte(os.Getenv("GORUN_TEST_TAKES")), &takes); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 2
+	}
+	sock := os.Getenv(PoolSocketVar)
+	dir, _ := os.Getwd()
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		return 2
+	}
+	for i, tt := range takes {
+		env := append(os.Environ(), "PYTHONFAULTHANDLER=1") // as gorun _rank sets it
+		for k, v := range tt.Env {
+			env = append(env, k+"="+v)
+		}
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, PoolSocketVar+"=") })
+		take := PoolTake{Slot: tt.Slot, Interp: "/usr/bin/python3", Module: tt.Module, Target: tt.Target,
+			Args: tt.Args, Env: env, Dir: dir, CPUs: tt.CPUs}
+		p, cold, err := TakePooled(sock, take, devnull, os.Stdout, os.Stderr)
+		switch {
+		case err != nil:
+			fmt.Printf("take %d: error: %v\n", i, err)
+			continue
+		case cold != "":
+			fmt.Printf("take %d: cold: %s\n", i, cold)
+			continue
+		}
+		if tt.HangUp {
+			time.Sleep(200 * time.Millisecond) // the worker runs
+			p.c.Close()
+			deadline := time.Now().Add(5 * time.Second)
+			for unix.Kill(p.PID, 0) == nil && time.Now().Before(deadline) {
+				time.Sleep(10 * time.Millisecond)
+			}
+			fmt.Printf("take %d: hung up: worker alive %v\n", i, unix.Kill(p.PID, 0) == nil)
+			continue
+		}
+		ws := p.Wait()
+		fmt.Printf("take %d: pooled pid %d: %s\n", i, p.PID, waitStatusWords(ws))
+	}
+	return 0
+}
+
+// poolScript says what a worker sees, prints a line to stderr too, and
+// ends as $END says: an exit code, or "TERM" to die by SIGTERM.
+const poolScript = `import os, signal, sys
+print("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
+      "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+      "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
+      "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), flush=True)
+print("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__, flush=True)
+print("to stderr", file=sys.stderr, flush=True)
+end = os.environ.get("END", "0")
+if end == "TERM":
+    os.kill(os.getpid(), signal.SIGTERM)
+    signal.pause()
+if end == "RAISE":
+    raise ValueError("from the worker")
+if end == "SLEEP":
+    signal.pause()
+sys.exit(int(end))
+`
+
+// poolJob is a pooled job of the helper in a folder holding poolScript,
+// a package module pwmod, and a module noisy that prints at import.
+func poolJob(t *testing.T, slots int, takes []testTake) (Job, string) {
+	t.Helper()
+	dir := t.TempDir()
+	for name, body := range map[string]string{
+		"job.py":   poolScript,
+		"pwmod.py": "import sys\nprint('module', __name__, sys.argv, flush=True)\n",
+		"noisy.py": "print('noisy at import', flush=True)\n",
+	} {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	b, err := json.Marshal(takes)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pool := &Pool{Modules: []string{"noisy", "no_such_module_here"}, Late: []string{"TORCHELASTIC_*"}}
+	for range slots {
+		pool.Slots = append(pool.Slots, PoolSlot{Default: map[string]string{"PYTHONFAULTHANDLER": "1"}})
+	}
+	return Job{
+		Argv:  []string{os.Args[0]},
+		Env:   map[string]string{testAgentEnv: "0", testPoolEnv: "1", "GORUN_TEST_TAKES": string(b), "PYTHON_EXEC": "/usr/bin/python3", "PYTHONPATH": dir, "FOO": "job"},
+		Dir:   dir,
+		Relay: true,
+		Pool:  pool,
+	}, dir
+}
+
+func runPool(t *testing.T, job Job) string {
+	t.Helper()
+	var f frames
+	if code := runWarm(t, newTestLocal(t), job, &f); code != 0 {
+		t.Fatalf("helper exit %d:\n%s", code, f.out.String())
+	}
+	return f.out.String()
+}
+
+// TestPool: a worker taken from the pool runs its script as `python -u
+// script` would, as __main__, with the environment, arguments, folder
+// and streams its supervisor hands over and the modules imported ahead
+// (what they printed first, in its own stream); it ends with its own exit
+// code or signal, reported through the supervisor.
+func TestPool(t *testing.T) {
+	needPython(t)
+	cpu := unix.CPUSet{}
+	if err := unix.SchedGetaffinity(0, &cpu); err != nil {
+		t.Fatal(err)
+	}
+	one := -1
+	for c := range 1024 {
+		if cpu.IsSet(c) {
+			one = c
+			break
+		}
+	}
+	job, dir := poolJob(t, 6, nil)
+	job.Pool.Slots[3].CPUs = []int{one}
+	takes := []testTake{
+		{Slot: 0, Target: "job.py", Args: []string{"a", "b c"}, Env: map[string]string{"FOO": "worker", "TORCHELASTIC_RESTART_COUNT": "3", "END": "7"}},
+		{Slot: 1, Module: true, Target: "pwmod", Args: []string{"x"}},
+		{Slot: 2, Target: filepath.Join(dir, "job.py"), Env: map[string]string{"END": "TERM"}},
+		{Slot: 3, Target: "job.py", CPUs: []int{one}, Env: map[string]string{"END": "RAISE"}},
+		{Slot: 0, Target: "job.py"}, // taken already
+		{Slot: 4, Target: "nope.py"},
+		{Slot: 5, Module: true, Target: "nopemod"},
+	}
+	b, _ := json.Marshal(takes)
+	job.Env["GORUN_TEST_TAKES"] = string(b)
+	out := runPool(t, job)
+
+	for _, want := range []string{
+		// the script, as __main__, with its args, sys.path[0] its folder,
+		// the worker's variables (a late one too) and no stdin
+		fmt.Sprintf("argv ['job.py', 'a', 'b c'] name __main__ path0 %s cwd %s FOO worker RC 3 ahead True cpus", dir, dir),
+		fmt.Sprintf("file %s package None spec None loader SourceFileLoader", filepath.Join(dir, "job.py")),
+		"fh 1 stdin ''",
+		"take 0: pooled pid",
+		": exit 7\n",
+		// -m: sys.argv[0] is the module's file, as python -m sets it
+		fmt.Sprintf("module __main__ ['%s', 'x']", filepath.Join(dir, "pwmod.py")),
+		"take 2: pooled pid",
+		fmt.Sprintf(": signal %d\n", syscall.SIGTERM),
+		fmt.Sprintf("cpus [%d]", one),
+		"ValueError: from the worker",
+		"take 4: cold: no pooled interpreter for local rank 0",
+		// what python says and does when there is nothing to run
+		// (on stderr: its order against stdout is not kept)
+		fmt.Sprintf("/usr/bin/python3: can't open file '%s': [Errno 2] No such file or directory\n", filepath.Join(dir, "nope.py")),
+		"/usr/bin/python3: No module named nopemod\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	// The traceback starts at the script, as without the pool.
+	if strings.Contains(out, "warm-") || strings.Contains(out, "runpy") {
+		t.Errorf("the traceback shows the pool's shim or runpy:\n%s", out)
+	}
+	if !regexp.MustCompile(`take 3: pooled pid \d+: exit 1\n`).MatchString(out) {
+		t.Errorf("an uncaught exception does not end the worker with exit 1, as python's:\n%s", out)
+	}
+	// What the pool's import printed comes first in each worker's stream.
+	if !regexp.MustCompile(`take 5: pooled pid \d+: exit 2\n`).MatchString(out) || !regexp.MustCompile(`take 6: pooled pid \d+: exit 1\n`).MatchString(out) {
+		t.Errorf("nothing to run does not end as python's (exit 2 for a file, 1 for a module):\n%s", out)
+	}
+	if n := strings.Count(out, "noisy at import"); n != 6 {
+		t.Errorf("the import's line shows %d times, want once per worker:\n%s", n, out)
+	}
+	if i, j := strings.Index(out, "noisy at import"), strings.Index(out, "argv ['job.py', 'a'"); i > j {
+		t.Errorf("the import's line comes after the worker's:\n%s", out)
+	}
+}
+
+// TestPoolColdStart: a worker whose import-time environment, CPUs or
+// folder differ from its interpreter's starts cold, and is told why; an
+// interpreter left untaken goes with the job.
+func TestPoolColdStart(t *testing.T) {
+	needPython(t)
+	takes := []testTake{
+		{Slot: 0, Target: "job.py", Env: map[string]string{"PYTHONHASHSEED": "7"}},
+		{Slot: 1, Target: "job.py", CPUs: []int{0}},
+		{Slot: 5, Target: "job.py"},
+		{Slot: 0, Target: "job.py"}, // its interpreter went with the refusal
+	}
+	job, _ := poolJob(t, 3, takes)
+	out := runPool(t, job)
+	for _, want := range []string{
+		"take 0: cold: PYTHONHASHSEED, read at import time, differs from the pool's",
+		"take 1: cold: the worker's CPU binding differs from the pool's",
+		"take 2: cold: no pooled interpreter for local rank 5",
+		"take 3: cold: no pooled interpreter for local rank 0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+// TestPoolSupervisorGone: a worker whose supervisor hangs up (is killed)
+// is killed by the agent; nothing of it outlives its supervisor.
+func TestPoolSupervisorGone(t *testing.T) {
+	needPython(t)
+	job, _ := poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py", Env: map[string]string{"END": "SLEEP"}, HangUp: true}})
+	out := runPool(t, job)
+	if !strings.Contains(out, "take 0: hung up: worker alive false") {
+		t.Errorf("the worker outlived its supervisor:\n%s", out)
+	}
+}
+
+// TestPoolTakeWithoutAgent: a supervisor whose pool is not there is told
+// so, and starts its worker itself.
+func TestPoolTakeWithoutAgent(t *testing.T) {
+	devnull, err := os.Open(os.DevNull)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer devnull.Close()
+	_, cold, err := TakePooled(filepath.Join(t.TempDir(), "pool"), PoolTake{}, devnull, devnull, devnull)
+	if err == nil || cold != "" {
+		t.Errorf("TakePooled without a pool: cold %q, err %v; want an error", cold, err)
+	}
+}
