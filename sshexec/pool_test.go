@@ -84,21 +84,37 @@ func poolHelper() int {
 // poolScript says what a worker sees, prints a line to stderr too, and
 // ends as $END says: an exit code, or "TERM" to die by SIGTERM.
 const poolScript = `import os, signal, sys
-print("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
-      "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
-      "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
-      "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), flush=True)
-print("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__, flush=True)
-print("to stderr", file=sys.stderr, flush=True)
-end = os.environ.get("END", "0")
-if end == "TERM":
-    os.kill(os.getpid(), signal.SIGTERM)
-    signal.pause()
-if end == "RAISE":
-    raise ValueError("from the worker")
-if end == "SLEEP":
-    signal.pause()
-sys.exit(int(end))
+
+
+def square(x):
+    return x * x
+
+
+def main():
+    print("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
+          "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+          "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
+          "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), flush=True)
+    print("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__, flush=True)
+    print("to stderr", file=sys.stderr, flush=True)
+    end = os.environ.get("END", "0")
+    if end == "TERM":
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.pause()
+    if end == "RAISE":
+        raise ValueError("from the worker")
+    if end == "SLEEP":
+        signal.pause()
+    if end == "SPAWN":
+        import multiprocessing
+        with multiprocessing.get_context("spawn").Pool(1) as p:
+            print("spawned", p.map(square, [3]), flush=True)
+        end = "0"
+    sys.exit(int(end))
+
+
+if __name__ == "__main__":
+    main()
 `
 
 // poolJob is a pooled job of the helper in a folder holding poolScript,
@@ -159,7 +175,7 @@ func TestPool(t *testing.T) {
 			break
 		}
 	}
-	job, dir := poolJob(t, 6, nil)
+	job, dir := poolJob(t, 7, nil)
 	job.Pool.Slots[3].CPUs = []int{one}
 	takes := []testTake{
 		{Slot: 0, Target: "job.py", Args: []string{"a", "b c"}, Env: map[string]string{"FOO": "worker", "TORCHELASTIC_RESTART_COUNT": "3", "END": "7"}},
@@ -169,6 +185,7 @@ func TestPool(t *testing.T) {
 		{Slot: 0, Target: "job.py"}, // taken already
 		{Slot: 4, Target: "nope.py"},
 		{Slot: 5, Module: true, Target: "nopemod"},
+		{Slot: 6, Target: "job.py", Env: map[string]string{"END": "SPAWN"}},
 	}
 	b, _ := json.Marshal(takes)
 	job.Env["GORUN_TEST_TAKES"] = string(b)
@@ -193,6 +210,8 @@ func TestPool(t *testing.T) {
 		// (on stderr: its order against stdout is not kept)
 		fmt.Sprintf("/usr/bin/python3: can't open file '%s': [Errno 2] No such file or directory\n", filepath.Join(dir, "nope.py")),
 		"/usr/bin/python3: No module named nopemod\n",
+		// multiprocessing's spawn finds __main__ again in its children
+		"spawned [9]",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -209,7 +228,7 @@ func TestPool(t *testing.T) {
 	if !regexp.MustCompile(`take 5: pooled pid \d+: exit 2\n`).MatchString(out) || !regexp.MustCompile(`take 6: pooled pid \d+: exit 1\n`).MatchString(out) {
 		t.Errorf("nothing to run does not end as python's (exit 2 for a file, 1 for a module):\n%s", out)
 	}
-	if n := strings.Count(out, "noisy at import"); n != 6 {
+	if n := strings.Count(out, "noisy at import"); n != 7 {
 		t.Errorf("the import's line shows %d times, want once per worker:\n%s", n, out)
 	}
 	if i, j := strings.Index(out, "noisy at import"), strings.Index(out, "argv ['job.py', 'a'"); i > j {
