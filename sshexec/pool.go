@@ -98,7 +98,10 @@ type pool struct {
 
 type poolSlot struct {
 	pid    int
-	env    []string
+	env    []string // as the agent started it
+	// started is its environment as the interpreter has it, once it
+	// said (Python may set LC_CTYPE as it starts); nil until read.
+	started []string
 	cpus   []int
 	ctrl   *net.UnixConn // the interpreter's fd 3, our end
 	taken  bool
@@ -372,7 +375,10 @@ func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 
 // fits says why take cannot run in the slot's interpreter, "" when it
 // can: the same interpreter, folder and CPUs, and the same value of every
-// variable read at import but the late ones.
+// variable read at import but the late ones. A variable that Python set
+// or changed as the interpreter started (LC_CTYPE, coercing a C locale)
+// matches the value it was started with: a worker started cold from
+// that value would have done the same.
 func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	switch {
 	case take.Interp != p.interp:
@@ -382,13 +388,61 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	case !slices.Equal(take.CPUs, sl.cpus):
 		return "the worker's CPU binding differs from the pool's"
 	}
-	for _, name := range changedVars(sl.env, take.Env) {
+	env, err := sl.startedEnv()
+	if err != nil {
+		return "the pooled interpreter did not start: " + err.Error()
+	}
+	given, want := envMap(sl.env), envMap(take.Env)
+	for _, name := range changedVars(env, take.Env) {
 		if name == RelaySocketVar || name == PoolSocketVar || !importTimeVar(name) || lateVar(p.late, name) {
+			continue
+		}
+		if g, ok := given[name]; ok == hasKey(want, name) && g == want[name] {
 			continue
 		}
 		return fmt.Sprintf("%s, read at import time, differs from the pool's", name)
 	}
 	return ""
+}
+
+// becomes is the environment the worker runs with: take's, and what
+// Python set as the interpreter started where take has nothing else,
+// as it would have set it for the worker started cold.
+func (sl *poolSlot) becomes(take PoolTake) []string {
+	given, want := envMap(sl.env), envMap(take.Env)
+	out := slices.Clone(take.Env)
+	for _, kv := range sl.started {
+		k, _, _ := strings.Cut(kv, "=")
+		if !hasKey(given, k) && !hasKey(want, k) {
+			out = append(out, kv)
+		}
+	}
+	return out
+}
+
+func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
+
+// startedEnv reads the environment the interpreter sent as it started
+// (warm.py), waiting for it at most poolHandTimeout.
+func (sl *poolSlot) startedEnv() ([]string, error) {
+	if sl.started != nil {
+		return sl.started, nil
+	}
+	_ = sl.ctrl.SetReadDeadline(time.Now().Add(poolHandTimeout))
+	defer sl.ctrl.SetReadDeadline(time.Time{})
+	line, err := bufio.NewReader(io.LimitReader(sl.ctrl, maxJobLine)).ReadBytes('\n') // nothing follows it
+	if err == io.EOF {
+		return nil, errors.New("it ended before it said its environment")
+	}
+	if err != nil {
+		return nil, err
+	}
+	var env []string
+	if err := json.Unmarshal(line, &env); err != nil {
+		return nil, err
+	}
+	sl.started = env
+	return env, nil
 }
 
 func lateVar(late []string, name string) bool {
@@ -408,7 +462,7 @@ func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
 		Args   []string `json:"args"`
 		Mode   string   `json:"mode"`
 		Target string   `json:"target"`
-	}{take.Env, take.Dir, take.Args, map[bool]string{false: "script", true: "module"}[take.Module], take.Target})
+	}{sl.becomes(take), take.Dir, take.Args, map[bool]string{false: "script", true: "module"}[take.Module], take.Target})
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -94,7 +95,7 @@ def main():
     print("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
           "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
           "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
-          "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), flush=True)
+          "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), "lc", os.environ.get("LC_CTYPE"), flush=True)
     print("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__, flush=True)
     print("to stderr", file=sys.stderr, flush=True)
     end = os.environ.get("END", "0")
@@ -258,6 +259,34 @@ func TestPoolColdStart(t *testing.T) {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+}
+
+// TestPoolLocaleCoercion: in a C locale Python sets LC_CTYPE as it
+// starts (PEP 538), so a worker handed LC_CTYPE by a torchrun that did so
+// too, and one handed none by a torchrun started warm, both fit the
+// interpreter that coerced it, and both see LC_CTYPE as a cold start
+// would give it.
+func TestPoolLocaleCoercion(t *testing.T) {
+	needPython(t)
+	if os.Getenv("LC_ALL") != "" || os.Getenv("LC_CTYPE") != "" {
+		t.Skip("LC_ALL or LC_CTYPE set: no coercion to see")
+	}
+	probe := exec.Command("/usr/bin/python3", "-c", "import os; print(os.environ.get('LC_CTYPE'))")
+	probe.Env = append(os.Environ(), "LANG=C")
+	out, err := probe.Output()
+	coerced := strings.TrimSpace(string(out))
+	if err != nil || coerced == "None" {
+		t.Skipf("this python coerces no C locale (%v)", err)
+	}
+	job, _ := poolJob(t, 2, []testTake{
+		{Slot: 0, Target: "job.py", Env: map[string]string{"LC_CTYPE": coerced}},
+		{Slot: 1, Target: "job.py"},
+	})
+	job.Env["LANG"] = "C"
+	out2 := runPool(t, job)
+	if strings.Contains(out2, "cold") || strings.Count(out2, "lc "+coerced+"\n") != 2 {
+		t.Errorf("want both pooled, with LC_CTYPE=%s:\n%s", coerced, out2)
 	}
 }
 

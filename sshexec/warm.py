@@ -10,8 +10,9 @@
 #       (sshexec.Job.Preimport); fd 3 is a pipe.
 #   warm.py pool SETTINGS                     one interpreter of a worker
 #       pool (sshexec.Job.Pool): SETTINGS is JSON (cpus, signals,
-#       modules); fd 3 is a unix socket, on which the job's line brings
-#       the worker's stdin, stdout and stderr, and names its script.
+#       modules); fd 3 is a unix socket, on which it first sends its
+#       environment as it started (one JSON line), and the job's line
+#       brings the worker's stdin, stdout and stderr, and names its script.
 import array
 import builtins
 import importlib.machinery
@@ -159,6 +160,11 @@ def _main():
         _run(job, mode, target)
         return
     settings = json.loads(sys.argv[2])
+    # The environment as this interpreter has it once started (Python
+    # may have set LC_CTYPE, coercing a C locale), which a worker's must
+    # match.
+    with socket.socket(fileno=os.dup(3)) as s:
+        s.sendall(json.dumps(["%s=%s" % kv for kv in os.environ.items()]).encode() + b"\n")
     # The agent ignores the signals it passes on; a worker has them as
     # Python would at its start.
     for n in settings.get("signals") or []:

@@ -12,6 +12,7 @@ Environment knobs (all optional):
   CRASH_STEP=1                 ... at this step, after the collectives have started;
                                "init": before init_process_group (a start-up crash)
   CRASH_TIME_FILE=<path>       the crashing rank writes time.time() there as it exits
+  IMPORTED_FILE=<path>         every rank appends "<attempt> <rank> <time.time()>" once its imports are done
   STARTUP_SLEEP=<seconds>      every rank prints "starting" and sleeps before init_process_group
   HANG_RANK=<global rank>      this rank sleeps forever at step HANG_STEP (default 1),
                                so its peers wait in their next collective
@@ -60,6 +61,9 @@ def crash_now(tag, step):
 t0 = time.time()
 host = socket.gethostname()
 attempt = int(os.environ.get("GORUN_RESTART_COUNT", "0") or 0)
+if os.environ.get("IMPORTED_FILE"):
+    with open(os.environ["IMPORTED_FILE"], "a") as f:
+        f.write(f"{attempt} {os.environ['RANK']} {time.time()!r}\n")
 if os.environ.get("CRASH_STEP") == "init" and should_crash(int(os.environ["RANK"]), int(os.environ.get("LOCAL_RANK", 0)), host, attempt):
     crash_now(f"[{host} rank={os.environ['RANK']} before init]", "init")
 if os.environ.get("STARTUP_SLEEP"):
