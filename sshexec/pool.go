@@ -97,16 +97,16 @@ type pool struct {
 }
 
 type poolSlot struct {
-	pid    int
-	env    []string // as the agent started it
+	pid int
+	env []string // as the agent started it
 	// started is its environment as the interpreter has it, once it
 	// said (Python may set LC_CTYPE as it starts); nil until read.
 	started []string
-	cpus   []int
-	ctrl   *net.UnixConn // the interpreter's fd 3, our end
-	taken  bool
-	gone   chan struct{} // closed once reaped
-	status unix.WaitStatus
+	cpus    []int
+	ctrl    *net.UnixConn // the interpreter's fd 3, our end
+	taken   bool
+	gone    chan struct{} // closed once reaped
+	status  unix.WaitStatus
 }
 
 // startPool starts job's pool with its socket in dir; it must be called
