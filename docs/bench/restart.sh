@@ -3,8 +3,11 @@
 # run, gorun against plain torchrun, alternating in one run (the machines are noisy: compare
 # the columns of one run, not runs).
 #
-#   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [GORUN=path] [TORCHRUN=cmd] [PYTHON=path]
-#          docs/bench/restart.sh local|ssh|slurm|device
+#   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [PREWARM=torch] [GORUN=path]
+#          [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
+#
+# With PREWARM=MODULES a third launcher takes its turn in every round: gorun --prewarm
+# MODULES (its workers' interpreters started ahead, MODULES imported: the "prewarm" rows).
 #
 # The job: docs/bench/restart_worker.py, NPROC ranks per node, --monitor_interval 0.1
 # --max_restarts 1 for both launchers. On attempt 0 (TORCHELASTIC_RESTART_COUNT) every rank
@@ -131,10 +134,12 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 cmd() {
   local tool=$1 dir=$2
   world=$nproc
+  local extra=()
+  if [ "$tool" = prewarm ]; then tool=gorun extra=(--prewarm "$PREWARM"); fi
   case $tool in
   torchrun) c=("$torchrun" "${job[@]}" --master_port "$(free_port)" "$work/worker.py" "$dir") ;;
   gorun)
-    c=("$gorun" --torchrun "$torchrun" --preflight "$preflight")
+    c=("$gorun" --torchrun "$torchrun" --preflight "$preflight" "${extra[@]}")
     case $mode in
     local | device) c+=("${job[@]}" --master_port "$(free_port)") ;;
     ssh) c+=(--ssh-config "$STATE/ssh_config" --hosts "$hosts" --env "PYTHON_EXEC=$python" --env "CRASH_AFTER=$CRASH_AFTER" "${job[@]}"); world=$((nproc * nodes)) ;;
@@ -219,25 +224,27 @@ esac
 [ "$mode" != device ] || echo "   results: keep this output under docs/device/h200-1gpu/restart/ (e.g. | tee \$OUT/restart.txt)"
 echo "   ms from the earliest crash; start_all = every worker of the next attempt started (the headline)"
 
-measure warmup torchrun >/dev/null
-measure warmup gorun >/dev/null
+tools=(torchrun gorun)
+[ -z "${PREWARM:-}" ] || tools+=(prewarm)
+for tool in "${tools[@]}"; do measure warmup "$tool" >/dev/null; done
 # not in a pipeline: the trap must see the running child
 for r in $(seq "$rounds"); do
-  measure "round=$r" torchrun
-  measure "round=$r" gorun
+  for tool in "${tools[@]}"; do measure "round=$r" "$tool"; done
 done
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v k="$2" '$2 == t { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k && kv[2] != "-") print kv[2] } }' "$work/rows"; }
-echo "== summary over $rounds rounds (ms; ratio = gorun median / torchrun median)"
+echo "== summary over $rounds rounds (ms; ratio = gorun median / torchrun median${PREWARM:+, prewarm_ratio = prewarm median / torchrun median})"
 for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_ms torchrun_up_ms total_ms; do
   line="$k"
-  for tool in torchrun gorun; do
+  for tool in "${tools[@]}"; do
     if [ -z "$(col $tool $k)" ]; then line+=" $tool=-"; continue; fi
     line+=" ${tool}_median=$(col $tool $k | median) ${tool}_min=$(col $tool $k | sort -n | head -1) ${tool}_max=$(col $tool $k | sort -n | tail -1)"
   done
   if [ -n "$(col torchrun $k)" ] && [ -n "$(col gorun $k)" ]; then
     t=$(col torchrun $k | median) g=$(col gorun $k | median) line+=" ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
+  if [ -n "${PREWARM:-}" ] && [ -n "$(col torchrun $k)" ] && [ -n "$(col prewarm $k)" ]; then
+    t=$(col torchrun $k | median) g=$(col prewarm $k | median) line+=" prewarm_ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
   echo "$line"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"
