@@ -26,6 +26,8 @@
 #   torchrun_up_ms  gorun only: to the first "Setting OMP_NUM_THREADS" banner of the next
 #                   attempt's torchrun (printed once it has imported torch and read its
 #                   arguments, and only when it sets OMP_NUM_THREADS: "-" otherwise)
+#   launch_import_all_ms   from the launch (not the crash) to the LATEST attempt-0 line after
+#                   `import torch`: a first start, every rank past its import
 #   total_ms        the whole run, launch to exit
 # Modes (first argument):
 #   local   both on this machine: TORCHRUN (default examples/testcluster/torchrun-debian-shim,
@@ -191,6 +193,8 @@ measure() {
   read -r crash _ _ < <(lo_hi "$dir"/crash-a0-r*)
   read -r sf sa ns < <(lo_hi "$dir"/start-a1-r*)
   read -r imf ima ni < <(lo_hi "$dir"/import-a1-r*)
+  local _l0 l0all _n0
+  read -r _l0 l0all _n0 < <(lo_hi "$dir"/import-a0-r*)
   shopt -u nullglob
   if [ "$rc" != 0 ] || [ "$crash" = - ] || [ "$ns" != "$world" ] || [ "$ni" != "$world" ]; then
     echo "$label $tool: exit $rc, crash time ${crash}, $ns of $world workers started on attempt 1, $ni imported torch; the run's output:" >&2
@@ -205,7 +209,7 @@ measure() {
   fi
   row="$label $tool start_all_ms=$(ms "$crash" "$sa") start_first_ms=$(ms "$crash" "$sf")"
   row+=" import_all_ms=$(ms "$crash" "$ima") import_first_ms=$(ms "$crash" "$imf")"
-  row+=" seen_ms=$(ms "$crash" "$seen") gone_ms=$(ms "$crash" "$gone") torchrun_up_ms=$(ms "$crash" "$up") total_ms=$(ms "$t0" "$t1") ranks=$world"
+  row+=" seen_ms=$(ms "$crash" "$seen") gone_ms=$(ms "$crash" "$gone") torchrun_up_ms=$(ms "$crash" "$up") launch_import_all_ms=$(ms "$t0" "$l0all") total_ms=$(ms "$t0" "$t1") ranks=$world"
   echo "$row"
   [ "$label" = warmup ] || echo "$row" >>"$work/rows"
 }
@@ -235,7 +239,7 @@ done
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v k="$2" '$2 == t { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k && kv[2] != "-") print kv[2] } }' "$work/rows"; }
 echo "== summary over $rounds rounds (ms; ratio = gorun median / torchrun median${PREWARM:+, prewarm_ratio = prewarm median / torchrun median})"
-for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_ms torchrun_up_ms total_ms; do
+for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_ms torchrun_up_ms launch_import_all_ms total_ms; do
   line="$k"
   for tool in "${tools[@]}"; do
     if [ -z "$(col $tool $k)" ]; then line+=" $tool=-"; continue; fi
