@@ -104,7 +104,6 @@ type poolSlot struct {
 	started []string
 	cpus    []int
 	ctrl    *net.UnixConn // the interpreter's fd 3, our end
-	taken   bool
 	gone    chan struct{} // closed once reaped
 	status  unix.WaitStatus
 }
@@ -235,7 +234,7 @@ func (p *pool) reaped(pid int, ws unix.WaitStatus) {
 	}
 }
 
-// dropIdle kills every interpreter not taken and waits until they are
+// dropIdle kills every interpreter not claimed and waits until they are
 // reaped (at most a second): the job is over, or starts without them.
 func (p *pool) dropIdle() {
 	if p == nil {
@@ -244,7 +243,7 @@ func (p *pool) dropIdle() {
 	p.mu.Lock()
 	var idle []*poolSlot
 	for i, sl := range p.slots {
-		if sl != nil && !sl.taken {
+		if sl != nil {
 			idle = append(idle, sl)
 			p.slots[i] = nil
 		}
@@ -354,22 +353,24 @@ func (p *pool) serve(c *net.UnixConn) {
 // a slot whose worker went elsewhere is killed, freeing its memory.
 func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 	p.mu.Lock()
-	defer p.mu.Unlock()
 	if take.Slot < 0 || take.Slot >= len(p.slots) || p.slots[take.Slot] == nil {
+		p.mu.Unlock()
 		return nil, fmt.Sprintf("no pooled interpreter for local rank %d", take.Slot)
 	}
 	sl := p.slots[take.Slot]
-	p.slots[take.Slot] = nil
+	p.slots[take.Slot] = nil // ours now: dropIdle no longer sees it
+	p.mu.Unlock()
 	select {
 	case <-sl.gone:
 		return nil, fmt.Sprintf("the pooled interpreter ended before its worker came (%s)", waitStatusWords(sl.status))
 	default:
 	}
+	// Outside the lock: fits may wait for an interpreter that is still
+	// starting, and the reaper must not wait with it.
 	if why := sl.fits(take, p); why != "" {
 		sl.kill()
 		return nil, why
 	}
-	sl.taken = true
 	return sl, ""
 }
 
