@@ -92,12 +92,15 @@ def square(x):
 
 
 def main():
-    print("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
-          "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
-          "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
-          "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), "lc", os.environ.get("LC_CTYPE"), flush=True)
-    print("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__, flush=True)
-    print("to stderr", file=sys.stderr, flush=True)
+    # One write per line: the test reads stdout and stderr merged, and
+    # under python -u print writes each argument apart.
+    say = lambda *a, f=sys.stdout: f.write(" ".join(str(x) for x in a) + "\n")
+    say("argv", sys.argv, "name", __name__, "path0", sys.path[0], "cwd", os.getcwd(),
+        "FOO", os.environ.get("FOO"), "RC", os.environ.get("TORCHELASTIC_RESTART_COUNT"),
+        "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
+        "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), "lc", os.environ.get("LC_CTYPE"))
+    say("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__)
+    say("to stderr", f=sys.stderr)
     end = os.environ.get("END", "0")
     if end == "TERM":
         os.kill(os.getpid(), signal.SIGTERM)
@@ -109,7 +112,7 @@ def main():
     if end == "SPAWN":
         import multiprocessing
         with multiprocessing.get_context("spawn").Pool(1) as p:
-            print("spawned", p.map(square, [3]), flush=True)
+            sys.stdout.write("spawned %s\n" % p.map(square, [3]))
         end = "0"
     sys.exit(int(end))
 
@@ -125,8 +128,8 @@ func poolJob(t *testing.T, slots int, takes []testTake) (Job, string) {
 	dir := t.TempDir()
 	for name, body := range map[string]string{
 		"job.py":   poolScript,
-		"pwmod.py": "import sys\nprint('module', __name__, sys.argv, flush=True)\n",
-		"noisy.py": "print('noisy at import', flush=True)\n",
+		"pwmod.py": "import sys\nsys.stdout.write('module %s %s\\n' % (__name__, sys.argv))\n",
+		"noisy.py": "import sys\nsys.stdout.write('noisy at import\\n')\n",
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o644); err != nil {
 			t.Fatal(err)
