@@ -101,12 +101,7 @@ func TestClusterStartupCrash(t *testing.T) {
 	if !ok {
 		t.Fatalf("never saw the first attempt's workers come and go")
 	}
-	b, err := os.ReadFile(crashFile)
-	if err != nil {
-		t.Fatalf("the crash left no time: %v", err)
-	}
-	secs, _ := strconv.ParseFloat(string(b), 64)
-	crash := time.Unix(0, int64(secs*1e9))
+	crash := crashTime(t, crashFile)
 	took := end.Sub(crash)
 	t.Logf("every worker of attempt 0 gone %v after the crash (target %v)", took.Round(time.Millisecond), stopWindow)
 	if took > stopWindow {
@@ -165,11 +160,7 @@ func TestClusterWarmRestart(t *testing.T) {
 	c := needCluster(t, 3)
 	mark := marker(t)
 	crashFile := filepath.Join(t.TempDir(), "crash-time")
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--max-restarts", "1",
-		"--env", "CRASH_NODE=node1", "--env", "CRASH_LOCAL_RANK=0", "--env", "CRASH_STEP=8", "--env", "STEPS=9",
-		"--env", "STEP_SLEEP=1", "--env", "CRASH_CODE=3", "--env", "CRASH_TIME_FILE="+crashFile,
-		script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	r := startTrainingCrash(t, c, mark, crashFile)
 	up := make(chan time.Time, 1)
 	go func() {
 		defer close(up)
@@ -184,12 +175,7 @@ func TestClusterWarmRestart(t *testing.T) {
 		t.Fatalf("exit %d:\n%s", code, r.output())
 	}
 	out := r.output()
-	b, err := os.ReadFile(crashFile)
-	if err != nil {
-		t.Fatalf("the crash left no time: %v", err)
-	}
-	secs, _ := strconv.ParseFloat(string(b), 64)
-	crash := time.Unix(0, int64(secs*1e9))
+	crash := crashTime(t, crashFile)
 	next, ok := <-up
 	if !ok {
 		t.Fatalf("never saw attempt 1's 6 workers:\n%s", out)
@@ -238,38 +224,32 @@ func TestClusterPrewarm(t *testing.T) {
 	mark := marker(t)
 	dir := t.TempDir()
 	crashFile, imported := filepath.Join(dir, "crash-time"), filepath.Join(dir, "imported")
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--max-restarts", "1", "--prewarm", "torch",
-		"--env", "CRASH_NODE=node1", "--env", "CRASH_LOCAL_RANK=0", "--env", "CRASH_STEP=8", "--env", "STEPS=9",
-		"--env", "STEP_SLEEP=1", "--env", "CRASH_CODE=3", "--env", "CRASH_TIME_FILE="+crashFile, "--env", "IMPORTED_FILE="+imported,
-		script(t), "--tag", mark)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	r := startTrainingCrash(t, c, mark, crashFile, "--prewarm", "torch", "--env", "IMPORTED_FILE="+imported)
 	if code := r.wait(t, 5*time.Minute); code != 0 {
 		t.Fatalf("exit %d:\n%s", code, r.output())
 	}
 	out := r.output()
-	b, err := os.ReadFile(crashFile)
-	if err != nil {
-		t.Fatalf("the crash left no time: %v", err)
-	}
-	crash, _ := strconv.ParseFloat(string(b), 64)
-	b, err = os.ReadFile(imported)
+	crash := crashTime(t, crashFile)
+	b, err := os.ReadFile(imported)
 	if err != nil {
 		t.Fatal(err)
 	}
-	var last float64
+	var last time.Time
 	ranks := map[string]bool{}
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
 		f := strings.Fields(l)
 		if len(f) != 3 || f[0] != "1" {
 			continue
 		}
-		at, _ := strconv.ParseFloat(f[2], 64)
-		ranks[f[1]], last = true, max(last, at)
+		if at := unixSeconds(f[2]); at.After(last) {
+			last = at
+		}
+		ranks[f[1]] = true
 	}
 	if len(ranks) != 6 {
 		t.Fatalf("attempt 1: %d ranks past their imports, want 6:\n%s\n%s", len(ranks), b, out)
 	}
-	took := time.Duration((last - crash) * float64(time.Second))
+	took := last.Sub(crash)
 	t.Logf("attempt 1: all 6 ranks past import torch %v after the crash (target %v)", took.Round(time.Millisecond), prewarmRestartWindow)
 	var restart string
 	for _, l := range strings.Split(out, "\n") {
@@ -287,7 +267,7 @@ func TestClusterPrewarm(t *testing.T) {
 	if m == nil {
 		t.Fatalf("no workers-started and first-line phases in %q", restart)
 	}
-	started, first := atoiMust(t, m[1]), atoiMust(t, m[2])
+	started, first := atoiOr(m[1]), atoiOr(m[2]) // digits: the pattern says so
 	if gap := time.Duration(first-started) * time.Millisecond; gap > prewarmImportWindow {
 		t.Errorf("workers started → first line took %v, want at most %v: %s", gap, prewarmImportWindow, restart)
 	}
@@ -320,13 +300,33 @@ const prewarmRestartWindow = warmRestartWindow + time.Second
 // 2-core machine).
 const prewarmImportWindow = 500 * time.Millisecond
 
-func atoiMust(t *testing.T, s string) int {
+// startTrainingCrash starts the restart tests' job on 3 nodes, 2 ranks
+// each: node1's local rank 0 exits with 3 at step 8 of 9 on attempt 0,
+// writing when into crashFile, and one restart is left; extra adds gorun
+// options.
+func startTrainingCrash(t *testing.T, c cluster, mark, crashFile string, extra ...string) *run {
 	t.Helper()
-	n, err := strconv.Atoi(s)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--max-restarts", "1",
+		"--env", "CRASH_NODE=node1", "--env", "CRASH_LOCAL_RANK=0", "--env", "CRASH_STEP=8", "--env", "STEPS=9",
+		"--env", "STEP_SLEEP=1", "--env", "CRASH_CODE=3", "--env", "CRASH_TIME_FILE="+crashFile)
+	args = append(append(args, extra...), script(t), "--tag", mark)
+	return startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+}
+
+// crashTime reads when the crash was, as the crashing worker wrote it.
+func crashTime(t *testing.T, crashFile string) time.Time {
+	t.Helper()
+	b, err := os.ReadFile(crashFile)
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("the crash left no time: %v", err)
 	}
-	return n
+	return unixSeconds(string(b))
+}
+
+// unixSeconds reads a Python time.time() value.
+func unixSeconds(s string) time.Time {
+	secs, _ := strconv.ParseFloat(strings.TrimSpace(s), 64)
+	return time.Unix(0, int64(secs*1e9))
 }
 
 // TestClusterColdRestartWrapper: a --torchrun that is a shell wrapper

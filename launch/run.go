@@ -486,9 +486,9 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 						rs.Pooled++
 					}
 				}
-				if why := ev.started.Cold; why != "" && !said[ms[ev.i].node.Name+"\x00pool"] {
-					said[ms[ev.i].node.Name+"\x00pool"] = true // once per node and run: each rank would say it again
-					s.message(opts.Diag, fmt.Sprintf("gorun: %s: local rank %d starts without the worker pool: %s\n", ms[ev.i].node.Name, ev.started.LocalRank, why))
+				if key := ms[ev.i].node.Name + "\x00pool"; ev.started.Cold != "" && !said[key] {
+					said[key] = true // once per node and run: each rank would say it again
+					s.message(opts.Diag, fmt.Sprintf("gorun: %s: local rank %d starts without the worker pool: %s\n", ms[ev.i].node.Name, ev.started.LocalRank, ev.started.Cold))
 				}
 				if rs != nil && rs.WorkersUp == 0 && (expected == 0 || sv.started == expected) {
 					rs.WorkersUp = time.Since(rs.Failed)
