@@ -2,6 +2,7 @@ package envplan
 
 import (
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 )
@@ -54,4 +55,20 @@ func (p Plan) WithMasterPort(port int) Plan {
 		q.Nodes[i] = n
 	}
 	return q
+}
+
+// StoreAddr returns the address ("host:port") of the static rendezvous
+// store gorun placed on node 0, as node 0's torchrun is told it, and false
+// when the plan has none (see MasterPort).
+func (p Plan) StoreAddr() (string, bool) {
+	port, ok := p.MasterPort()
+	if !ok {
+		return "", false
+	}
+	for _, a := range p.Nodes[0].Command {
+		if host, ok := strings.CutPrefix(a, "--master_addr="); ok {
+			return net.JoinHostPort(host, strconv.Itoa(port)), true
+		}
+	}
+	return "", false
 }

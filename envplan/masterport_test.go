@@ -24,6 +24,9 @@ func TestWithMasterPort(t *testing.T) {
 			t.Errorf("node %d MASTER_PORT %+v", i, n.Env["MASTER_PORT"])
 		}
 	}
+	if addr, ok := q.StoreAddr(); !ok || addr != p.Nodes[0].Env["MASTER_ADDR"].Value+":29501" {
+		t.Errorf("StoreAddr = %q, %v; want node 0's address and the new port", addr, ok)
+	}
 	if !slices.Contains(p.Nodes[1].Command, "--master_port=29500") || p.Nodes[1].Env["MASTER_PORT"].Value != "29500" {
 		t.Errorf("the original plan changed: %q", p.Nodes[1].Command)
 	}
@@ -33,5 +36,8 @@ func TestWithMasterPort(t *testing.T) {
 	}
 	if _, ok := local.MasterPort(); ok {
 		t.Error("local mode has no gorun-placed master port")
+	}
+	if _, ok := local.StoreAddr(); ok {
+		t.Error("local mode has no gorun-placed store")
 	}
 }

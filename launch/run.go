@@ -427,7 +427,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 
 	var o outcome
-	sv := supervisor{ms: ms, opts: opts, s: s, attempt: k}
+	sv := supervisor{ms: ms, opts: opts, s: s, attempt: k, ctx: ctx}
 	for i, m := range ms {
 		if m.startErr != nil && sv.nodeFailure == nil {
 			sv.nodeFailure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,

@@ -331,9 +331,16 @@ func TestRunFailureRestartsGroup(t *testing.T) {
 		{done, done, done},
 	}}
 	var diag syncBuffer
-	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 2, Backoff: 10 * ms, Diag: &diag})
+	var stopping []int
+	var stoppingAt time.Time
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 2, Backoff: 10 * ms, Diag: &diag,
+		Stopping: func(_ context.Context, k int) { stopping, stoppingAt = append(stopping, k), time.Now() }})
 	if err != nil || res.Attempts != 2 || res.Failure != nil {
 		t.Fatalf("Run = %+v, %v", res, err)
+	}
+	if fmt.Sprint(stopping) != "[0]" || stoppingAt.After(c.proc(0, 0).stopped) {
+		t.Errorf("Stopping called for %v at %v, want once for attempt 0, before its nodes were stopped (%v)",
+			stopping, stoppingAt, c.proc(0, 0).stopped)
 	}
 	if fmt.Sprint(c.attempts) != "[0 1]" {
 		t.Errorf("Attempt called with %v, want [0 1]", c.attempts)
@@ -363,7 +370,12 @@ func TestRunRestartsExhausted(t *testing.T) {
 	failing := script{out: "[default1]:about to fail\n", errOut: rootCauseText(t), after: 10 * ms, code: 1}
 	c := &cluster{plan: [][]script{{{stopCode: 1}, failing}}}
 	var diag syncBuffer
-	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 1, Diag: &diag})
+	var stopping []int
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, MaxRestarts: 1, Diag: &diag,
+		Stopping: func(_ context.Context, k int) { stopping = append(stopping, k) }})
+	if fmt.Sprint(stopping) != "[0]" {
+		t.Errorf("Stopping called for %v, want attempt 0 only (no restart after attempt 1)", stopping)
+	}
 	var jf *JobFailed
 	if !errors.As(err, &jf) {
 		t.Fatalf("err = %v, want *JobFailed", err)
@@ -457,7 +469,8 @@ func TestRunInterrupted(t *testing.T) {
 	c := &cluster{plan: [][]script{{{stopCode: 1}, {stopCode: 1}, {after: 5 * ms}}}}
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*ms, cancel)
-	res, err := Run(ctx, Options{Attempt: c.attempt, MaxRestarts: 5})
+	res, err := Run(ctx, Options{Attempt: c.attempt, MaxRestarts: 5,
+		Stopping: func(context.Context, int) { t.Error("Stopping called for a stop from outside") }})
 	if res.Attempts != 1 || len(c.attempts) != 1 {
 		t.Errorf("result = %+v, attempts %v: an interruption must not restart", res, c.attempts)
 	}

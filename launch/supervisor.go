@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"context"
 	"fmt"
 	"slices"
 	"sort"
@@ -100,7 +101,8 @@ type supervisor struct {
 	hang        *Failure
 	dumpPending int         // silent workers whose stacks (or end) are still to come
 	silent      []workerRef // the workers silent when the hang was declared
-	attempt     int         // from 0, for Options.SaveStacks
+	attempt     int         // from 0, for Options.SaveStacks and Options.Stopping
+	ctx         context.Context
 }
 
 // workerRef names one worker of the attempt: its node's index, its local
@@ -137,6 +139,9 @@ type workerCause struct {
 func (sv *supervisor) stopAll(now bool) int {
 	if sv.stopAt.IsZero() {
 		sv.stopAt = time.Now()
+		if !sv.interrupted && sv.attempt < sv.opts.MaxRestarts && sv.opts.Stopping != nil {
+			sv.opts.Stopping(sv.ctx, sv.attempt)
+		}
 	}
 	if sv.phase.diagnosing() {
 		sv.reportHang() // with the stacks that came

@@ -97,6 +97,12 @@ type Options struct {
 	// Failed, when set, is told of each failed attempt (k from 0) as soon
 	// as it has been stopped, before any restart.
 	Failed func(k int, f Failure)
+	// Stopping, when set, is told once that attempt k (from 0) begins to
+	// be stopped for a failure, with a restart left: while its nodes are
+	// still stopping, so that work the next attempt waits for (checking
+	// the nodes again) can start now. ctx is the run's. It is called from
+	// the supervisor's loop and must not block.
+	Stopping func(ctx context.Context, k int)
 }
 
 // Signaled is the cause (context.Cause) of a context cancelled because

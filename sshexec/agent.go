@@ -242,6 +242,7 @@ type agent struct {
 	self   int
 	relay  *relay // nil unless Job.Relay
 	pool   *pool  // nil unless Job.Pool, and once dropped
+	asks   asks   // children run for the head's asks (standbyask.go)
 }
 
 // startPool starts the job's worker pool, when it asks for one; without
@@ -264,12 +265,15 @@ func (a *agent) dropPool() {
 	a.pool = nil
 }
 
-// newReaper is a reaper of the agent's children that tells the pool of
-// its interpreters' ends.
+// newReaper is a reaper of the agent's children that tells the asks and
+// the pool of their children's ends.
 func (a *agent) newReaper(main int) *reaper {
 	r := newReaper(main)
-	if a.pool != nil {
-		r.others = a.pool.reaped
+	pool := a.pool
+	r.others = func(pid int, ws unix.WaitStatus) {
+		if !a.asks.reaped(pid, ws) && pool != nil {
+			pool.reaped(pid, ws)
+		}
 	}
 	return r
 }
@@ -281,8 +285,9 @@ func (a *agent) logf(format string, args ...any) {
 
 // control is one message the head sent after the job line.
 type control struct {
-	b     byte           // ctlTerm, ctlKill, ctlHeartbeat, ctlTell, ctlSignal
+	b     byte           // ctlTerm, ctlKill, ctlHeartbeat, ctlTell, ctlSignal, ctlAsk
 	arg   byte           // ctlTell's byte
+	line  []byte         // ctlAsk's request
 	sig   syscall.Signal // ctlTerm's (0: SIGTERM) or ctlSignal's signal
 	grace time.Duration  // ctlTerm's grace (0: Job.Grace)
 }
@@ -522,6 +527,12 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- control, done
 				return
 			}
 			c.arg, c.sig = arg, syscall.Signal(arg)
+		case ctlAsk:
+			line, err := readLine(br, maxJobLine)
+			if err != nil {
+				return
+			}
+			c.line = line
 		case ctlTerm:
 			var m [termLen - 1]byte
 			if _, err := io.ReadFull(br, m[:]); err != nil {

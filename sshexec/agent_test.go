@@ -27,6 +27,11 @@ const testAgentEnv = "GORUN_TEST_AGENT"
 const testHeadEnv = "GORUN_TEST_HEAD"
 
 func TestMain(m *testing.M) {
+	// An agent may run its own binary for an ask (standbyask.go): with
+	// both variables set, the agent is the one started as `_agent`.
+	if os.Getenv(testAgentOutputEnv) == "1" && len(os.Args) > 1 && os.Args[1] != "_agent" {
+		os.Exit(agentOutputHelper(os.Args[1:]))
+	}
 	if os.Getenv(testAgentEnv) == "1" {
 		signal.Ignore(os.Interrupt) // as gorun's main does before ServeAgent
 		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))

@@ -126,6 +126,17 @@ func (c *controlWriter) handJob(line []byte) {
 	}
 }
 
+// askLine queues an ask (ctlAsk) for an agent on standby, without
+// waiting; false when the queue is full.
+func (c *controlWriter) askLine(line []byte) bool {
+	select {
+	case c.tell <- append(append([]byte{ctlAsk}, line...), '\n'):
+		return true
+	default:
+		return false
+	}
+}
+
 // close stops the heartbeat. It does not wait for a write in progress.
 func (c *controlWriter) close() {
 	c.once.Do(func() { close(c.quit) })

@@ -63,6 +63,9 @@ func (r *Remote) knowAgent(path string) {
 // and returns its stdout: the installed or uploaded copy when known, else
 // through the launcher, uploading Config.Agent first when the node lacks it.
 func (r *Remote) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
+	if out, err, ok := r.warm.ask(ctx, r.node, args); ok {
+		return out, err
+	}
 	if path := r.agentPath(); path != "" || r.cfg.Agent.Name == "" {
 		if path == "" {
 			return nil, fmt.Errorf("node %s: no gorun on the node: set --remote-gorun or Config.Agent", r.node)

@@ -91,6 +91,9 @@ const agentOutputWaitDelay = 500 * time.Millisecond
 // (Pdeathsig). Only the last stderrTail bytes of its stderr are kept, for
 // the error.
 func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
+	if out, err, ok := l.warm.ask(ctx, l.node, args); ok {
+		return out, err
+	}
 	argv := append([]string{l.agentBinary}, args...)
 	cmd := l.commandContext(ctx, argv...)
 	cmd.Env = l.agentEnv

@@ -560,6 +560,10 @@ func agentOutputHelper(args []string) int {
 		}
 		fmt.Fprintln(os.Stderr, "a note")
 		return 0
+	case "_parent": // the parent's command line
+		b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", os.Getppid()))
+		fmt.Println(strings.ReplaceAll(string(b), "\x00", " "))
+		return 0
 	case "_fail": // much stderr, the reason last, exit 3
 		fmt.Print("partial")
 		fmt.Fprint(os.Stderr, strings.Repeat("noise ", 2000))

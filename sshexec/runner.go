@@ -56,6 +56,14 @@ type Job struct {
 	// Standby marks a job line sent by Warmer.Warm: the agent starts the
 	// job's interpreter now and waits for the job itself (see warm.go).
 	Standby bool `json:"standby,omitempty"`
+	// WaitFor, for a job that starts warm, is the address ("host:port") of
+	// a server that the job's program connects to as it starts and that
+	// another node's job opens: torchrun's rendezvous store on node 0. The
+	// warm program waits until the address accepts a connection (polling
+	// every few milliseconds, up to WaitForLimit) and only then runs, so
+	// that its own first connect succeeds instead of waiting out the
+	// client's retry delay (one second in torch's TCPStore).
+	WaitFor string `json:"wait_for,omitempty"`
 	// Pool, for a relayed job, asks for its workers' interpreters to be
 	// started beside it (pool.go).
 	Pool *Pool `json:"pool,omitempty"`

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"path/filepath"
 	"slices"
@@ -228,8 +229,12 @@ func (s *standby) handOver(job Job) (string, error) {
 			return fmt.Sprintf("%s, read at import time, changed", name), nil
 		}
 	}
-	return "", s.hand(env, job.Dir, prog.args)
+	return "", s.hand(env, job.Dir, prog.args, job.WaitFor)
 }
+
+// WaitForLimit bounds a warm program's wait for Job.WaitFor's address:
+// after it the program runs anyway, and its own connect retries.
+const WaitForLimit = 10 * time.Second
 
 // changedVars lists the names whose values differ between two
 // environments, sorted.
@@ -260,13 +265,28 @@ func envMap(env []string) map[string]string {
 }
 
 // hand writes the standby its job: the environment, working directory
-// and arguments it runs with.
-func (s *standby) hand(env []string, dir string, args []string) error {
+// and arguments it runs with, and the address it waits for first
+// (Job.WaitFor; "": none).
+func (s *standby) hand(env []string, dir string, args []string, waitFor string) error {
+	type wait struct {
+		Host  string  `json:"host"`
+		Port  string  `json:"port"`
+		Limit float64 `json:"limit_s"`
+	}
+	var w *wait
+	if waitFor != "" {
+		host, port, err := net.SplitHostPort(waitFor)
+		if err != nil {
+			return fmt.Errorf("the address to wait for: %w", err)
+		}
+		w = &wait{host, port, WaitForLimit.Seconds()}
+	}
 	line, err := json.Marshal(struct {
 		Env  []string `json:"env"`
 		Dir  string   `json:"dir"`
 		Args []string `json:"args"`
-	}{env, dir, args})
+		Wait *wait    `json:"wait_for,omitempty"`
+	}{env, dir, args, w})
 	if err != nil {
 		return err
 	}
@@ -351,6 +371,8 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 			case !ok || c.b == ctlTerm || c.b == ctlKill:
 				drop() // the head went away, or wants no job after all
 				return Job{}, nil, nil, AgentExitBadSpec
+			case c.b == ctlAsk:
+				go a.answer(ctx, c.line)
 			}
 			hb.Reset(heartbeat)
 		case <-hb.C:

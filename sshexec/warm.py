@@ -24,6 +24,7 @@ import runpy
 import signal
 import socket
 import sys
+import time
 import types
 
 _SHIM = os.path.abspath(__file__)
@@ -78,6 +79,23 @@ def _wait_on_socket():
     if not line.endswith(b"\n") or len(fds) != 3:
         os._exit(125)  # the agent went away before the job came
     return json.loads(line), fds
+
+
+def _wait_for(w):
+    # Until the server the program connects to first accepts (torchrun's
+    # rendezvous store on node 0, opened by that node's torchrun at about
+    # this moment), so that the program's own connect succeeds the first
+    # time instead of waiting out its client's retry delay. After the
+    # limit the program runs anyway.
+    if not w:
+        return
+    deadline = time.monotonic() + w["limit_s"]
+    while time.monotonic() < deadline:
+        try:
+            socket.create_connection((w["host"], int(w["port"])), timeout=0.5).close()
+            return
+        except OSError:
+            time.sleep(0.005)
 
 
 def _run_script(path):
@@ -157,6 +175,7 @@ def _main():
             if not hasattr(sys.modules.get(name), "__path__"):
                 sys.modules.pop(name, None)
         job, _ = _wait_on_pipe()
+        _wait_for(job.get("wait_for"))
         _run(job, mode, target)
         return
     settings = json.loads(sys.argv[2])

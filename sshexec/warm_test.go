@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -127,6 +129,65 @@ func TestWarmStart(t *testing.T) {
 	}
 }
 
+// TestWarmStartWaitsForItsServer: a warm job with WaitFor runs only once
+// that address accepts a connection, and soon after (the shim polls every
+// few milliseconds, where torch's store client would retry after a
+// second).
+func TestWarmStartWaitsForItsServer(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, _ := warmJob(t)
+	job.Argv = []string{"/usr/bin/python3", "-m", "gorun_started"}
+	mod := filepath.Join(job.Dir, "gorun_started.py")
+	if err := os.WriteFile(mod, []byte("import time\nprint('started %.6f' % time.time(), flush=True)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Relay = true
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := ln.Addr().String()
+	ln.Close() // closed: the job must wait for it
+	time.Sleep(300 * time.Millisecond)
+	next := job
+	next.WaitFor = addr
+	var f frames
+	done := make(chan int)
+	go func() { done <- runWarm(t, l, next, &f) }()
+	time.Sleep(500 * time.Millisecond)
+	f.mu.Lock()
+	early := f.out.String()
+	f.mu.Unlock()
+	if early != "" {
+		t.Fatalf("the job ran before its server listened: %q", early)
+	}
+	ln, err = net.Listen("tcp", addr)
+	if err != nil {
+		t.Skipf("the port was taken meanwhile: %v", err)
+	}
+	defer ln.Close()
+	listening := time.Now()
+	if code := <-done; code != 0 {
+		t.Fatalf("exit %d: %s", code, f.out.String())
+	}
+	var started float64
+	if _, err := fmt.Sscanf(strings.TrimSpace(f.out.String()), "started %f", &started); err != nil {
+		t.Fatalf("output %q: %v", f.out.String(), err)
+	}
+	after := time.Duration((started - float64(listening.UnixNano())/1e9) * 1e9)
+	// Margin: 500 ms for a loaded 2-core machine, half torch's retry.
+	if after < 0 || after > 500*time.Millisecond {
+		t.Errorf("the job started %v after its server listened, want within 0-500ms", after)
+	}
+	if len(f.start) != 1 || !f.start[0].Warm {
+		t.Errorf("start frames %+v, want one warm", f.start)
+	}
+}
+
 // TestWarmStartFallsBack: a job whose import-time environment or program
 // changed, or that is no Python script, starts cold, and the agent says
 // why.
@@ -240,5 +301,61 @@ echo ready; wait; wait`}, Grace: 5 * time.Second, Relay: true}
 	}
 	if b, err := os.ReadFile(childTerm); err != nil || strings.TrimSpace(string(b)) != "child" {
 		t.Errorf("the child did not get its SIGTERM: %q, %v", b, err)
+	}
+}
+
+// TestAskThroughStandby: while an agent stands by, AgentOutput runs
+// through it (its child, not a session or process of its own), with the
+// command's stdout, exit and stderr's reason as a direct run gives them;
+// the job handed to it later gets its output whole, and after the hand-off
+// AgentOutput runs directly again. With a warm interpreter waiting, the
+// agent's reaper (which reaps every child) runs too.
+func TestAskThroughStandby(t *testing.T) {
+	t.Run("no interpreter", func(t *testing.T) {
+		askThroughStandby(t, Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}}, "the job ran\n")
+	})
+	t.Run("a warm interpreter", func(t *testing.T) {
+		needPython(t)
+		job, _ := warmJob(t)
+		job.Relay = true
+		askThroughStandby(t, job, "argv ['a'] cwd work FOO 1 warm True path0 True main __main__\n")
+	})
+}
+
+func askThroughStandby(t *testing.T, job Job, wantOut string) {
+	l := newTestLocal(t)
+	l.agentEnv = append(l.agentEnv, testAgentOutputEnv+"=1")
+	ctx := context.Background()
+	parent := func() string {
+		t.Helper()
+		out, err := l.AgentOutput(ctx, "_parent")
+		if err != nil {
+			t.Fatal(err)
+		}
+		return string(out)
+	}
+	if p := parent(); strings.Contains(p, "_agent") {
+		t.Fatalf("without a standby, asked through an agent: %q", p)
+	}
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if p := parent(); !strings.Contains(p, "_agent") {
+		t.Errorf("with a standby, the command's parent is %q, want the agent", p)
+	}
+	out, err := l.AgentOutput(ctx, "_echo", "a", "b")
+	if err != nil || string(out) != "a\nb\n" {
+		t.Errorf("_echo through the standby: %q, %v", out, err)
+	}
+	out, err = l.AgentOutput(ctx, "_fail")
+	if err == nil || !strings.Contains(err.Error(), "the real reason") || string(out) != "partial" {
+		t.Errorf("_fail through the standby: %q, %v; want its stdout and its reason", out, err)
+	}
+	var f frames
+	if code := runWarm(t, l, job, &f); code != 0 || f.out.String() != wantOut {
+		t.Errorf("the job handed over: exit %d, output %q", code, f.out.String())
+	}
+	if p := parent(); strings.Contains(p, "_agent") {
+		t.Errorf("after the hand-off, asked through an agent: %q", p)
 	}
 }

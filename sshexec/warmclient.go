@@ -53,10 +53,17 @@ type agentOf interface{ agent() *agentProcess }
 func (p *agentProcess) agent() *agentProcess  { return p }
 func (p *remoteProcess) agent() *agentProcess { return p.Process.(agentOf).agent() }
 
+// heldWriter holds what is written until set gives it its writer.
+type heldWriter interface {
+	io.Writer
+	set(w io.Writer)
+}
+
 // warmAgent is an agent on standby.
 type warmAgent struct {
 	proc     Process
-	out, err *switchWriter
+	out, err heldWriter
+	ask      *askStream // out, for a relayed job: the agent answers asks there
 }
 
 // warmSlot is a runner's agent on standby, if any.
@@ -69,14 +76,19 @@ type warmSlot struct {
 // runner's Start), replacing (and stopping) the one before.
 func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context, Job, io.Writer, io.Writer) (Process, error)) error {
 	job.Standby = true
-	out, errw := &switchWriter{}, &switchWriter{}
-	p, err := start(ctx, job, out, errw)
+	wa := &warmAgent{out: &switchWriter{}, err: &switchWriter{}}
+	if job.Relay {
+		wa.ask = newAskStream()
+		wa.out = wa.ask
+	}
+	p, err := start(ctx, job, wa.out, wa.err)
 	if err != nil {
 		return err
 	}
+	wa.proc = p
 	s.mu.Lock()
 	old := s.a
-	s.a = &warmAgent{proc: p, out: out, err: errw}
+	s.a = wa
 	s.mu.Unlock()
 	if old != nil {
 		old.proc.Stop(true)

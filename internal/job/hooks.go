@@ -39,6 +39,14 @@ type BeforeAttempt interface {
 // and may add to them.
 type Starting interface{ Starting(a *Attempt) }
 
+// Stopping hooks hear that attempt a.K begins to be stopped for a
+// failure, with a restart left (launch.Options.Stopping): work the next
+// BeforeAttempt needs may start now, beside the stop. a is the failing
+// attempt as it ran. They must not block; ctx is the run's.
+type Stopping interface {
+	Stopping(ctx context.Context, a *Attempt)
+}
+
 // AttemptFailed hooks hear of each failed attempt once it is stopped,
 // before any restart.
 type AttemptFailed interface {
@@ -108,6 +116,14 @@ func (a *Attempt) phaseDone() time.Duration {
 		return 0
 	}
 	return time.Since(a.Restart.Failed)
+}
+
+func stopping(ctx context.Context, hooks []Hook, a *Attempt) {
+	for _, h := range hooks {
+		if s, ok := h.(Stopping); ok {
+			s.Stopping(ctx, a)
+		}
+	}
 }
 
 func starting(hooks []Hook, a *Attempt) {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -134,5 +135,52 @@ func TestShrinkThroughRealChecks(t *testing.T) {
 	}
 	if a.Restart.Checked <= 0 {
 		t.Errorf("the restart's timeline has no recheck: %+v", *a.Restart)
+	}
+}
+
+// TestShrinkEarlyCheck: the recheck started as attempt 0 began to stop
+// (Stopping) is the one the restart uses, run once, with a GPU busy with
+// the stopping job's own processes not held against its node; a node it
+// found lost is still dropped. A recheck started for another attempt, or
+// other nodes, is not used.
+func TestShrinkEarlyCheck(t *testing.T) {
+	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
+	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1", "--nnodes", "1:3", "x.py")
+	spec := envplan.Spec{CommandLine: cl, Hosts: three}
+	plan, err := envplan.Build(spec, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var checks atomic.Int32
+	release := make(chan struct{})
+	s := &shrink{cl: cl, diag: &bytes.Buffer{}, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
+		checks.Add(1)
+		<-release
+		r := reportOf(nodes, map[string]string{"node2": "node.reach"})
+		r.Nodes[1].Findings = []preflight.Finding{{ID: "gpu.busy", Severity: preflight.SeverityFail, Message: "GPU 0 is busy"}}
+		return r
+	}}
+	s.Stopping(context.Background(), &Attempt{K: 0, Spec: spec, Plan: plan})
+	close(release) // the check ends while the stop goes on
+	a := &Attempt{K: 1, Spec: spec, Plan: plan}
+	if err := s.BeforeAttempt(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if checks.Load() != 1 {
+		t.Errorf("%d checks, want the early one only", checks.Load())
+	}
+	if got := hostNames(a.Spec.Hosts); strings.Join(got, ",") != "node0,node1" {
+		t.Errorf("next attempt on %v, want node2 dropped and node1 kept (its GPU was the job's own)", got)
+	}
+
+	// Started after another attempt: the restart checks for itself (and
+	// so node1's busy GPU counts).
+	s.Stopping(context.Background(), &Attempt{K: 3, Spec: spec, Plan: plan})
+	a = &Attempt{K: 1, Spec: spec, Plan: plan}
+	if err := s.BeforeAttempt(context.Background(), a); err != nil {
+		t.Fatal(err)
+	}
+	if got := hostNames(a.Spec.Hosts); strings.Join(got, ",") != "node0" {
+		t.Errorf("the restart's own check: next attempt on %v, want node0 (node1's busy GPU counts now)", got)
 	}
 }

@@ -43,7 +43,8 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 			return a.Nodes, nil
 		},
 		Failed:      func(k int, f launch.Failure) { attemptFailed(hooks, k, f) },
-		MaxRestarts: r.cl.Torchrun.MaxRestarts, // gorun restarts the whole group; each torchrun runs with 0
+		Stopping:    func(ctx context.Context, _ int) { stopping(ctx, hooks, a) }, // a is attempt k still
+		MaxRestarts: r.cl.Torchrun.MaxRestarts,                                    // gorun restarts the whole group; each torchrun runs with 0
 		Backoff:     restartBackoff,
 		BackoffMax:  restartBackoffMax,
 		HangTimeout: r.cl.Gorun.HangTimeout,
@@ -100,7 +101,8 @@ const torchrunModule = "torch.distributed.run"
 // be started ahead (launch.Node.Workers).
 func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSettings) []launch.Node {
 	nodes := make([]launch.Node, 0, len(plan.Nodes))
-	for _, n := range plan.Nodes {
+	store, haveStore := plan.StoreAddr()
+	for i, n := range plan.Nodes {
 		env := make(map[string]string, len(n.Env)+2)
 		for name, v := range n.Env {
 			if v.Source != envplan.SourceTorchrun {
@@ -123,6 +125,12 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass}
 		if js.warm {
 			job.Preimport = []string{torchrunModule}
+			if haveStore && i > 0 {
+				// Handed over at the same moment, the other nodes' torchruns
+				// would reach node 0's store before it listens, and wait out
+				// the store client's one-second retry.
+				job.WaitFor = store
+			}
 		}
 		if len(js.prewarm) > 0 {
 			job.Pool = workerPool(n, js.prewarm)

@@ -1,0 +1,44 @@
+package job
+
+import (
+	"testing"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/hosts"
+)
+
+// TestJobsWaitForNode0sStore: with warm restarts, every node but node 0
+// is told to wait for node 0's rendezvous store before its warm torchrun
+// runs (Job.WaitFor), at the attempt's own port; node 0 waits for
+// nothing, and without warm restarts nobody does.
+func TestJobsWaitForNode0sStore(t *testing.T) {
+	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1", "x.py")
+	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
+	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan = plan.WithMasterPort(29611)
+	store, ok := plan.StoreAddr()
+	if !ok {
+		t.Fatal("a 3-node plan has no store address")
+	}
+	got := jobs(plan, nil, 1, jobSettings{warm: true})
+	for i, n := range got {
+		want := store
+		if i == 0 {
+			want = ""
+		}
+		if n.Job.WaitFor != want {
+			t.Errorf("node %d waits for %q, want %q", i, n.Job.WaitFor, want)
+		}
+	}
+	if store[len(store)-6:] != ":29611" {
+		t.Errorf("store %q is not at the attempt's port", store)
+	}
+	for i, n := range jobs(plan, nil, 1, jobSettings{}) {
+		if n.Job.WaitFor != "" {
+			t.Errorf("cold: node %d waits for %q", i, n.Job.WaitFor)
+		}
+	}
+}

@@ -1,0 +1,287 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/gorun/gorun/internal/shell"
+)
+
+// Commands through an agent on standby: between two attempts the head
+// asks every node something (the recheck's `gorun _collect`, the GPU
+// teardown check), and each node already runs the next attempt's agent
+// on standby. Asking that agent costs one fork on the node; a session of
+// its own costs sshd's session setup (about 150 ms an idle node, several
+// times that on a loaded one), and under Slurm a job step (srun) of its
+// own. Runner.AgentOutput goes through the standby when there is one, and
+// through a session of its own otherwise.
+
+// ctlAsk (head to agent) is followed by one askRequest as a JSON line: the
+// agent runs its own gorun with the request's arguments and answers with
+// a FrameAnswer frame on its stdout.
+const ctlAsk = 'a'
+
+// FrameAnswer is an agent on standby's answer to an ask: an askAnswer as
+// JSON. It never reaches a job's output: the head's side of the standby
+// takes it out of the stream (askStream).
+const FrameAnswer byte = 'A'
+
+type askRequest struct {
+	ID   uint64   `json:"id"`
+	Args []string `json:"args"`
+}
+
+type askAnswer struct {
+	ID     uint64 `json:"id"`
+	Stdout []byte `json:"stdout"`
+	// Code is the exit code (-1: it did not start, or died by a signal);
+	// Err says what went wrong, with the end of its stderr.
+	Code int    `json:"code"`
+	Err  string `json:"err,omitempty"`
+}
+
+// askLimit bounds one asked command on the node, whatever the head waits.
+const askLimit = 2 * time.Minute
+
+// answer runs the asked gorun subcommand and sends its answer on the
+// relay.
+func (a *agent) answer(ctx context.Context, line []byte) {
+	var req askRequest
+	if err := json.Unmarshal(line, &req); err != nil || len(req.Args) == 0 || a.relay == nil {
+		a.logf("bad ask: %v", err)
+		return
+	}
+	ans := askAnswer{ID: req.ID, Code: -1}
+	out, tail, ws, err := a.asks.run(ctx, req.Args)
+	ans.Stdout = out
+	switch {
+	case err != nil:
+		ans.Err = err.Error()
+	case !ws.Exited():
+		ans.Err = "killed by " + ws.Signal().String()
+	case ws.ExitStatus() != 0:
+		ans.Code, ans.Err = ws.ExitStatus(), fmt.Sprintf("exit status %d", ws.ExitStatus())
+	default:
+		ans.Code = 0
+	}
+	if ans.Err != "" && tail != "" {
+		ans.Err += ": " + tail
+	}
+	b, _ := json.Marshal(ans)
+	if len(b) > MaxFrame {
+		b, _ = json.Marshal(askAnswer{ID: req.ID, Code: -1, Err: fmt.Sprintf("answer of %d bytes is over a frame", len(b))})
+	}
+	a.relay.write(AppendFrame(nil, FrameAnswer, b))
+}
+
+// asks are the agent's children started for asks, by pid: whoever reaps
+// one, its own wait or the agent's reaper (which reaps every child), hands
+// its status here.
+type asks struct {
+	mu    sync.Mutex
+	byPID map[int]chan unix.WaitStatus
+}
+
+// run runs this gorun with args, in a session of its own, dying with the
+// agent (Pdeathsig), for at most askLimit or until ctx ends, and returns
+// its stdout, the end of its stderr and how it ended.
+func (s *asks) run(ctx context.Context, args []string) ([]byte, string, unix.WaitStatus, error) {
+	self, err := os.Executable()
+	if err != nil {
+		return nil, "", 0, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, askLimit)
+	defer cancel()
+	var stdout bytes.Buffer
+	stderr := &tailWriter{max: stderrTail}
+	s.mu.Lock() // the reaper may not hand over the child before it is listed
+	child, err := forkExec(self, append([]string{self}, args...), os.Environ(), "", &stdout, stderr)
+	if err != nil {
+		s.mu.Unlock()
+		return nil, "", 0, err
+	}
+	done := make(chan unix.WaitStatus, 1)
+	if s.byPID == nil {
+		s.byPID = map[int]chan unix.WaitStatus{}
+	}
+	s.byPID[child.pid] = done
+	s.mu.Unlock()
+	go func() {
+		for {
+			var ws unix.WaitStatus
+			_, err := unix.Wait4(child.pid, &ws, unix.WALL, nil)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err == nil {
+				s.reaped(child.pid, ws)
+			}
+			return // ECHILD: the agent's reaper has it
+		}
+	}()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-done:
+	case <-ctx.Done():
+		_ = unix.Kill(-child.pid, unix.SIGKILL)
+		ws = <-done
+	}
+	// The pipes close once nothing holds them: a grandchild left holding
+	// them is killed with the child's session after a moment.
+	copied := make(chan struct{})
+	go func() { child.wait(); close(copied) }()
+	select {
+	case <-copied:
+	case <-time.After(agentOutputWaitDelay):
+		_ = unix.Kill(-child.pid, unix.SIGKILL)
+		<-copied
+	}
+	return stdout.Bytes(), strings.TrimSpace(stderr.String()), ws, nil
+}
+
+// reaped hands a reaped child's status to its ask; false when pid is not
+// an ask's.
+func (s *asks) reaped(pid int, ws unix.WaitStatus) bool {
+	s.mu.Lock()
+	c := s.byPID[pid]
+	delete(s.byPID, pid)
+	s.mu.Unlock()
+	if c == nil {
+		return false
+	}
+	c <- ws
+	return true
+}
+
+// askStream is a standby's stdout on the head's side, until the job is
+// handed over: frames in, answers taken out, every other frame held for
+// the job's stream (at most maxHeld bytes; a warm interpreter prints
+// nothing, so this is only a guard). set hands the stream over at a frame
+// boundary: what was held, then the partial frame under way, then
+// everything after, goes to w as it came.
+type askStream struct {
+	mu      sync.Mutex
+	w       io.Writer
+	held    bytes.Buffer
+	dec     *FrameDecoder
+	nextID  uint64
+	waiting map[uint64]chan askAnswer
+}
+
+func newAskStream() *askStream {
+	s := &askStream{waiting: map[uint64]chan askAnswer{}}
+	s.dec = NewFrameDecoder(func(kind byte, p []byte) {
+		if kind == FrameAnswer {
+			var ans askAnswer
+			if json.Unmarshal(p, &ans) == nil {
+				if c := s.waiting[ans.ID]; c != nil {
+					c <- ans // buffered; one answer per id
+					delete(s.waiting, ans.ID)
+				}
+			}
+			return
+		}
+		if s.held.Len()+frameHeader+len(p) <= maxHeld {
+			s.held.Write(AppendFrame(nil, kind, p))
+		}
+	})
+	return s
+}
+
+func (s *askStream) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil {
+		return s.w.Write(p)
+	}
+	return s.dec.Write(p)
+}
+
+// set passes what was held, then everything after, to w; asks still
+// waiting get no answer (their callers go another way).
+func (s *askStream) set(w io.Writer) {
+	if w == nil {
+		w = io.Discard
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = w.Write(s.held.Bytes())
+	_, _ = w.Write(s.dec.buf) // the start of a frame still coming
+	s.held, s.dec.buf = bytes.Buffer{}, nil
+	s.w = w
+	for id, c := range s.waiting {
+		close(c)
+		delete(s.waiting, id)
+	}
+}
+
+// expect registers an ask and returns its id and the channel its answer
+// comes on (closed without one when the stream is handed over); false
+// once it has been.
+func (s *askStream) expect() (uint64, chan askAnswer, bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.w != nil {
+		return 0, nil, false
+	}
+	s.nextID++
+	c := make(chan askAnswer, 1)
+	s.waiting[s.nextID] = c
+	return s.nextID, c, true
+}
+
+func (s *askStream) forget(id uint64) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	delete(s.waiting, id)
+}
+
+// ask runs this gorun with args through the agent on standby and returns
+// its stdout, as AgentOutput would; ok is false when there is no standby
+// to ask (none, gone, handed its job, or its control queue full), and the
+// caller goes through a session of its own.
+func (s *warmSlot) ask(ctx context.Context, node string, args []string) (out []byte, err error, ok bool) {
+	s.mu.Lock()
+	a := s.a
+	s.mu.Unlock()
+	if a == nil || a.ask == nil {
+		return nil, nil, false
+	}
+	ap := a.proc.(agentOf).agent()
+	id, c, ok := a.ask.expect()
+	if !ok {
+		return nil, nil, false
+	}
+	line, _ := json.Marshal(askRequest{ID: id, Args: args}) // strings: cannot fail
+	if !ap.ctl.askLine(line) {
+		a.ask.forget(id)
+		return nil, nil, false
+	}
+	select {
+	case ans, got := <-c:
+		if !got {
+			return nil, nil, false // handed its job meanwhile
+		}
+		if ans.Err != "" {
+			return ans.Stdout, fmt.Errorf("node %s: run %s (through the agent on standby): %s", node,
+				shell.QuoteArgv(append([]string{"gorun"}, args...)), ans.Err), true
+		}
+		return ans.Stdout, nil, true
+	case <-ap.done:
+		a.ask.forget(id)
+		return nil, nil, false
+	case <-ctx.Done():
+		a.ask.forget(id)
+		return nil, fmt.Errorf("node %s: run gorun %s: %w", node, strings.Join(args, " "), ctx.Err()), true
+	}
+}
