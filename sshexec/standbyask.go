@@ -36,6 +36,20 @@ const ctlAsk = 'a'
 // takes it out of the stream (askStream).
 const FrameAnswer byte = 'A'
 
+// An answer with ID 0 asks nothing: the agent on standby sends it once,
+// as it begins to wait, to say that it reads asks. Until it came the head
+// asks through a session of its own: an agent not yet running (a Slurm
+// step still waiting for its resources) would answer late or never.
+const askReady = 0
+
+// sayReady tells the head that the agent on standby answers asks now.
+func (a *agent) sayReady() {
+	if a.relay != nil {
+		b, _ := json.Marshal(askAnswer{ID: askReady})
+		a.relay.write(AppendFrame(nil, FrameAnswer, b))
+	}
+}
+
 type askRequest struct {
 	ID   uint64   `json:"id"`
 	Args []string `json:"args"`
@@ -171,6 +185,7 @@ func (s *asks) reaped(pid int, ws unix.WaitStatus) bool {
 // everything after, goes to w as it came.
 type askStream struct {
 	mu      sync.Mutex
+	ready   bool // the agent said it reads asks (askReady)
 	w       io.Writer
 	held    bytes.Buffer
 	dec     *FrameDecoder
@@ -184,7 +199,9 @@ func newAskStream() *askStream {
 		if kind == FrameAnswer {
 			var ans askAnswer
 			if json.Unmarshal(p, &ans) == nil {
-				if c := s.waiting[ans.ID]; c != nil {
+				if ans.ID == askReady {
+					s.ready = true
+				} else if c := s.waiting[ans.ID]; c != nil {
 					c <- ans // buffered; one answer per id
 					delete(s.waiting, ans.ID)
 				}
@@ -227,11 +244,12 @@ func (s *askStream) set(w io.Writer) {
 
 // expect registers an ask and returns its id and the channel its answer
 // comes on (closed without one when the stream is handed over); false
-// once it has been.
+// before the agent said it reads asks, and once the stream was handed
+// over.
 func (s *askStream) expect() (uint64, chan askAnswer, bool) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.w != nil {
+	if s.w != nil || !s.ready {
 		return 0, nil, false
 	}
 	s.nextID++
@@ -248,8 +266,8 @@ func (s *askStream) forget(id uint64) {
 
 // ask runs this gorun with args through the agent on standby and returns
 // its stdout, as AgentOutput would; ok is false when there is no standby
-// to ask (none, gone, handed its job, or its control queue full), and the
-// caller goes through a session of its own.
+// to ask (none, not yet reading asks, gone, handed its job, or its control
+// queue full), and the caller goes through a session of its own.
 func (s *warmSlot) ask(ctx context.Context, node string, args []string) (out []byte, err error, ok bool) {
 	s.mu.Lock()
 	a := s.a

@@ -12,6 +12,11 @@ import (
 // frames, in order; a waiter still waiting then hears there is no answer.
 func TestAskStreamHandsOverAtAFrameBoundary(t *testing.T) {
 	s := newAskStream()
+	if _, _, ok := s.expect(); ok {
+		t.Fatal("expect accepted before the agent said it reads asks")
+	}
+	ready, _ := json.Marshal(askAnswer{ID: askReady})
+	s.Write(AppendFrame(nil, FrameAnswer, ready))
 	id, c, ok := s.expect()
 	if !ok {
 		t.Fatal("expect refused before the hand-over")

@@ -356,6 +356,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	}
 	hb := time.NewTimer(heartbeat)
 	defer hb.Stop()
+	a.sayReady()
 	var job Job
 	for waiting := true; waiting; {
 		select {

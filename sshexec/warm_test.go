@@ -340,6 +340,7 @@ func askThroughStandby(t *testing.T, job Job, wantOut string) {
 	if err := l.Warm(ctx, job); err != nil {
 		t.Fatal(err)
 	}
+	waitAskReady(t, &l.warm)
 	if p := parent(); !strings.Contains(p, "_agent") {
 		t.Errorf("with a standby, the command's parent is %q, want the agent", p)
 	}
@@ -358,4 +359,23 @@ func askThroughStandby(t *testing.T, job Job, wantOut string) {
 	if p := parent(); strings.Contains(p, "_agent") {
 		t.Errorf("after the hand-off, asked through an agent: %q", p)
 	}
+}
+
+// waitAskReady waits until the slot's agent on standby says it reads asks.
+func waitAskReady(t *testing.T, s *warmSlot) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		s.mu.Lock()
+		a := s.a
+		s.mu.Unlock()
+		if a != nil && a.ask != nil {
+			a.ask.mu.Lock()
+			ready := a.ask.ready
+			a.ask.mu.Unlock()
+			if ready {
+				return
+			}
+		}
+	}
+	t.Fatal("the agent on standby never said it reads asks")
 }

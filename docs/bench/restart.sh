@@ -29,6 +29,7 @@
 #   launch_import_all_ms   from the launch (not the crash) to the LATEST attempt-0 line after
 #                   `import torch`: a first start, every rank past its import
 #   total_ms        the whole run, launch to exit
+# Under each gorun row, its own restart line: the phases of the restart by gorun's clock.
 # Modes (first argument):
 #   local   both on this machine: TORCHRUN (default examples/testcluster/torchrun-debian-shim,
 #           for Debian's python3-torch 1.13 torchrun) vs gorun --torchrun TORCHRUN, local mode
@@ -211,6 +212,11 @@ measure() {
   row+=" import_all_ms=$(ms "$crash" "$ima") import_first_ms=$(ms "$crash" "$imf")"
   row+=" seen_ms=$(ms "$crash" "$seen") gone_ms=$(ms "$crash" "$gone") torchrun_up_ms=$(ms "$crash" "$up") launch_import_all_ms=$(ms "$t0" "$l0all") total_ms=$(ms "$t0" "$t1") ranks=$world"
   echo "$row"
+  if [ "$tool" != torchrun ]; then # where gorun's time went, as its restart line says
+    local phases
+    phases=$(grep -m1 'gorun: restart after attempt 1:' "$dir/log" | cut -d' ' -f2- || true)
+    [ -z "$phases" ] || echo "   $label $tool ${phases#gorun: }"
+  fi
   [ "$label" = warmup ] || echo "$row" >>"$work/rows"
 }
 
