@@ -35,7 +35,19 @@ const (
 	// first frame it sent (kind byte, then payload, cut at lostFirstMax),
 	// which says who it was.
 	FrameLost byte = 'L'
+	// FrameFlush carries one newline and means nothing. Under Slurm,
+	// slurmstepd line-buffers a step's output (srun's --unbuffered would
+	// put the agent on a pseudo-terminal, which rewrites binary frames),
+	// so a frame with no newline byte in it (a worker's start, its join of
+	// the store, a heartbeat) would wait there for the next one that has
+	// one: seconds, or the job's end. An agent that runs as a step ends
+	// each write with this frame.
+	FrameFlush byte = 'n'
 )
+
+// flushFrame is FrameFlush's whole frame: the kind, a payload length of
+// 1, the newline.
+const flushFrame = "n\x00\x00\x00\x01\n"
 
 // lostFirstMax bounds what FrameLost keeps of a client's first frame.
 const lostFirstMax = 4 << 10
@@ -141,6 +153,9 @@ type relay struct {
 	out   io.Writer
 	end   byte // Job.RelayEnd
 	werr  error
+	// lineBuffered: out is read by slurmstepd, which passes it on a line
+	// at a time; each write ends with flushFrame.
+	lineBuffered bool
 	conns map[*net.UnixConn]struct{}
 
 	readers sync.WaitGroup
@@ -160,7 +175,8 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
 	go sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), time.Now()) // off the start's path
-	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{}}
+	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{},
+		lineBuffered: os.Getenv(AgentStepVar) != ""}
 	r.readers.Add(1)
 	go r.accept()
 	return r, nil
@@ -226,6 +242,9 @@ func (r *relay) write(frames []byte) {
 	defer r.mu.Unlock()
 	if r.werr == nil {
 		_, r.werr = r.out.Write(frames)
+	}
+	if r.werr == nil && r.lineBuffered {
+		_, r.werr = io.WriteString(r.out, flushFrame)
 	}
 }
 

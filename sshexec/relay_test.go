@@ -108,3 +108,43 @@ func TestAgentRelay(t *testing.T) {
 		t.Errorf("a client forged the job's own output: %q", got)
 	}
 }
+
+// writesRecorder keeps each Write as it came.
+type writesRecorder struct{ writes [][]byte }
+
+func (w *writesRecorder) Write(p []byte) (int, error) {
+	w.writes = append(w.writes, bytes.Clone(p))
+	return len(p), nil
+}
+
+// TestRelayFlushesLineBufferedOutput: an agent that runs as a Slurm step
+// ends each write with a frame holding a newline, so slurmstepd's line
+// buffering passes every frame on at once; the frames decode as written,
+// with FrameFlush between them, and flushFrame is FrameFlush's frame.
+func TestRelayFlushesLineBufferedOutput(t *testing.T) {
+	if string(AppendFrame(nil, FrameFlush, []byte{'\n'})) != flushFrame {
+		t.Fatalf("flushFrame %q is not FrameFlush's frame", flushFrame)
+	}
+	var out writesRecorder
+	r := &relay{out: &out, lineBuffered: true}
+	r.write(AppendFrame(nil, 'i', []byte{0, 0, 0, 1})) // a worker joined the store: no newline in it
+	r.write(AppendFrame(nil, FrameStdout, []byte("a line\n")))
+	var all []byte
+	for i, w := range out.writes {
+		if i%2 == 1 && string(w) != flushFrame {
+			t.Errorf("write %d is %q, want the flush frame after each write", i, w)
+		}
+		all = append(all, w...)
+	}
+	var kinds []byte
+	d := NewFrameDecoder(func(kind byte, _ []byte) { kinds = append(kinds, kind) })
+	d.Write(all)
+	if string(kinds) != "inOn" {
+		t.Errorf("frames %q, want i n O n", kinds)
+	}
+	out.writes = nil
+	(&relay{out: &out}).write(AppendFrame(nil, 'i', []byte{0, 0, 0, 1}))
+	if len(out.writes) != 1 {
+		t.Errorf("not line-buffered: %d writes, want the frame alone", len(out.writes))
+	}
+}

@@ -141,6 +141,13 @@ func (s *Sampler) GPUs() []int {
 	return out
 }
 
+// eventWaitSlice bounds one wait for NVML events: Run returns only once
+// the wait in progress does, and the node agent gives its sidecar 100 ms
+// at the end of a job before it exits without it (a restart waits for
+// that exit). NVML's wait sleeps in the driver, so short slices cost
+// nothing.
+const eventWaitSlice = 20 * time.Millisecond
+
 // watchEvents waits for Xid and ECC events until ctx ends, and keeps them
 // for the next sample of their GPU. Each wait is bounded, so it notices
 // the end within timeout.
@@ -293,7 +300,7 @@ func Run(ctx context.Context, lib nvml.Interface, cfg Config, send func(Frame)) 
 	}
 	var wg sync.WaitGroup
 	evCtx, stop := context.WithCancel(ctx)
-	wg.Go(func() { s.watchEvents(evCtx, min(every, 500*time.Millisecond)) })
+	wg.Go(func() { s.watchEvents(evCtx, min(every, eventWaitSlice)) })
 	defer wg.Wait()
 	defer stop()
 
