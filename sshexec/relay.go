@@ -149,14 +149,14 @@ type relay struct {
 	lock *os.File // privateDir's
 	ln   *net.UnixListener
 
-	mu    sync.Mutex // serialises writes to out and guards conns
-	out   io.Writer
-	end   byte // Job.RelayEnd
-	werr  error
+	mu   sync.Mutex // serialises writes to out and guards conns
+	out  io.Writer
+	end  byte // Job.RelayEnd
+	werr error
 	// lineBuffered: out is read by slurmstepd, which passes it on a line
 	// at a time; each write ends with flushFrame.
 	lineBuffered bool
-	conns map[*net.UnixConn]struct{}
+	conns        map[*net.UnixConn]struct{}
 
 	readers sync.WaitGroup
 }
