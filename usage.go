@@ -119,6 +119,8 @@ gorun options:
   --telemetry FILE         every GPU sample as JSON Lines (pandas.read_json(lines=True))
   --report FILE.html       one self-contained HTML report at the end: per-GPU
                            timelines, attempts and failures, preflight, plan
+  --summary FILE.json      the run as JSON at the end, whatever its end: outcome,
+                           each attempt's failure, each restart's phases in ms
   --warm-restart on|off    start each node's next torchrun ahead, its imports
                            done, while an attempt runs (default on)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to

@@ -582,7 +582,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--warm-restart", "--stop-grace",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace",
 	"--prewarm",
 }
 
@@ -1213,6 +1213,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--telemetry":           {"t.jsonl", "Telemetry"},
 		"--telemetry-interval":  {"2s", "TelemetryInterval"},
 		"--report":              {"r.html", "Report"},
+		"--summary":             {"s.json", "Summary"},
 		"--warm-restart":        {"off", "WarmRestart"},
 		"--stop-grace":          {"2m", "StopGrace"},
 		"--prewarm":             {"torch,numpy", "Prewarm"},

@@ -95,6 +95,9 @@ type Options struct {
 	// Telemetry (--telemetry FILE) is where every GPU sample is written as
 	// JSON Lines; "" writes none.
 	Telemetry string
+	// Summary (--summary FILE) is where the run's JSON summary is
+	// written once it ends (internal/job.Summary); "" writes none.
+	Summary string
 	// Report (--report FILE.html) is where the run's HTML report is
 	// written at the end; "" writes none.
 	Report string

@@ -35,37 +35,59 @@ func backoff(opts Options, n int, lost bool) time.Duration {
 	return d
 }
 
+// Phase is one phase of a restart's timeline: its end, as an offset
+// from the moment the failure was seen.
+type Phase struct {
+	Name string
+	At   time.Duration
+}
+
+// Phases lists the phases the restart reached, in order: stopped, GPU
+// memory free, nodes rechecked, next torchrun handed its command line,
+// workers started, first line (one not reached, or not checked, is left
+// out).
+func (r Restart) Phases() []Phase {
+	all := []Phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked},
+		{"next torchrun handed its command line", r.Handed}, {"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
+	out := all[:0]
+	for _, p := range all {
+		if p.At > 0 {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+// Longest names the phase that took longest, "failure seen → stopped"
+// say, and how long it took; "" when no phase was reached.
+func (r Restart) Longest() (string, time.Duration) {
+	longest, prev, from := "", time.Duration(0), "failure seen"
+	var longestD time.Duration
+	for _, p := range r.Phases() {
+		if d := p.At - prev; d > longestD {
+			longest, longestD = from+" → "+p.Name, d
+		}
+		prev, from = p.At, p.Name
+	}
+	return longest, longestD
+}
+
 // String is the restart's timeline as one line, with the phase that took
 // longest.
 func (r Restart) String() string {
-	type phase struct {
-		name string
-		at   time.Duration
-	}
-	phases := []phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked}, {"next torchrun handed its command line", r.Handed},
-		{"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
 	var b strings.Builder
 	fmt.Fprintf(&b, "gorun: restart after attempt %d: failure seen", r.Attempt+1)
-	longest, prev, from := "", time.Duration(0), "failure seen"
-	var longestD time.Duration
-	for _, p := range phases {
-		if p.at <= 0 {
-			continue
-		}
-		fmt.Fprintf(&b, ", %s +%s", p.name, ShortDuration(p.at))
-		if p.name == "next torchrun handed its command line" && r.Warm > 0 {
+	for _, p := range r.Phases() {
+		fmt.Fprintf(&b, ", %s +%s", p.Name, ShortDuration(p.At))
+		if p.Name == "next torchrun handed its command line" && r.Warm > 0 {
 			fmt.Fprintf(&b, " (warm on %d of %d nodes)", r.Warm, r.Nodes)
 		}
-		if p.name == "workers started" && r.Workers > 0 {
+		if p.Name == "workers started" && r.Workers > 0 {
 			fmt.Fprintf(&b, " (%d of %d pooled)", r.Pooled, r.Workers)
 		}
-		if d := p.at - prev; d > longestD {
-			longest, longestD = from+" → "+p.name, d
-		}
-		prev, from = p.at, p.name
 	}
-	if longest != "" {
-		fmt.Fprintf(&b, "; longest: %s (%s)", longest, ShortDuration(longestD))
+	if longest, d := r.Longest(); longest != "" {
+		fmt.Fprintf(&b, "; longest: %s (%s)", longest, ShortDuration(d))
 	}
 	return b.String()
 }

@@ -93,6 +93,9 @@ func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
 	if watch != nil {
 		hs = append(hs, watch)
 	}
+	if path := r.cl.Gorun.Summary; path != "" {
+		hs = append(hs, &summary{path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()})
+	}
 	return hs, nil
 }
 

@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -84,11 +85,11 @@ func testUI() (UI, *bytes.Buffer, *bytes.Buffer) {
 }
 
 // TestRunRestartsAndWritesOutputs: attempt 1 fails, the group restarts,
-// attempt 2 succeeds; the report and the JSONL are written.
+// attempt 2 succeeds; the report, the JSONL and the summary are written.
 func TestRunRestartsAndWritesOutputs(t *testing.T) {
 	j := newLocalJob(t, 3, 0)
 	cfg := j.config(t, "--preflight", "off", "--max-restarts", "1", "--report", "r.html", "--telemetry", "t.jsonl",
-		"--telemetry-interval", "200ms", "train.py")
+		"--telemetry-interval", "200ms", "--summary", "s.json", "train.py")
 	ui, out, diag := testUI()
 	if err := Run(context.Background(), cfg, ui); err != nil {
 		t.Fatalf("Run: %v\n%s", err, diag)
@@ -109,15 +110,52 @@ func TestRunRestartsAndWritesOutputs(t *testing.T) {
 	if _, err := os.Stat(filepath.Join(j.dir, "t.jsonl")); err != nil {
 		t.Errorf("JSONL: %v", err)
 	}
+	sum := readSummary(t, filepath.Join(j.dir, "s.json"))
+	if sum.Outcome != "succeeded" || sum.ExitCode == nil || *sum.ExitCode != 0 || sum.Attempts != 2 || sum.RunID != "test" ||
+		len(sum.Failures) != 1 || sum.Failures[0].Attempt != 1 || sum.Failures[0].Code != 3 || len(sum.Restarts) != 1 ||
+		sum.Nodes[0] != "localhost" || sum.WorldSize != 1 {
+		t.Errorf("summary: %+v", sum)
+	}
+	if len(sum.Restarts) == 1 {
+		r := sum.Restarts[0]
+		if r.AfterAttempt != 1 || len(r.Phases) < 2 || r.Phases[0].Name != "stopped" || r.Longest == "" ||
+			!strings.HasPrefix(r.Line, "gorun: restart after attempt 1: failure seen, stopped +") {
+			t.Errorf("restart: %+v", r)
+		}
+		for i := 1; i < len(r.Phases); i++ {
+			if r.Phases[i].AtMS < r.Phases[i-1].AtMS {
+				t.Errorf("phases out of order: %+v", r.Phases)
+			}
+		}
+	}
 }
 
+func readSummary(t *testing.T, path string) Summary {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sum Summary
+	if err := json.Unmarshal(b, &sum); err != nil {
+		t.Fatalf("%s: %v\n%s", path, err, b)
+	}
+	return sum
+}
+
+// TestRunJobFailure: torchrun's exit code is the run's, and the summary
+// says so.
 func TestRunJobFailure(t *testing.T) {
 	j := newLocalJob(t, 5)
 	ui, _, _ := testUI()
-	err := Run(context.Background(), j.config(t, "--preflight", "off", "--telemetry-interval", "0", "train.py"), ui)
+	err := Run(context.Background(), j.config(t, "--preflight", "off", "--telemetry-interval", "0", "--summary", "s.json", "train.py"), ui)
 	var failed *launch.JobFailed
 	if !errors.As(err, &failed) || failed.ExitCode() != 5 {
 		t.Errorf("Run = %v, want torchrun's exit 5", err)
+	}
+	sum := readSummary(t, filepath.Join(j.dir, "s.json"))
+	if sum.Outcome != "failed" || sum.ExitCode == nil || *sum.ExitCode != 5 || len(sum.Failures) != 1 || len(sum.Restarts) != 0 || sum.Error == "" {
+		t.Errorf("summary: %+v", sum)
 	}
 }
 
@@ -132,6 +170,8 @@ func TestRunRefusesBeforeStarting(t *testing.T) {
 		{"missing script", []string{"--preflight", "off", "missing.py"}, "training script"},
 		{"a mistyped command", []string{"--preflight", "off", "preflght"}, "did you mean `gorun preflight`?"},
 		{"the report over the script", []string{"--preflight", "off", "--report", "train.py", "train.py"}, "is also training script"},
+		{"the summary over the report", []string{"--preflight", "off", "--report", "r.html", "--summary", "r.html", "train.py"}, "is also --report"},
+		{"the summary in a directory", []string{"--preflight", "off", "--summary", ".", "train.py"}, "is a directory"},
 		{"the telemetry over the script", []string{"--preflight", "off", "--telemetry", "train.py", "train.py"}, "is also training script"},
 		{"a flight recorder in a file", []string{"--preflight", "off", "--flight-recorder", "train.py", "train.py"}, "is a file"},
 		{"srun outside an allocation", []string{"--launcher", "srun", "train.py"}, "not inside a Slurm allocation"},

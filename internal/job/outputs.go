@@ -32,7 +32,8 @@ type output struct {
 // binary, or that another output names too. Nothing is created here.
 func checkOutputs(cl cmdline.CommandLine, self string) (outputs, error) {
 	o := cl.Gorun
-	outs := []output{{"--report", o.Report, false}, {"--telemetry", o.Telemetry, false}, {"--flight-recorder", o.FlightRecorder, true}}
+	outs := []output{{"--report", o.Report, false}, {"--summary", o.Summary, false}, {"--telemetry", o.Telemetry, false},
+		{"--flight-recorder", o.FlightRecorder, true}}
 	inputs := []output{{"training script", cl.Torchrun.TrainingScript, false}, {"--hostfile", o.Hostfile, false},
 		{"--ssh-config", o.SSHConfig, false}, {"--known-hosts", o.KnownHosts, false}, {"--ssh-identity", o.SSHIdentity, false},
 		{"the gorun binary", self, false}}
@@ -101,8 +102,11 @@ func writableDir(dir string, bad func(problem, fix string) error) error {
 }
 
 func defaultExt(flag string) string {
-	if flag == "--report" {
+	switch flag {
+	case "--report":
 		return ".html"
+	case "--summary":
+		return ".json"
 	}
 	return ".jsonl"
 }

@@ -1,0 +1,142 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+
+	"github.com/gorun/gorun/internal/userr"
+	"github.com/gorun/gorun/launch"
+)
+
+// Summary is what --summary FILE holds once the run ends, whatever its
+// end: its outcome, every attempt's failure, and each restart's timeline
+// (the same phases as the "gorun: restart after attempt K" line).
+type Summary struct {
+	Command []string  `json:"command"` // after "gorun", as typed
+	RunID   string    `json:"run_id,omitempty"`
+	Start   time.Time `json:"start"`
+	End     time.Time `json:"end"`
+	Seconds float64   `json:"seconds"`
+	// Outcome is "succeeded", "failed" (no restart left), "interrupted"
+	// (a stop from outside) or "error" (gorun could not go on: a node
+	// failing its recheck, an attempt that could not be prepared).
+	Outcome string `json:"outcome"`
+	// ExitCode is gorun's exit code where the outcome fixes it:
+	// succeeded, or failed with the worker's code (null otherwise).
+	ExitCode *int   `json:"exit_code"`
+	Error    string `json:"error,omitempty"`
+	Attempts int    `json:"attempts"`
+	// Nodes and WorldSize are the last attempt's.
+	Nodes     []string         `json:"nodes"`
+	WorldSize int              `json:"world_size"`
+	Failures  []FailureSummary `json:"failures"`
+	Restarts  []RestartSummary `json:"restarts"`
+}
+
+// FailureSummary is one failed attempt's root cause.
+type FailureSummary struct {
+	Attempt   int    `json:"attempt"` // from 1, as printed
+	Node      string `json:"node"`
+	Rank      int    `json:"rank"`       // -1: unknown
+	LocalRank int    `json:"local_rank"` // -1: unknown
+	Code      int    `json:"code"`       // the worker's, or -1 for a lost node
+	Signal    int    `json:"signal,omitempty"`
+	Phase     string `json:"phase"`
+	Reason    string `json:"reason"`
+}
+
+// RestartSummary is one restart's timeline: each phase's end in
+// milliseconds from the moment the failure was seen.
+type RestartSummary struct {
+	AfterAttempt int            `json:"after_attempt"` // from 1, as printed
+	FailureSeen  time.Time      `json:"failure_seen"`
+	Phases       []PhaseSummary `json:"phases"`
+	Longest      string         `json:"longest,omitempty"`
+	LongestMS    int64          `json:"longest_ms,omitempty"`
+	WarmNodes    int            `json:"warm_nodes"`
+	Nodes        int            `json:"nodes"`
+	// PooledWorkers of Workers came from their node's worker pool
+	// (--prewarm); both 0 without one.
+	PooledWorkers int    `json:"pooled_workers"`
+	Workers       int    `json:"workers"`
+	Line          string `json:"line"` // as printed
+}
+
+// PhaseSummary is one phase of a restart.
+type PhaseSummary struct {
+	Name string `json:"name"`
+	AtMS int64  `json:"at_ms"`
+}
+
+// summary is the hook that writes --summary FILE as the run ends.
+type summary struct {
+	path    string
+	command []string
+	runID   string
+	start   time.Time
+
+	mu       sync.Mutex
+	failures []FailureSummary
+}
+
+func (*summary) Name() string { return "summary" }
+
+func (s *summary) AttemptFailed(k int, f launch.Failure) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.failures = append(s.failures, FailureSummary{Attempt: k + 1, Node: f.Node, Rank: f.Rank, LocalRank: f.LocalRank,
+		Code: f.Code, Signal: f.Signal, Phase: f.Phase, Reason: userr.Printable(f.Reason)})
+}
+
+func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runErr error) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	end := time.Now()
+	sum := Summary{Command: s.command, RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
+		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{}}
+	if sum.Failures == nil {
+		sum.Failures = []FailureSummary{}
+	}
+	for _, n := range a.Plan.Nodes {
+		sum.Nodes = append(sum.Nodes, n.Host)
+		sum.WorldSize += len(n.Ranks)
+	}
+	var failed *launch.JobFailed
+	switch {
+	case runErr == nil:
+		sum.Outcome, sum.ExitCode = "succeeded", new(int)
+	case errors.As(runErr, &failed):
+		code := failed.ExitCode()
+		sum.Outcome, sum.ExitCode = "failed", &code
+	case errors.Is(runErr, launch.ErrInterrupted):
+		sum.Outcome = "interrupted"
+	default:
+		sum.Outcome = "error"
+	}
+	if runErr != nil {
+		sum.Error = userr.Printable(runErr.Error())
+	}
+	for _, r := range res.Restarts {
+		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},
+			WarmNodes: r.Warm, Nodes: r.Nodes, PooledWorkers: r.Pooled, Workers: r.Workers, Line: r.String()}
+		for _, p := range r.Phases() {
+			rs.Phases = append(rs.Phases, PhaseSummary{Name: p.Name, AtMS: p.At.Milliseconds()})
+		}
+		if name, d := r.Longest(); name != "" {
+			rs.Longest, rs.LongestMS = name, d.Milliseconds()
+		}
+		sum.Restarts = append(sum.Restarts, rs)
+	}
+	b, err := json.MarshalIndent(sum, "", "  ")
+	if err != nil {
+		return fmt.Errorf("%w: --summary %s: %w", ErrOutput, s.path, err)
+	}
+	if err := writeFileAtomic(s.path, append(b, '\n')); err != nil {
+		return fmt.Errorf("%w: --summary %s: %w", ErrOutput, s.path, err)
+	}
+	return nil
+}
