@@ -205,13 +205,12 @@ func TestClusterWarmRestart(t *testing.T) {
 }
 
 // warmRestartWindow bounds crash → every worker of the next attempt
-// started, warm, on 3 nodes over ssh. The issue asks for 1.5 s; measured
-// here (3 runs, all 3 nodes and their standbys on this 2-core machine):
-// 0.65, 1.53 and 1.58 s, of which the recheck of every node before the
-// restart (an ssh session and gorun _collect per node) takes 0.4-0.8 s
-// and the rendezvous and worker spawn of the warm torchruns 0.1-0.7 s.
-// 2 s is that with a margin for load; the phases are in the restart line.
-const warmRestartWindow = 2 * time.Second
+// started, warm, on 3 nodes over ssh: the issue's 1.5 s. Measured here (3
+// nodes, their standbys and the test on this 2-core machine): 0.40 and
+// 0.51 s, since the recheck runs beside the stop through each node's
+// agent on standby and the other nodes' torchruns wait for node 0's store
+// before they connect (before: 0.65-1.58 s); about 3x for load.
+const warmRestartWindow = 1500 * time.Millisecond
 
 // TestClusterPrewarm: with --prewarm torch every worker of both
 // attempts runs in an interpreter of its node's pool, its import of torch
@@ -291,8 +290,9 @@ func TestClusterPrewarm(t *testing.T) {
 // import torch, with --prewarm torch on 3 nodes over ssh; measured here
 // (2-core machine, 3 nodes, their standbys and pools): 1.57 and 2.05 s,
 // nearly all of it the recheck and torchrun's own start (the phases are
-// in the restart line). warmRestartWindow plus 1 s for load.
-const prewarmRestartWindow = warmRestartWindow + time.Second
+// in the restart line); 1.9-2.8 s in later runs, with 12 interpreters
+// importing torch on 2 cores. 3 s, for load.
+const prewarmRestartWindow = 3 * time.Second
 
 // prewarmImportWindow bounds the restart line's "workers started" →
 // "first line" with the pool: measured 85-96 ms here, against 1.2-6.8 s
