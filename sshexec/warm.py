@@ -49,6 +49,23 @@ def _import(modules):
             pass
 
 
+def _prepay_torchrun(modules):
+    # torchrun (torch 2.x) asks torch.cuda.is_available() as it reads its
+    # arguments (LaunchConfig.__post_init__): the CUDA driver's start, 226
+    # ms of its 364 ms on an H200 (docs/device/h200-1gpu/restart/
+    # torchrun-main-profile.txt). Asked here, while the attempt before
+    # runs, the same call is free after the hand-off. It makes no CUDA
+    # context (no GPU memory: the teardown check would kill a standby
+    # holding any); what it reads (CUDA_VISIBLE_DEVICES, CUDA_DEVICE_ORDER)
+    # are import-time variables, so a job whose values differ starts cold.
+    if "torch.distributed.run" not in modules or "torch" not in sys.modules:
+        return
+    try:
+        sys.modules["torch"].cuda.is_available()
+    except BaseException:  # torchrun asks again, and reports what it finds
+        pass
+
+
 def _wait_on_pipe():
     line = b""
     with os.fdopen(3, "rb", buffering=0) as f:
@@ -167,6 +184,7 @@ def _main():
     if mode != "pool":
         target, modules = sys.argv[2], sys.argv[3:]
         _import(modules)
+        _prepay_torchrun(modules)
         # A module (not a package) imported ahead runs afresh when the
         # program imports or runs it, its own imports done: a wrapper
         # that runs torchrun's module with runpy, as `python -m` does,
