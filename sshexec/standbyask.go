@@ -62,6 +62,9 @@ type askAnswer struct {
 	// Err says what went wrong, with the end of its stderr.
 	Code int    `json:"code"`
 	Err  string `json:"err,omitempty"`
+	// TooLarge: the output does not fit in a frame; the head asks again
+	// through a session of its own.
+	TooLarge bool `json:"too_large,omitempty"`
 }
 
 // askLimit bounds one asked command on the node, whatever the head waits.
@@ -93,7 +96,7 @@ func (a *agent) answer(ctx context.Context, line []byte) {
 	}
 	b, _ := json.Marshal(ans)
 	if len(b) > MaxFrame {
-		b, _ = json.Marshal(askAnswer{ID: req.ID, Code: -1, Err: fmt.Sprintf("answer of %d bytes is over a frame", len(b))})
+		b, _ = json.Marshal(askAnswer{ID: req.ID, Code: -1, TooLarge: true})
 	}
 	a.relay.write(AppendFrame(nil, FrameAnswer, b))
 }
@@ -287,8 +290,8 @@ func (s *warmSlot) ask(ctx context.Context, node string, args []string) (out []b
 	}
 	select {
 	case ans, got := <-c:
-		if !got {
-			return nil, nil, false // handed its job meanwhile
+		if !got || ans.TooLarge {
+			return nil, nil, false // handed its job meanwhile, or too much to say in a frame
 		}
 		if ans.Err != "" {
 			return ans.Stdout, fmt.Errorf("node %s: run %s (through the agent on standby): %s", node,

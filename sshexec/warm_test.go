@@ -352,6 +352,11 @@ func askThroughStandby(t *testing.T, job Job, wantOut string) {
 	if err == nil || !strings.Contains(err.Error(), "the real reason") || string(out) != "partial" {
 		t.Errorf("_fail through the standby: %q, %v; want its stdout and its reason", out, err)
 	}
+	// Too much for a frame: asked again directly, and all of it comes.
+	out, err = l.AgentOutput(ctx, "_big")
+	if first, rest, _ := bytes.Cut(out, []byte("\n")); err != nil || len(rest) != 2<<20 || bytes.Contains(first, []byte("_agent")) {
+		t.Errorf("_big: %d bytes after %q, %v; want 2 MiB, asked directly", len(rest), first, err)
+	}
 	var f frames
 	if code := runWarm(t, l, job, &f); code != 0 || f.out.String() != wantOut {
 		t.Errorf("the job handed over: exit %d, output %q", code, f.out.String())
