@@ -111,7 +111,8 @@ gorun options:
   --ssh-accept-new         record the key of a host never seen (never a changed one)
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
   --hang-timeout DURATION  no progress from any worker for this long is a hang:
-                           stacks printed, attempt failed (default 30m; 0: off)
+                           stacks printed, attempt failed (default 30m; 0: off;
+                           at least 5s)
   --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
                            every rank's dump gathered under DIR on a failure
   --telemetry-interval D   sample every node's GPUs this often while the job

@@ -140,9 +140,19 @@ func setHangTimeout(o *Options, typed string, _ int, value string) error {
 		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", userr.Quote(value)),
 			Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
 	}
+	if d > 0 && d < MinHangTimeout {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is shorter than %v: every job would be taken for hung within seconds", userr.Quote(value), MinHangTimeout),
+			Fix: fmt.Sprintf("give at least %v (the default is 30m; 0 turns hang detection off)", MinHangTimeout)}
+	}
 	o.HangTimeout = d
 	return nil
 }
+
+// MinHangTimeout is the shortest --hang-timeout taken: progress is looked
+// at about once a second (a heartbeat file's touch, a worker's join of the
+// store), and a healthy worker can be silent for a few seconds between
+// steps, so anything shorter stops healthy jobs.
+const MinHangTimeout = 5 * time.Second
 
 func setStopGrace(o *Options, typed string, _ int, value string) error {
 	d, err := parseDuration(value)

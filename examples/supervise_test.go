@@ -695,6 +695,35 @@ func TestLocalHangCulprit(t *testing.T) {
 	noneLeft(t, mark, 10*time.Second)
 }
 
+// TestLocalQuietWriterIsNotHung: a worker that prints one line, then
+// writes a file for 12 s without printing (a checkpoint, say), is not
+// taken for hung under --hang-timeout 5s: its writes are progress
+// (/proc/PID/io). Before, gorun declared a hang 5 s into the write.
+func TestLocalQuietWriterIsNotHung(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "writer.py")
+	os.WriteFile(script, []byte(`import os, sys, time
+print("writing", flush=True)
+end = time.time() + 12
+with open(os.path.join(os.path.dirname(__file__), "ckpt.bin"), "wb") as f:
+    while time.time() < end:
+        f.write(b"\0" * 65536)
+        f.flush()
+        time.sleep(0.5)
+print("saved", flush=True)
+`), 0o644)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, "--torchrun", shim(t), "--nproc-per-node", "1",
+		"--hang-timeout", "5s", script, "--tag", mark)
+	code := r.wait(t, 2*time.Minute)
+	out := r.output()
+	if code != 0 || strings.Contains(out, "gorun: hang") || !strings.Contains(out, "saved") {
+		t.Fatalf("exit %d, want 0 with no hang and the write finished:\n%s", code, out)
+	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
 // TestClusterHangCulprit: the issue's case on the 3-node netns cluster,
 // gloo, 2 ranks per node: rank 4 on node2 sleeps and the other five wait
 // in all_reduce. One culprit line names node2 rank 4 at hang.py:5 with its

@@ -3,6 +3,8 @@ package rank
 import (
 	"context"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
@@ -17,9 +19,11 @@ const (
 	pollJoining = 50 * time.Millisecond
 )
 
-// watch reports progress when the heartbeat file is touched, and once,
-// that the worker joined the rendezvous store (it holds a connection to
-// MASTER_PORT), which ends its start-up.
+// watch reports progress when the heartbeat file is touched or the worker
+// wrote something (its write count in /proc/PID/io grew: a rank writing a
+// checkpoint without printing is not hung), and once, that the worker
+// joined the rendezvous store (it holds a connection to MASTER_PORT),
+// which ends its start-up.
 func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort int) {
 	joined := storePort <= 0
 	every := pollEvery
@@ -32,6 +36,7 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 	if fi, err := os.Stat(heartbeat); err == nil {
 		last = fi.ModTime()
 	}
+	written, _ := writtenBytes(pid)
 	for {
 		select {
 		case <-ctx.Done():
@@ -43,11 +48,34 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 			w.send(wire.FrameInit, wire.AppendRank(nil, w.localRank))
 			t.Reset(pollEvery)
 		}
+		progress := false
 		if heartbeat != "" {
 			if fi, err := os.Stat(heartbeat); err == nil && fi.ModTime().After(last) {
-				last = fi.ModTime()
-				w.send(wire.FrameProgress, wire.AppendRank(nil, w.localRank))
+				last, progress = fi.ModTime(), true
 			}
 		}
+		if n, ok := writtenBytes(pid); ok && n > written {
+			written, progress = n, true
+		}
+		if progress {
+			w.send(wire.FrameProgress, wire.AppendRank(nil, w.localRank))
+		}
 	}
+}
+
+// writtenBytes is what process pid has passed to write(2) and its kin so
+// far (wchar in /proc/PID/io: files on any filesystem, pipes, sockets);
+// false when it cannot be read.
+func writtenBytes(pid int) (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/io")
+	if err != nil {
+		return 0, false
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "wchar: "); ok {
+			n, err := strconv.ParseUint(strings.TrimSpace(v), 10, 64)
+			return n, err == nil
+		}
+	}
+	return 0, false
 }
