@@ -216,6 +216,7 @@ func hostileCases() []hostileCase {
 		{name: "overlong unknown option", args: []string{"--" + long, "train.py"}, code: 2, where: "--xxxx", fix: "--help"},
 		{name: "bad --preflight", args: []string{"--preflight", "maybe", "train.py"}, code: 2, where: "--preflight", fix: "on"},
 		{name: "bad --hang-timeout", args: []string{"--hang-timeout", "soon", "train.py"}, code: 2, where: "--hang-timeout", fix: "30m"},
+		{name: "--hang-timeout-floor too short", args: []string{"--hang-timeout", "auto", "--hang-timeout-floor", "1s", "train.py"}, code: 2, where: "--hang-timeout-floor", fix: "at least 5s"},
 		{name: "--hang-timeout below the floor", args: []string{"--hang-timeout", "1ms", "train.py"}, code: 2, where: "--hang-timeout", fix: "at least 5s"},
 		{name: "bad --stop-grace", args: []string{"--stop-grace", "0", "train.py"}, code: 2, where: "--stop-grace", fix: "30s"},
 		{name: "bad --signals-to-handle", args: []string{"--signals-to-handle", "SIGTERM,SIGFOO", "train.py"}, code: 2, where: "--signals-to-handle", fix: "SIGUSR1"},

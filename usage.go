@@ -112,7 +112,9 @@ gorun options:
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
   --hang-timeout DURATION  no progress from any worker for this long is a hang:
                            stacks printed, attempt failed (default 30m; 0: off;
-                           at least 5s)
+                           at least 5s); auto: 5 x the longest silence earlier
+                           runs of the script had (30m until one succeeded)
+  --hang-timeout-floor D   the shortest limit auto may choose (default 10m)
   --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
                            every rank's dump gathered under DIR on a failure
   --telemetry-interval D   sample every node's GPUs this often while the job

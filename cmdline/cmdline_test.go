@@ -42,7 +42,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -318,7 +318,7 @@ func TestParseAccepts(t *testing.T) {
 					Hosts: "a:8,b:8", Hostfile: "hf", Include: "a:0,1", Env: []string{"A=1", "B="},
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
-					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second,
+					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second, HangTimeoutFloor: DefaultHangTimeoutFloor,
 					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace,
 				}
 			},
@@ -334,6 +334,8 @@ func TestParseAccepts(t *testing.T) {
 		},
 		{name: "prewarm modules", argv: []string{"--prewarm", "torch, numpy.linalg", "train.py"}, opts: func(o *Options) { o.Prewarm = []string{"torch", "numpy.linalg"} }},
 		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) {}},
+		{name: "hang timeout learned", argv: []string{"--hang-timeout", "auto", "--hang-timeout-floor", "90s", "train.py"}, opts: func(o *Options) { o.HangAuto, o.HangTimeoutFloor = true, 90*time.Second }},
+		{name: "hang timeout given after auto", argv: []string{"--hang-timeout", "auto", "--hang-timeout", "1h", "train.py"}, opts: func(o *Options) { o.HangTimeout = time.Hour }},
 		{name: "gorun repeated: last wins", argv: []string{"--dry-run", "--format", "json", "--format", "table", "train.py"}, opts: func(o *Options) { o.DryRun = true }},
 	}
 	for _, tc := range cases {
@@ -582,7 +584,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace",
 	"--prewarm",
 }
 
@@ -1209,6 +1211,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--ssh-accept-new":      {"", "SSHAcceptNew"},
 		"--remote-gorun":        {"/opt/gorun", "RemoteGorun"},
 		"--hang-timeout":        {"90", "HangTimeout"},
+		"--hang-timeout-floor":  {"2m", "HangTimeoutFloor"},
 		"--flight-recorder":     {"fr", "FlightRecorder"},
 		"--telemetry":           {"t.jsonl", "Telemetry"},
 		"--telemetry-interval":  {"2s", "TelemetryInterval"},

@@ -84,7 +84,13 @@ type Options struct {
 	PreflightBandwidth string
 	// HangTimeout (--hang-timeout) is how long the whole group may go
 	// without progress before the attempt counts as hung; 0 is off.
+	// HangAuto (--hang-timeout auto): learn it from earlier runs of the
+	// script (internal/hangtime), HangTimeout until something is learned.
 	HangTimeout time.Duration
+	HangAuto    bool
+	// HangTimeoutFloor (--hang-timeout-floor) is the shortest limit a
+	// learned one may be.
+	HangTimeoutFloor time.Duration
 	// FlightRecorder (--flight-recorder DIR) turns on PyTorch's NCCL flight
 	// recorder in every worker; the head gathers every rank's dump under
 	// DIR after a failed attempt.
@@ -134,6 +140,11 @@ const DefaultStopGrace = 30 * time.Second
 // never stopped by mistake, while a job stuck where torch never looks (a
 // sleep, a Python deadlock, a data loader) no longer hangs forever.
 const DefaultHangTimeout = 30 * time.Minute
+
+// DefaultHangTimeoutFloor is --hang-timeout-floor's default: NCCL's own
+// collective timeout, so a learned limit never stops a job before torch
+// would have reported on it.
+const DefaultHangTimeoutFloor = 10 * time.Minute
 
 // DefaultTelemetryInterval is --telemetry-interval's default, and
 // MinTelemetryInterval the shortest period accepted: NVML's utilisation

@@ -52,6 +52,7 @@ func gorunTable() []*optionSpec {
 		gorunFlag("ssh_accept_new", "--ssh-accept-new", func(o *Options) *bool { return &o.SSHAcceptNew }),
 		gorunText("remote_gorun", "--remote-gorun", func(o *Options) *string { return &o.RemoteGorun }),
 		gorunValue("hang_timeout", "--hang-timeout", setHangTimeout).byDefault(DefaultHangTimeout.String()),
+		gorunValue("hang_timeout_floor", "--hang-timeout-floor", setHangTimeoutFloor).byDefault(DefaultHangTimeoutFloor.String()),
 		gorunText("flight_recorder", "--flight-recorder", func(o *Options) *string { return &o.FlightRecorder }),
 		gorunText("telemetry", "--telemetry", func(o *Options) *string { return &o.Telemetry }),
 		gorunValue("telemetry_interval", "--telemetry-interval", setTelemetryInterval).byDefault(DefaultTelemetryInterval.String()),
@@ -135,16 +136,30 @@ func setSSHPort(o *Options, typed string, _ int, value string) error {
 }
 
 func setHangTimeout(o *Options, typed string, _ int, value string) error {
+	if value == "auto" {
+		o.HangTimeout, o.HangAuto = DefaultHangTimeout, true // until something is learned
+		return nil
+	}
 	d, err := parseDuration(value)
 	if err != nil {
-		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration", userr.Quote(value)),
-			Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m); 0 turns hang detection off"}
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is neither a duration nor auto", userr.Quote(value)),
+			Fix: "give a duration such as 90s, 20m or 1h (plain numbers are seconds; the default is 30m), auto to learn it from earlier runs, or 0 to turn hang detection off"}
 	}
 	if d > 0 && d < MinHangTimeout {
 		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is shorter than %v: every job would be taken for hung within seconds", userr.Quote(value), MinHangTimeout),
 			Fix: fmt.Sprintf("give at least %v (the default is 30m; 0 turns hang detection off)", MinHangTimeout)}
 	}
-	o.HangTimeout = d
+	o.HangTimeout, o.HangAuto = d, false
+	return nil
+}
+
+func setHangTimeoutFloor(o *Options, typed string, _ int, value string) error {
+	d, err := parseDuration(value)
+	if err != nil || d < MinHangTimeout {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a duration of at least %v", userr.Quote(value), MinHangTimeout),
+			Fix: fmt.Sprintf("give a duration such as 10m (the default) or 2m; at least %v", MinHangTimeout)}
+	}
+	o.HangTimeoutFloor = d
 	return nil
 }
 

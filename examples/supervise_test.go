@@ -695,31 +695,92 @@ func TestLocalHangCulprit(t *testing.T) {
 	noneLeft(t, mark, 10*time.Second)
 }
 
-// TestLocalQuietWriterIsNotHung: a worker that prints one line, then
-// writes a file for 12 s without printing (a checkpoint, say), is not
-// taken for hung under --hang-timeout 5s: its writes are progress
-// (/proc/PID/io). Before, gorun declared a hang 5 s into the write.
-func TestLocalQuietWriterIsNotHung(t *testing.T) {
+// learnScript prints a step every 0.5 s; with HANG=1 it sleeps after
+// three steps, with WRITE=S it then writes a file for S seconds without
+// printing (a checkpoint, say), then ends.
+const learnScript = `import os, sys, time
+rank = os.environ["RANK"]
+for step in range(6):
+    print(f"rank {rank} step {step}", flush=True)
+    if step == 2 and os.environ.get("HANG") == "1":
+        print(f"rank {rank} hanging", flush=True)
+        time.sleep(3600)
+    time.sleep(0.5)
+quiet = float(os.environ.get("WRITE", "0"))
+if quiet:
+    end = time.time() + quiet
+    with open(os.path.join(os.path.dirname(__file__), f"ckpt-{rank}.bin"), "wb") as f:
+        while time.time() < end:
+            f.write(b"\0" * 65536)
+            f.flush()
+            time.sleep(0.5)
+    print(f"rank {rank} saved", flush=True)
+`
+
+// TestLocalLearnedHangTimeout: --hang-timeout auto with the floor set low
+// (5s). Two short successful runs teach the script's silences; the third
+// run, which hangs after three steps, is caught within the learned limit
+// plus 5 s of its last line; a fourth, which writes a file for 20 s
+// without printing, is not taken for hung. The record is the user's
+// cache's (XDG_CACHE_HOME, a temporary folder here).
+func TestLocalLearnedHangTimeout(t *testing.T) {
 	needTorch(t)
 	mark := marker(t)
 	dir := t.TempDir()
-	script := filepath.Join(dir, "writer.py")
-	os.WriteFile(script, []byte(`import os, sys, time
-print("writing", flush=True)
-end = time.time() + 12
-with open(os.path.join(os.path.dirname(__file__), "ckpt.bin"), "wb") as f:
-    while time.time() < end:
-        f.write(b"\0" * 65536)
-        f.flush()
-        time.sleep(0.5)
-print("saved", flush=True)
-`), 0o644)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark}, "--torchrun", shim(t), "--nproc-per-node", "1",
-		"--hang-timeout", "5s", script, "--tag", mark)
+	script := filepath.Join(dir, "learn.py")
+	os.WriteFile(script, []byte(learnScript), 0o644)
+	env := []string{"GORUN_MARK=" + mark, "XDG_CACHE_HOME=" + filepath.Join(dir, "cache")}
+	gorun := func(extra ...string) *run {
+		args := append([]string{"--torchrun", shim(t), "--nproc-per-node", "2", "--hang-timeout", "auto", "--hang-timeout-floor", "5s"}, extra...)
+		return startGorun(t, env, append(args, script, "--tag", mark)...)
+	}
+	for i, want := range []string{"nothing learned yet", "the longest silence after start-up in 1 run of "} {
+		r := gorun()
+		code := r.wait(t, 2*time.Minute)
+		out := r.output()
+		if code != 0 || !strings.Contains(out, want) || !strings.Contains(out, "gorun: hangs: learned from this run:") {
+			t.Fatalf("run %d: exit %d, want 0, %q and what it taught:\n%s", i+1, code, want, out)
+		}
+	}
+	const limit = 5 * time.Second // 5 × about 0.5 s is under the floor
+	r := gorun("--env", "HANG=1")
+	r.waitLine(t, `^gorun: hangs: a silence of 5s is a hang \(--hang-timeout auto: 5 × \d+ms, the longest silence after start-up in 2 runs of .*learn\.py at world size 2, is under the floor`, time.Minute)
+	r.waitLine(t, `hanging$`, time.Minute)
+	hung := time.Now()
+	r.waitLine(t, `^gorun: hang: no worker made progress .* for 5s \(--hang-timeout\)`, limit+5*time.Second+2*time.Second)
+	caught := time.Since(hung)
+	code := r.wait(t, time.Minute)
+	t.Logf("hang caught %v after the last line (learned limit %v)", caught.Round(time.Millisecond), limit)
+	if caught > limit+5*time.Second || code != 124 {
+		t.Fatalf("caught after %v with exit %d; want within %v, 124:\n%s", caught, code, limit+5*time.Second, r.output())
+	}
+	noneLeft(t, mark, 10*time.Second)
+
+	r = gorun("--env", "WRITE=20")
+	code = r.wait(t, 2*time.Minute)
+	out := r.output()
+	if code != 0 || strings.Contains(out, "gorun: hang:") || strings.Count(out, " saved") != 2 {
+		t.Fatalf("exit %d, want 0 with no hang and both files written:\n%s", code, out)
+	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
+// TestLocalSilentStartupIsNotHung: a worker silent for 8 s before its
+// first line (a long import) under --hang-timeout 5s is in its start-up,
+// which has a limit of its own (30 min with nothing learned).
+func TestLocalSilentStartupIsNotHung(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	dir := t.TempDir()
+	script := filepath.Join(dir, "slow_import.py")
+	os.WriteFile(script, []byte("import time\ntime.sleep(8)\nprint('imported', flush=True)\n"), 0o644)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "XDG_CACHE_HOME=" + filepath.Join(dir, "cache")},
+		"--torchrun", shim(t), "--nproc-per-node", "1", "--hang-timeout", "5s", script, "--tag", mark)
 	code := r.wait(t, 2*time.Minute)
 	out := r.output()
-	if code != 0 || strings.Contains(out, "gorun: hang") || !strings.Contains(out, "saved") {
-		t.Fatalf("exit %d, want 0 with no hang and the write finished:\n%s", code, out)
+	if code != 0 || strings.Contains(out, "gorun: hang:") || !strings.Contains(out, "imported") ||
+		!strings.Contains(out, "gorun: hangs: a silence of 5s is a hang (--hang-timeout); in start-up, until every worker has made progress once, 30m0s (nothing learned yet)") {
+		t.Fatalf("exit %d, want 0, no hang, and the limits said:\n%s", code, out)
 	}
 	noneLeft(t, mark, 10*time.Second)
 }

@@ -92,6 +92,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 		res.Attempts = k + 1
 		o := runAttempt(ctx, opts, s, nodes, k, restart, said)
+		res.Silences = append(res.Silences, o.silence)
 		if restart != nil {
 			res.Restarts = append(res.Restarts, *restart)
 		}
@@ -150,6 +151,7 @@ type outcome struct {
 	stopped     int       // nodes still running when an interruption stopped them
 	failSeen    time.Time // when the group began to be stopped (end, if it never was)
 	end         time.Time // when every node had exited and its output was in
+	silence     Silence
 }
 
 // member is one node of a running attempt.
@@ -176,6 +178,7 @@ type member struct {
 
 	warm      func() // starts the next attempt's agent on standby; nil: none
 	firstLine sync.Once
+	clock     *silenceClock // the attempt's, shared by its members
 }
 
 // workerState is what the head knows of one worker of an attempt.
@@ -183,6 +186,7 @@ type workerState struct {
 	started  wire.WorkerStarted
 	out, err *lineWriter
 	last     time.Time     // last progress: started, a line, a heartbeat
+	progress bool          // made progress once: past its start-up
 	joined   bool          // reached the rendezvous store
 	imported bool          // past its imports: joined, or ended (importDone)
 	done     bool          // exited or dumped its stacks
@@ -264,12 +268,20 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if kind == wire.FrameErr {
 			out = w.err
 		}
-		warm := false
+		warm, first := false, false
 		if kind == wire.FrameInit {
 			w.joined = true
 			warm = m.importDone(w)
 		}
+		progress := kind != wire.FrameDumped && kind != wire.FrameRASDone // those answer a hang's diagnosis
+		if progress {
+			first, w.progress = !w.progress, true
+		}
+		last := w.last
 		m.mu.Unlock()
+		if progress {
+			m.clock.tick(last, false, first)
+		}
 		if warm {
 			go m.warm()
 		}
@@ -293,6 +305,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.mu.Lock()
 		m.workers[st.LocalRank] = w
 		m.mu.Unlock()
+		m.clock.tick(w.last, true, false)
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
 	case sshexec.FrameLost, wire.FrameExit:
 		var ex wire.WorkerExit
@@ -310,15 +323,22 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			return
 		}
 		m.mu.Lock()
-		warm := false
+		warm, first, known := false, false, false
 		if w := m.workers[ex.LocalRank]; w != nil {
 			// Its last lines were sent before the exit: complete a
 			// partial one now, so the summary has it.
 			w.out.close()
 			w.err.close()
 			warm = m.importDone(w) // its imports are over, one way or the other
+			first, w.progress, known = !w.progress, true, true
 		}
 		m.mu.Unlock()
+		switch now := time.Now(); {
+		case known && !ex.Failed():
+			m.clock.tick(now, false, first) // a clean end is progress
+		case first:
+			m.clock.settled(now) // past its start-up, but a failure ends no silence
+		}
 		if warm {
 			go m.warm()
 		}
@@ -361,10 +381,11 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		}
 		expected += n.Workers
 	}
+	clock := newSilenceClock(time.Now(), expected)
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
-			attempt: k}
+			attempt: k, clock: clock}
 		if opts.Telemetry != nil {
 			m.telemetry = func(node string, k int, p []byte) {
 				if msg := opts.Telemetry(node, k, p); msg != "" {
@@ -427,7 +448,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 
 	var o outcome
-	sv := supervisor{ms: ms, opts: opts, s: s, attempt: k, ctx: ctx}
+	sv := supervisor{ms: ms, opts: opts, s: s, attempt: k, ctx: ctx, clock: clock}
 	for i, m := range ms {
 		if m.startErr != nil && sv.nodeFailure == nil {
 			sv.nodeFailure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,
@@ -608,6 +629,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 	o.failure = sv.rootCause()
 	o.end = time.Now()
+	o.silence = clock.result(k, o.end, o.failure == nil && !o.interrupted, o.failure != nil && o.failure.Code == ExitHang)
 	o.failSeen = sv.stopAt
 	if o.failSeen.IsZero() {
 		o.failSeen = o.end

@@ -103,6 +103,7 @@ type supervisor struct {
 	silent      []workerRef // the workers silent when the hang was declared
 	attempt     int         // from 0, for Options.SaveStacks and Options.Stopping
 	ctx         context.Context
+	clock       *silenceClock // the attempt's progress, group-wide (nil: start-up is not told apart)
 }
 
 // workerRef names one worker of the attempt: its node's index, its local
@@ -137,6 +138,7 @@ type workerCause struct {
 
 // stopAll stops every running node and returns how many it asked.
 func (sv *supervisor) stopAll(now bool) int {
+	sv.clock.freeze()
 	if sv.stopAt.IsZero() {
 		sv.stopAt = time.Now()
 		if !sv.interrupted && sv.attempt < sv.opts.MaxRestarts && sv.opts.Stopping != nil {
@@ -244,12 +246,26 @@ func (sv *supervisor) workerExited(ev event) bool {
 	return true
 }
 
+// startupRecheck is how often a hang check looks again while the group
+// starts up, so that the limit after start-up applies once it is over.
+const startupRecheck = time.Second
+
+// hangLimit is how long the group may be silent now, and whether that is
+// because it is still starting up (Options.StartupTimeout).
+func (sv *supervisor) hangLimit() (time.Duration, bool) {
+	if sv.opts.StartupTimeout > 0 && sv.clock.startingUp() {
+		return sv.opts.StartupTimeout, true
+	}
+	return sv.opts.HangTimeout, false
+}
+
 // hangCheck returns how long until the group would count as hung, or 0
 // when it is: then it names the silent workers and asks every one of them
 // for its stacks.
 func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
+	limit, startingUp := sv.hangLimit()
 	if sv.started == 0 {
-		return sv.opts.HangTimeout // torchrun's rendezvous has its own timeout
+		return limit // torchrun's rendezvous has its own timeout
 	}
 	latest := attemptStart
 	type silent struct {
@@ -271,12 +287,18 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		}
 		m.mu.Unlock()
 	}
-	if wait := time.Until(latest.Add(sv.opts.HangTimeout)); wait > 0 {
+	if wait := time.Until(latest.Add(limit)); wait > 0 {
+		if startingUp {
+			// Start-up may end any moment, and the limit after it be
+			// shorter.
+			return min(wait, startupRecheck)
+		}
 		return wait
 	}
 	if len(all) == 0 {
-		return sv.opts.HangTimeout
+		return limit
 	}
+	sv.clock.freeze() // the dumps and ends that follow are the diagnosis's
 	sort.Slice(all, func(a, b int) bool {
 		if all[a].nodeIndex != all[b].nodeIndex {
 			return all[a].nodeIndex < all[b].nodeIndex
@@ -285,7 +307,12 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	})
 	var names, nodes []string
 	var b strings.Builder
-	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line or a touch of $%s) for %v (--hang-timeout)\n", wire.HeartbeatFileVar, sv.opts.HangTimeout)
+	what := fmt.Sprintf("for %v (--hang-timeout)", limit)
+	if startingUp {
+		waiting, of := sv.clock.pending()
+		what = fmt.Sprintf("for %v in start-up (%d of %d workers had made none yet)", limit, waiting, of)
+	}
+	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line, a write, or a touch of $%s) %s\n", wire.HeartbeatFileVar, what)
 	sv.silent = sv.silent[:0]
 	for _, w := range all {
 		if len(all) <= maxSilentLines {
@@ -310,7 +337,10 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		node = hosts.Compress(nodes)
 	}
 	sv.hang = &Failure{Node: node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
-		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", sv.opts.HangTimeout, who)}
+		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", limit, who)}
+	if startingUp {
+		sv.hang.Reason = fmt.Sprintf("hang in start-up: no progress for %v; silent: %s", limit, who)
+	}
 	sv.dumpPending = len(all)
 	ras := false
 	for _, m := range sv.ms {

@@ -66,11 +66,13 @@ type Options struct {
 	// (sshexec.Process.Signal), stopping nothing.
 	Signals <-chan syscall.Signal
 	// HangTimeout, when positive, is how long the group may go without
-	// progress from any worker (an output line, or a touch of the file in
-	// $GORUN_HEARTBEAT_FILE) before the attempt counts as hung: the silent
-	// workers are named, their stacks gathered and grouped by where they
-	// are (the culprit lines), and the attempt fails with ExitHang.
-	HangTimeout time.Duration
+	// progress from any worker (an output line, a write, a touch of the
+	// file in $GORUN_HEARTBEAT_FILE) before the attempt counts as hung:
+	// the silent workers are named, their stacks gathered and grouped by
+	// where they are (the culprit lines), and the attempt fails with
+	// ExitHang. StartupTimeout (0: HangTimeout) replaces it while some
+	// worker has made no progress yet: its start-up (imports, loading).
+	HangTimeout, StartupTimeout time.Duration
 	// SaveStacks, when set, keeps every rank's stacks of a hung attempt
 	// (k from 0), with the diagnosis's lines, and returns where they are,
 	// which is printed; the console shows the likely culprit's only. It
@@ -164,6 +166,9 @@ type Result struct {
 	Failure  *Failure
 	// Restarts has one timeline per restart, in order.
 	Restarts []Restart
+	// Silences has one entry per attempt, in order: how long the group
+	// went without progress, in start-up and after it.
+	Silences []Silence
 }
 
 // Restart is where the time of one restart went, each phase as an offset

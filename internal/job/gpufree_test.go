@@ -238,14 +238,15 @@ func TestGPUFreeInRun(t *testing.T) {
 	}
 }
 
-// TestHooksOrder: the teardown check comes right after the flight
+// TestHooksOrder: the hang limits come first (they only configure and
+// learn); the teardown check comes right after the flight
 // recorder (and the hang stacks' hook, which only configures launch) and
 // before the recheck; without a run id there is none.
 func TestHooksOrder(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1", "--flight-recorder", t.TempDir(), "--telemetry-interval", "0", "x.py")
 	r := &run{cl: cl, cfg: Config{RunID: "run1"}, ui: UI{Err: &bytes.Buffer{}},
 		spec: envplan.Spec{CommandLine: cl, Hosts: []hosts.Host{{Name: "node0", Slots: 1}}}}
-	hs, err := r.hooks(outputs{}, "")
+	hs, err := r.hooks(outputs{}, "", envplan.Plan{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -253,12 +254,12 @@ func TestHooksOrder(t *testing.T) {
 	for _, h := range hs {
 		names = append(names, h.Name())
 	}
-	if got, want := strings.Join(names, ", "), "flight recorder, hang stacks, GPU teardown check, recheck, master port"; got != want {
+	if got, want := strings.Join(names, ", "), "hang limits, flight recorder, hang stacks, GPU teardown check, recheck, master port"; got != want {
 		t.Errorf("hooks %s, want %s", got, want)
 	}
 	r.cfg.RunID = ""
-	if hs, _ = r.hooks(outputs{}, ""); len(hs) != 4 {
-		t.Errorf("without a run id: %d hooks, want 4", len(hs))
+	if hs, _ = r.hooks(outputs{}, "", envplan.Plan{}); len(hs) != 5 {
+		t.Errorf("without a run id: %d hooks, want 5", len(hs))
 	}
 }
 

@@ -70,9 +70,10 @@ type Finisher interface {
 // let go of its GPUs (what is left of the job there killed, its memory
 // waited for), then the nodes are checked again (and the plan rebuilt
 // without a failing node), then the master port is moved if it is still
-// held; telemetry attaches its settings to the jobs last.
-func (r *run) hooks(outs outputs, preflightText string) ([]Hook, error) {
-	var hs []Hook
+// held; telemetry attaches its settings to the jobs last. The hang limits
+// come first: they only configure, and learn at the end.
+func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Hook, error) {
+	hs := []Hook{newHangLimits(r.cl, plan, r.ui.Err)}
 	if dir := r.cl.Gorun.FlightRecorder; dir != "" {
 		hs = append(hs, &flightRecorder{dir: dir, runID: r.cfg.RunID, runners: r.conns, diag: r.ui.Err})
 	}

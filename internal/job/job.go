@@ -183,7 +183,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if err := outs.create(); err != nil {
 		return err
 	}
-	hooks, err := r.hooks(outs, preflightText)
+	hooks, err := r.hooks(outs, preflightText, plan)
 	if err != nil {
 		return err
 	}
