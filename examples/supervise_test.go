@@ -765,15 +765,23 @@ func TestLocalLearnedHangTimeout(t *testing.T) {
 	noneLeft(t, mark, 10*time.Second)
 }
 
-// TestLocalSilentStartupIsNotHung: a worker silent for 8 s before its
-// first line (a long import) under --hang-timeout 5s is in its start-up,
-// which has a limit of its own (30 min with nothing learned).
-func TestLocalSilentStartupIsNotHung(t *testing.T) {
+// TestLocalSlowImportAndProgressBar: under --hang-timeout 5s, a worker
+// silent for 8 s before its first output (a long import) is in its
+// start-up, which has a limit of its own (30 min with nothing learned);
+// then a progress bar that only rewrites its line with \r for 8 s, never
+// a whole line, is progress too: each piece of output is relayed as it
+// is written, whole line or not.
+func TestLocalSlowImportAndProgressBar(t *testing.T) {
 	needTorch(t)
 	mark := marker(t)
 	dir := t.TempDir()
 	script := filepath.Join(dir, "slow_import.py")
-	os.WriteFile(script, []byte("import time\ntime.sleep(8)\nprint('imported', flush=True)\n"), 0o644)
+	os.WriteFile(script, []byte(`import sys, time
+time.sleep(8)
+for i in range(16):
+    sys.stderr.write(f"\r{i}/16 [" + "#" * i + "]"); sys.stderr.flush(); time.sleep(0.5)
+print("\nimported", flush=True)
+`), 0o644)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark, "XDG_CACHE_HOME=" + filepath.Join(dir, "cache")},
 		"--torchrun", shim(t), "--nproc-per-node", "1", "--hang-timeout", "5s", script, "--tag", mark)
 	code := r.wait(t, 2*time.Minute)
