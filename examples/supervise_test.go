@@ -695,6 +695,51 @@ func TestLocalHangCulprit(t *testing.T) {
 	noneLeft(t, mark, 10*time.Second)
 }
 
+// TestClusterHangInCCall: the 3-node netns cluster, gloo, 2 ranks per
+// node; rank 4 on node2 has a second thread that holds the GIL in a C
+// call (ctypes, libc's sleep), so rank 4 never leaves the first
+// all_reduce and the others wait in the next. Every rank's Python stack
+// is in a collective: no rank is named stuck (no false culprit); the
+// lines say the ranks wait in different places and name rank 4's thread,
+// which no other rank has, with its line of code.
+func TestClusterHangInCCall(t *testing.T) {
+	c := needCluster(t, 3)
+	mark := marker(t)
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "10s",
+		"--env", "HANG_RANK=4", absPath(t, "testcluster/hang_gil.py"), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "XDG_CACHE_HOME=" + t.TempDir()}, args...)
+	code := r.wait(t, 3*time.Minute)
+	out := r.output()
+	if code != 124 {
+		t.Fatalf("exit %d, want 124 (hang):\n%s", code, out)
+	}
+	n := c.nodes
+	at := 0
+	for _, w := range []string{
+		"gorun: hang: waiting: " + n[2] + " rank 4 in all_reduce at hang_gil.py:11 t = torch.ones(4); dist.all_reduce(t)",
+		"gorun: hang: waiting: 5 ranks (0-3,5 on " + hosts.Compress(n) + ") in all_reduce at hang_gil.py:12 dist.all_reduce(t)",
+		"gorun: hang: no rank is stuck in Python, but the ranks wait in different places",
+		"gorun: hang: " + n[2] + " rank 4 also has a thread the other ranks lack, at hang_gil.py:6 ctypes.PyDLL(None).sleep(3600), outside any collective",
+	} {
+		i := strings.Index(out[at:], w)
+		if i < 0 {
+			t.Fatalf("output lacks, in order, %q:\n%s", w, out)
+		}
+		at += i
+	}
+	if strings.Contains(out, "gorun: hang: stuck:") || strings.Contains(out, "Fatal Python error") {
+		t.Errorf("a rank named stuck, or raw dumps on the console:\n%s", out)
+	}
+	m := regexp.MustCompile(`gorun: hang: every rank's stacks, all threads: (\S+) \(`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no stacks directory printed:\n%s", out)
+	}
+	if files, _ := filepath.Glob(filepath.Join(m[1], "rank-*.txt")); len(files) != 6 {
+		t.Errorf("%d rank files in %s, want 6", len(files), m[1])
+	}
+	noneLeft(t, mark, 10*time.Second)
+}
+
 // learnScript prints a step every 0.5 s; with HANG=1 it sleeps after
 // three steps, with WRITE=S it then writes a file for S seconds without
 // printing (a checkpoint, say), then ends.

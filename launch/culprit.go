@@ -116,8 +116,10 @@ func renderHang(groups []hangGroup, world int) (console string, lines []string) 
 		b.WriteString(l)
 	}
 	if w := verdict(groups); w != "" {
-		b.WriteString("gorun: hang: " + w + "\n")
-		lines = append(lines, "gorun: hang: "+w+"\n")
+		for _, l := range append([]string{w}, oddThreads(groups, world)...) {
+			b.WriteString("gorun: hang: " + l + "\n")
+			lines = append(lines, "gorun: hang: "+l+"\n")
+		}
 	}
 	if len(groups) > 0 && groups[0].none == "" {
 		r := groups[0].ranks[0]
@@ -148,6 +150,56 @@ func verdict(groups []hangGroup) string {
 			"on some ranks, or one that some ranks skipped"
 	}
 	return ""
+}
+
+// maxOddThreads bounds oddThreads' lines.
+const maxOddThreads = 4
+
+// oddThreads finds, where no rank is plainly stuck, the threads that
+// speak for no rank and stand out: in the script's code, outside any
+// collective, at a place where fewer than half the ranks have a thread.
+// Such a thread, in a C call that holds the GIL (ctypes, an extension
+// that does not release it), keeps its rank from leaving a collective
+// while the rank's own stack shows nothing wrong. A thread every rank
+// has (a data loader's, a logger's) is not named.
+func oddThreads(groups []hangGroup, world int) []string {
+	type at struct {
+		file string
+		line int
+	}
+	var order []at
+	where := map[at]pystack.Place{}
+	ranks := map[at][]RankStacks{}
+	for _, g := range groups {
+		for _, r := range g.ranks {
+			if r.Dump == nil {
+				continue
+			}
+			seen := map[at]bool{}
+			for i, t := range r.Dump.Threads {
+				p := pystack.ThreadPlace(t)
+				k := at{p.At.File, p.At.Line}
+				if i == r.Place.Thread || !p.User || p.Kind.Waiting() || seen[k] {
+					continue
+				}
+				seen[k] = true
+				if _, ok := where[k]; !ok {
+					order = append(order, k)
+					where[k] = p
+				}
+				ranks[k] = append(ranks[k], r)
+			}
+		}
+	}
+	var lines []string
+	for _, k := range order {
+		if rs := ranks[k]; 2*len(rs) < world && len(lines) < maxOddThreads {
+			lines = append(lines, fmt.Sprintf("%s also %s a thread the other ranks lack, at %s, outside any collective: "+
+				"a C call there that holds the GIL (ctypes, an extension that does not release it) keeps its rank from leaving its collective",
+				rankGroupWords(rs, world), map[bool]string{true: "has", false: "have"}[len(rs) == 1], placeWords(where[k])))
+		}
+	}
+	return lines
 }
 
 // line is the group's line, without "gorun: hang: ".

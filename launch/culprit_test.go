@@ -89,6 +89,36 @@ func TestHangCulpritLines(t *testing.T) {
 			},
 		},
 		{
+			name: "a thread that holds the GIL: rank 1 stays in the first all_reduce, the others wait in the next",
+			ranks: ranksOf(3, 3, func(r int) *pystack.Dump {
+				if r == 1 {
+					return realDump(t, "py311-torch113-gil-r1")
+				}
+				return realDump(t, "py311-torch113-gil-r0")
+			}),
+			want: []string{
+				"gorun: hang: waiting: node0 rank 1 in all_reduce at hang_gil.py:11 t = torch.ones(4); dist.all_reduce(t)",
+				"gorun: hang: waiting: node0 rank 0, node0 rank 2 in all_reduce at hang_gil.py:12 dist.all_reduce(t)",
+				"gorun: hang: no rank is stuck in Python, but the ranks wait in different places: collectives called in a different order on some ranks, or one that some ranks skipped",
+				"gorun: hang: node0 rank 1 also has a thread the other ranks lack, at hang_gil.py:6 ctypes.PyDLL(None).sleep(3600), outside any collective: " +
+					"a C call there that holds the GIL (ctypes, an extension that does not release it) keeps its rank from leaving its collective",
+			},
+			stack: "gorun: hang: node0 rank 1, thread 0x00007f9f56e032c0, by faulthandler (most recent call first):",
+		},
+		{
+			name: "a thread every rank has is nobody's culprit",
+			ranks: ranksOf(3, 3, func(r int) *pystack.Dump {
+				return realDump(t, "py311-torch113-gil-r1")
+			}),
+			want: []string{
+				"gorun: hang: waiting: all 3 ranks (0-2 on node0) in all_reduce at hang_gil.py:11 t = torch.ones(4); dist.all_reduce(t)",
+				"gorun: hang: no rank is stuck in Python: every rank waits in the same collective, so the cause is below it " +
+					"(the network, a GPU, a rank stuck in native code); NCCL's RAS report (NCCL >= 2.24, printed above when there is one) " +
+					"names ranks that lag, and --flight-recorder DIR keeps every rank's last collectives",
+			},
+			stack: "gorun: hang: node0 rank 0, thread 0x00007f9f56e032c0, by faulthandler (most recent call first):",
+		},
+		{
 			name: "a rank that sent nothing comes first, and is no culprit's stack",
 			ranks: ranksOf(4, 2, func(r int) *pystack.Dump {
 				if r == 3 {

@@ -125,6 +125,10 @@ func (d Dump) speaker() (int, Place) {
 	return main, mp
 }
 
+// ThreadPlace is where one thread is, its frames read as Locate reads
+// the speaking thread's.
+func ThreadPlace(t Thread) Place { return place(t.Frames) }
+
 // place reads one thread's frames, innermost first.
 func place(frames []Frame) Place {
 	p := Place{Kind: Elsewhere}
