@@ -96,10 +96,12 @@ const maxHangLines = 10
 const maxConsoleFrames = 30
 
 // renderHang writes a hang's diagnosis: one "gorun: hang:" line per group
-// (at most maxHangLines on the console; lines holds them all), a word on
-// what the groups together say, and the stack of the first rank of the
-// first group, the likely culprit, its speaking thread only.
-func renderHang(groups []hangGroup, world int) (console string, lines []string) {
+// (at most maxHangLines on the console; lines holds them all), the ranks
+// NCCL's RAS found lagging (lagging, global ranks), a word on what the
+// groups together say, and the stack of the likely culprit, its speaking
+// thread only: the first rank of the first group, or where no group is
+// plainly stuck, the first lagging rank.
+func renderHang(groups []hangGroup, world int, lagging []int) (console string, lines []string) {
 	for _, g := range groups {
 		lines = append(lines, "gorun: hang: "+g.line(world)+"\n")
 	}
@@ -115,17 +117,77 @@ func renderHang(groups []hangGroup, world int) (console string, lines []string) 
 		}
 		b.WriteString(l)
 	}
-	if w := verdict(groups); w != "" {
-		for _, l := range append([]string{w}, oddThreads(groups, world)...) {
-			b.WriteString("gorun: hang: " + l + "\n")
-			lines = append(lines, "gorun: hang: "+l+"\n")
-		}
+	var more []string
+	lagLine, lagRank := lagWords(groups, lagging)
+	if lagLine != "" {
+		more = append(more, lagLine)
 	}
-	if len(groups) > 0 && groups[0].none == "" {
-		r := groups[0].ranks[0]
-		writeStack(&b, r)
+	if w := verdict(groups); w != "" {
+		more = append(append(more, w), oddThreads(groups, world)...)
+	}
+	for _, l := range more {
+		b.WriteString("gorun: hang: " + l + "\n")
+		lines = append(lines, "gorun: hang: "+l+"\n")
+	}
+	switch {
+	case lagRank != nil && !groups[0].stuck():
+		writeStack(&b, *lagRank)
+	case len(groups) > 0 && groups[0].none == "":
+		writeStack(&b, groups[0].ranks[0])
 	}
 	return b.String(), lines
+}
+
+// lagWords says which ranks NCCL's RAS found lagging, each with where its
+// stacks say it is (up to maxOddThreads of them), and returns the first
+// that sent stacks.
+func lagWords(groups []hangGroup, lagging []int) (string, *RankStacks) {
+	if len(lagging) == 0 {
+		return "", nil
+	}
+	lag := slices.Compact(slices.Sorted(slices.Values(lagging)))
+	var first *RankStacks
+	var places []string
+	for _, g := range groups {
+		for i, r := range g.ranks {
+			if !slices.Contains(lag, r.Rank) {
+				continue
+			}
+			if first == nil && g.none == "" {
+				first = &g.ranks[i]
+			}
+			if len(places) < maxOddThreads {
+				places = append(places, r.Node+rankWordsShort(r)+" "+g.placeShort())
+			}
+		}
+	}
+	what := "rank " + compressRanks(lag) + " is"
+	if len(lag) > 1 {
+		what = "ranks " + compressRanks(lag) + " are"
+	}
+	s := fmt.Sprintf("NCCL's RAS: %s behind the others in their collective count (did not join a collective, or did not answer)", what)
+	if len(places) > 0 {
+		s += ": " + strings.Join(places, "; ")
+	}
+	return s, first
+}
+
+// placeShort is where the group is, in a few words.
+func (g hangGroup) placeShort() string {
+	if g.none != "" {
+		return "(no stacks)"
+	}
+	at := path.Base(g.place.At.File)
+	if g.place.At.Line > 0 {
+		at += ":" + strconv.Itoa(g.place.At.Line)
+	}
+	switch g.place.Kind {
+	case pystack.Collective:
+		return "in " + g.place.Op + " at " + at
+	case pystack.Backward:
+		return "in backward at " + at
+	}
+	return "at " + at + ", not in a collective"
 }
 
 // verdict says what the groups together show, where no group is plainly

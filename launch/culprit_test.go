@@ -44,10 +44,11 @@ func TestHangCulpritLines(t *testing.T) {
 	stuck, reduce := realDump(t, "py311-torch113-hang-r1"), realDump(t, "py311-torch113-hang-r0")
 	barrier := realDump(t, "py311-torch113-mismatch-r0")
 	tests := []struct {
-		name  string
-		ranks []RankStacks
-		want  []string // the console's lines, in order, up to the stack
-		stack string   // the first line of the culprit's stack
+		name    string
+		ranks   []RankStacks
+		lagging []int    // NCCL's RAS report
+		want    []string // the console's lines, in order, up to the stack
+		stack   string   // the first line of the culprit's stack
 	}{
 		{
 			name: "3 nodes × 2 ranks, rank 4 sleeps",
@@ -73,6 +74,35 @@ func TestHangCulpritLines(t *testing.T) {
 					"names ranks that lag, and --flight-recorder DIR keeps every rank's last collectives",
 			},
 			stack: "gorun: hang: node0 rank 0, thread 0x00007f2484ff9040, by faulthandler (most recent call first):",
+		},
+		{
+			name:    "every rank in the same collective, and NCCL's RAS names the one behind",
+			ranks:   ranksOf(2, 2, func(int) *pystack.Dump { return reduce }),
+			lagging: []int{1},
+			want: []string{
+				"gorun: hang: waiting: all 2 ranks (0-1 on node0) in all_reduce at hang.py:6 t = torch.ones(4); dist.all_reduce(t)",
+				"gorun: hang: NCCL's RAS: rank 1 is behind the others in their collective count (did not join a collective, or did not answer): node0 rank 1 in all_reduce at hang.py:6",
+				"gorun: hang: no rank is stuck in Python: every rank waits in the same collective, so the cause is below it " +
+					"(the network, a GPU, a rank stuck in native code); NCCL's RAS report (NCCL >= 2.24, printed above when there is one) " +
+					"names ranks that lag, and --flight-recorder DIR keeps every rank's last collectives",
+			},
+			stack: "gorun: hang: node0 rank 1, thread 0x00007f2484ff9040, by faulthandler (most recent call first):",
+		},
+		{
+			name: "a stuck rank that NCCL's RAS names too",
+			ranks: ranksOf(6, 2, func(r int) *pystack.Dump {
+				if r == 4 {
+					return stuck
+				}
+				return reduce
+			}),
+			lagging: []int{4, 4},
+			want: []string{
+				"gorun: hang: stuck: node2 rank 4 at hang.py:5 time.sleep(3600) — not in a collective",
+				"gorun: hang: waiting: 5 ranks (0-3,5 on node[0-2]) in all_reduce at hang.py:6 t = torch.ones(4); dist.all_reduce(t)",
+				"gorun: hang: NCCL's RAS: rank 4 is behind the others in their collective count (did not join a collective, or did not answer): node2 rank 4 at hang.py:5, not in a collective",
+			},
+			stack: "gorun: hang: node2 rank 4, thread 0x00007f26c81ec040, by faulthandler (most recent call first):",
 		},
 		{
 			name: "a mismatch: barrier on one rank, all_reduce on two",
@@ -159,7 +189,7 @@ func TestHangCulpritLines(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			console, lines := renderHang(groupHang(tt.ranks), len(tt.ranks))
+			console, lines := renderHang(groupHang(tt.ranks), len(tt.ranks), tt.lagging)
 			got := strings.Split(strings.TrimSuffix(console, "\n"), "\n")
 			if len(got) < len(tt.want) {
 				t.Fatalf("console:\n%s", console)
@@ -191,7 +221,7 @@ func TestHangCulpritLines(t *testing.T) {
 func TestHangCulpritStack(t *testing.T) {
 	console, _ := renderHang(groupHang(ranksOf(3, 3, func(r int) *pystack.Dump {
 		return realDump(t, fmt.Sprintf("py311-torch113-recurse-r%d", r))
-	})), 3)
+	})), 3, nil)
 	for _, want := range []string{
 		"gorun: hang: stuck: node0 rank 0 at scen.py:32 time.sleep(3600) — not in a collective\n",
 		"gorun:     File \"/tmp/dumps/scen.py\", line 32 in <module>\n",
@@ -207,7 +237,7 @@ func TestHangCulpritStack(t *testing.T) {
 		t.Errorf("console shows more than the culprit's stack:\n%s", console)
 	}
 	one := groupHang(ranksOf(1, 1, func(int) *pystack.Dump { return realDump(t, "py311-torch113-recurse-r1") }))
-	console, _ = renderHang(one, 1)
+	console, _ = renderHang(one, 1, nil)
 	if strings.Count(console, "File ") != maxConsoleFrames || !strings.Contains(console, "… 70 more frames") {
 		t.Errorf("a deep stack is not cut at %d frames:\n%s", maxConsoleFrames, console)
 	}
@@ -222,7 +252,7 @@ func TestHangManyPlaces(t *testing.T) {
 			Frames: []pystack.Frame{{File: "/w/train.py", Line: 100 + r, Func: "f"}}}}}
 		ranks = append(ranks, RankStacks{Node: "n", Rank: r, Dump: &d})
 	}
-	console, lines := renderHang(groupHang(ranks), len(ranks))
+	console, lines := renderHang(groupHang(ranks), len(ranks), nil)
 	if len(lines) != 15 || !strings.Contains(console, "gorun: hang: and 5 more places of 5 ranks (in the summary file below)\n") {
 		t.Errorf("%d lines; console:\n%s", len(lines), console)
 	}

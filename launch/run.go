@@ -208,6 +208,7 @@ type event struct {
 	exit    wire.WorkerExit
 	lr      int
 	start   sshexec.StartInfo // FrameStart
+	lagging []int             // FrameRASDone: the ranks NCCL's RAS found lagging
 }
 
 // evFirstLine is the event of a node's first worker line in an attempt.
@@ -289,8 +290,14 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		case wire.FrameOut, wire.FrameErr:
 			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
 			out.Write(rest)
-		case wire.FrameDumped, wire.FrameRASDone:
+		case wire.FrameDumped:
 			events <- event{i: m.index, kind: kind, lr: lr}
+		case wire.FrameRASDone:
+			var lagging []int
+			if len(rest) > 0 {
+				_ = json.Unmarshal(rest, &lagging) // none said: none lag
+			}
+			events <- event{i: m.index, kind: kind, lr: lr, lagging: lagging}
 		}
 	case wire.FrameStarted:
 		var st wire.WorkerStarted
@@ -541,6 +548,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 					sv.dumpPending--
 				}
 			case wire.FrameRASDone:
+				sv.rasLagging = append(sv.rasLagging, ev.lagging...)
 				sv.requestDumps()
 			}
 			if sv.phase.diagnosing() && sv.dumpPending <= 0 {

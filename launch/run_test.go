@@ -781,7 +781,7 @@ func TestRunDropsTeeCopies(t *testing.T) {
 func TestRunHangAsksRASFirst(t *testing.T) {
 	reporter := sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
 	ras := append(line(wire.FrameErr, 0, "nccl ras: ranks behind the others (did not join a collective, or no answer): 1\n"),
-		sshexec.AppendFrame(nil, wire.FrameRASDone, wire.AppendRank(nil, 0))...)
+		sshexec.AppendFrame(nil, wire.FrameRASDone, append(wire.AppendRank(nil, 0), "[1]"...))...)
 	dump := append(line(wire.FrameErr, 0, "Fatal Python error: Aborted\n"), exited(0, 0, -1, 6, true, time.Now())...)
 	sc := script{stopCode: 143, frames: []timedFrame{{0, reporter}}, onTell: map[byte][]byte{wire.TellRAS: ras, wire.TellDump: dump}}
 	c := &cluster{plan: [][]script{{sc}}}
@@ -795,6 +795,9 @@ func TestRunHangAsksRASFirst(t *testing.T) {
 	r, d := strings.Index(got, "nccl ras: ranks behind"), strings.Index(got, "Fatal Python error")
 	if r < 0 || d < 0 || r > d {
 		t.Errorf("want NCCL's report, then the stacks:\n%s", got)
+	}
+	if !strings.Contains(got, "gorun: hang: NCCL's RAS: rank 1 is behind the others") || !strings.Contains(jf.Failure.Reason, "NCCL's RAS: rank 1 is behind the others") {
+		t.Errorf("the lagging rank is not in the culprit lines and the failure (%q):\n%s", jf.Failure.Reason, got)
 	}
 }
 

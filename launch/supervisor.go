@@ -104,6 +104,7 @@ type supervisor struct {
 	attempt     int         // from 0, for Options.SaveStacks and Options.Stopping
 	ctx         context.Context
 	clock       *silenceClock // the attempt's progress, group-wide (nil: start-up is not told apart)
+	rasLagging  []int         // the ranks NCCL's RAS found lagging in a hang
 }
 
 // workerRef names one worker of the attempt: its node's index, its local
@@ -441,7 +442,7 @@ func (sv *supervisor) reportHang() {
 		return
 	}
 	groups := groupHang(ranks)
-	console, lines := renderHang(groups, len(ranks))
+	console, lines := renderHang(groups, len(ranks), sv.rasLagging)
 	if sv.opts.SaveStacks != nil {
 		var all []RankStacks
 		for _, g := range groups {
@@ -460,9 +461,19 @@ func (sv *supervisor) reportHang() {
 		}
 	}
 	sv.s.message(sv.opts.Diag, console)
-	if g := groups[0]; g.stuck() && len(g.ranks) == 1 && len(groups) > 1 {
+	lag := slices.Compact(slices.Sorted(slices.Values(sv.rasLagging)))
+	switch g := groups[0]; {
+	case g.stuck() && len(g.ranks) == 1 && len(groups) > 1:
 		r := g.ranks[0]
 		sv.hang.Node, sv.hang.Rank, sv.hang.LocalRank = r.Node, r.Rank, r.LocalRank
 		sv.hang.Reason += "; " + g.line(len(ranks))
+	case !g.stuck() && len(lag) == 1:
+		// Nobody is stuck in Python, and NCCL names the one behind.
+		for _, r := range ranks {
+			if r.Rank == lag[0] {
+				sv.hang.Node, sv.hang.Rank, sv.hang.LocalRank = r.Node, r.Rank, r.LocalRank
+			}
+		}
+		sv.hang.Reason += fmt.Sprintf("; NCCL's RAS: rank %d is behind the others", lag[0])
 	}
 }

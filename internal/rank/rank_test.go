@@ -68,11 +68,12 @@ func rankCmd(t *testing.T, env []string, args ...string) *exec.Cmd {
 // relayServer is a stand-in for the node agent's relay socket, collecting
 // one worker's frames.
 type relayServer struct {
-	path   string
-	conn   chan net.Conn
-	frames chan frameSeen
-	stacks []pystack.Dump // FrameStacks seen by collect
-	early  []frameSeen    // frames waitOut read past, for collect
+	path    string
+	conn    chan net.Conn
+	frames  chan frameSeen
+	stacks  []pystack.Dump // FrameStacks seen by collect
+	early   []frameSeen    // frames waitOut read past, for collect
+	rasDone string         // what followed the rank in FrameRASDone: the lagging ranks
 }
 
 type frameSeen struct {
@@ -150,6 +151,10 @@ func (r *relayServer) collect(t *testing.T) (started wire.WorkerStarted, out, er
 				json.Unmarshal(f.payload, &started)
 			case wire.FrameExit:
 				json.Unmarshal(f.payload, &exit)
+			case wire.FrameRASDone:
+				if _, p, err := wire.SplitRank(f.payload); err == nil {
+					r.rasDone = string(p)
+				}
 			case wire.FrameStacks:
 				var d pystack.Dump
 				if lr, p, err := wire.SplitRank(f.payload); err != nil || lr != 1 || json.Unmarshal(p, &d) != nil {

@@ -59,7 +59,14 @@ func (w *worker) watchRAS(ctx context.Context, every time.Duration) {
 // reportRAS prints NCCL's RAS report on the job, each line marked
 // "nccl ras: ", then the ranks it finds lagging, and says when it is done.
 func (w *worker) reportRAS(ctx context.Context) {
-	defer w.send(wire.FrameRASDone, wire.AppendRank(nil, w.localRank))
+	var lagging []int // said with the end, for the head's culprit lines
+	defer func() {
+		done := wire.AppendRank(nil, w.localRank)
+		if len(lagging) > 0 {
+			done = append(done, wire.JSON(lagging)...)
+		}
+		w.send(wire.FrameRASDone, done)
+	}()
 	qctx, cancel := context.WithTimeout(ctx, wire.RASWait-2*time.Second)
 	text, err := ncclras.Query(qctx, w.rasAddr, true)
 	cancel()
@@ -75,7 +82,8 @@ func (w *worker) reportRAS(ctx context.Context) {
 	case err != nil && text == "":
 		b = fmt.Appendf(b, "nccl ras: no report (%v)\n", err)
 	case len(rep.Lagging()) > 0:
-		b = fmt.Appendf(b, "nccl ras: ranks behind the others (did not join a collective, or no answer): %s\n", strings.Trim(fmt.Sprint(rep.Lagging()), "[]"))
+		lagging = rep.Lagging()
+		b = fmt.Appendf(b, "nccl ras: ranks behind the others (did not join a collective, or no answer): %s\n", strings.Trim(fmt.Sprint(lagging), "[]"))
 	default:
 		b = append(b, "nccl ras: no rank lags in its collective count\n"...)
 	}

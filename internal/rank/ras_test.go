@@ -144,6 +144,9 @@ func TestReportRAS(t *testing.T) {
 			if !strings.HasSuffix(kinds, string(wire.FrameRASDone)) {
 				t.Errorf("frames %q, want the RAS-done frame last", kinds)
 			}
+			if wantLag := map[bool]string{true: "[1]"}[tt.name == "lagging rank"]; r.rasDone != wantLag {
+				t.Errorf("the RAS-done frame says %q lag, want %q", r.rasDone, wantLag)
+			}
 			if tt.want == nil && errOut != tt.wantErr {
 				t.Errorf("stderr relayed %q, want %q", errOut, tt.wantErr)
 			}
