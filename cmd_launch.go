@@ -6,12 +6,17 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strings"
+	"sync"
+	"syscall"
+	"time"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/signals"
 	"github.com/gorun/gorun/internal/term"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // runLaunch is the main job: argv → job.Config, then job.Run.
@@ -31,6 +36,10 @@ func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) erro
 	w.Pass(cl.Torchrun.PassSignals()...)
 	ui := jobUI(stdout, stderr, w.Kill())
 	ui.Signals = w.Passed()
+	ui.Stdin = sync.OnceValues(func() (*os.File, error) { return workerStdin(os.Stdin) })
+	if ui.TTY.Out || ui.TTY.Err {
+		ui.Resize = resizes(stdout, stderr)
+	}
 	return job.Run(w.Context(), cfg, ui)
 }
 
@@ -50,12 +59,85 @@ func jobConfig(args []string, cl cmdline.CommandLine) (job.Config, error) {
 
 // jobUI says what the output streams are.
 func jobUI(stdout, stderr io.Writer, kill <-chan struct{}) job.UI {
-	return job.UI{Out: stdout, Err: stderr, Kill: kill, Merged: term.SameFile(stdout, stderr),
+	ui := job.UI{Out: stdout, Err: stderr, Kill: kill, Merged: term.SameFile(stdout, stderr),
 		Color: term.Color(stdout, os.Getenv),
 		Live:  term.Live(stderr, os.Getenv),
 		Width: func() int { return term.Width(stderr) },
+		TTY:   wire.TTY{Out: term.IsTerminal(stdout), Err: term.IsTerminal(stderr)},
 	}
+	for _, w := range []io.Writer{stdout, stderr} {
+		if c, r := term.Size(w); c > 0 {
+			ui.TTY.Cols, ui.TTY.Rows = c, r
+			break
+		}
+	}
+	return ui
 }
+
+// workerStdin is what local rank 0's worker reads as stdin, as under
+// torchrun: gorun's own, passed as it is; where it is a terminal, a pipe
+// fed from it, since a worker, in a process group of its own, would be
+// stopped (SIGTTIN) by a read of the terminal. gorun then ignores
+// SIGTTIN, so that in the background its read fails instead of stopping
+// it, and tries again until it is in the foreground; the terminal keeps
+// its line editing and echo, and a Ctrl-D ends the workers' stdin.
+func workerStdin(in *os.File) (*os.File, error) {
+	if !term.IsTerminal(in) {
+		return in, nil
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	signal.Ignore(syscall.SIGTTIN)
+	go func() {
+		buf := make([]byte, 4096)
+		for {
+			n, err := in.Read(buf)
+			if n > 0 {
+				if _, err := pw.Write(buf[:n]); err != nil {
+					return
+				}
+			}
+			switch {
+			case err == io.EOF:
+				pw.Close()
+				return
+			case err != nil: // EIO: in the background
+				time.Sleep(stdinRetry)
+			}
+		}
+	}()
+	return pr, nil
+}
+
+// resizes carries the terminal's size each time it changes (SIGWINCH):
+// the latest only, when the reader is behind.
+func resizes(stdout, stderr io.Writer) <-chan wire.TTY {
+	winch := make(chan os.Signal, 1)
+	signal.Notify(winch, syscall.SIGWINCH)
+	sizes := make(chan wire.TTY, 1)
+	go func() {
+		for range winch {
+			var t wire.TTY
+			for _, w := range []io.Writer{stdout, stderr} {
+				if t.Cols, t.Rows = term.Size(w); t.Cols > 0 {
+					break
+				}
+			}
+			select {
+			case <-sizes: // an older size nobody took
+			default:
+			}
+			sizes <- t
+		}
+	}()
+	return sizes
+}
+
+// stdinRetry is how often a gorun in the background tries its terminal
+// again for the workers' stdin.
+const stdinRetry = 250 * time.Millisecond
 
 // environ returns the process environment as a map.
 func environ() map[string]string {

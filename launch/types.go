@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -65,6 +66,9 @@ type Options struct {
 	// Signals carries signals to pass to every running worker once each
 	// (sshexec.Process.Signal), stopping nothing.
 	Signals <-chan syscall.Signal
+	// Resize carries the head terminal's new size, for the workers'
+	// pseudo-terminals (wire.TellResize).
+	Resize <-chan wire.TTY
 	// HangTimeout, when positive, is how long the group may go without
 	// progress from any worker (an output line, a write, a touch of the
 	// file in $GORUN_HEARTBEAT_FILE) before the attempt counts as hung:

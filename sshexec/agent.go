@@ -131,6 +131,10 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		return AgentExitBadSpec
 	}
 	selfArg(job.Argv)
+	if job.HasStdin {
+		job.Stdin = os.NewFile(JobStdinFD, "job stdin")
+		defer job.Stdin.Close()
+	}
 	// The signals the head passes on: one sent to every process of the
 	// job at once must kill neither the agent nor torchrun, which inherits
 	// the disposition; the workers' supervisors catch them again.
@@ -593,17 +597,24 @@ func startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
 	if err != nil {
 		return nil, err
 	}
-	return forkExec(path, job.Argv, env, job.Dir, stdout, stderr)
+	return forkExec(path, job.Argv, env, job.Dir, job.Stdin, stdout, stderr)
 }
 
-// forkExec starts path with argv in a new session, stdin /dev/null, and
-// the extra files as fds 3 and up.
-func forkExec(path string, argv, env []string, dir string, stdout, stderr io.Writer, extra ...*os.File) (*startedJob, error) {
-	devnull, err := os.Open(os.DevNull)
-	if err != nil {
-		return nil, err
+// JobStdinFD is the agent's file descriptor of the job's stdin when
+// Job.HasStdin.
+const JobStdinFD = 3
+
+// forkExec starts path with argv in a new session, stdin as given (nil:
+// /dev/null), and the extra files as fds 3 and up.
+func forkExec(path string, argv, env []string, dir string, stdin *os.File, stdout, stderr io.Writer, extra ...*os.File) (*startedJob, error) {
+	if stdin == nil {
+		devnull, err := os.Open(os.DevNull)
+		if err != nil {
+			return nil, err
+		}
+		defer devnull.Close()
+		stdin = devnull
 	}
-	defer devnull.Close()
 
 	s := &startedJob{}
 	var closeAfterFork []*os.File
@@ -629,7 +640,7 @@ func forkExec(path string, argv, env []string, dir string, stdout, stderr io.Wri
 		var errFd uintptr
 		errFd, err = fd(stderr)
 		if err == nil {
-			files := []uintptr{devnull.Fd(), outFd, errFd}
+			files := []uintptr{stdin.Fd(), outFd, errFd}
 			for _, f := range extra {
 				files = append(files, f.Fd())
 			}

@@ -200,6 +200,10 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 	cmd := l.command(l.agentBinary, "_agent")
 	cmd.Env = l.agentEnv
 	cmd.Stdout, cmd.Stderr = outW, errW
+	if job.Stdin != nil {
+		cmd.ExtraFiles = []*os.File{job.Stdin} // JobStdinFD
+		job.HasStdin = true
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	stdin, err := cmd.StdinPipe()
 	if err == nil {

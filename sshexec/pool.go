@@ -208,7 +208,7 @@ func (p *pool) startSlot(job Job, base []string, s PoolSlot, dir string, i int) 
 	}
 	defer devnull.Close()
 	argv := []string{p.interp, "-u", shim, "pool", string(settings)}
-	started, err := forkExec(p.interp, argv, env, p.dir, devnull, devnull, theirs)
+	started, err := forkExec(p.interp, argv, env, p.dir, nil, devnull, devnull, theirs)
 	if err != nil {
 		os.Remove(shim)
 		c.Close()

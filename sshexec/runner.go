@@ -67,6 +67,11 @@ type Job struct {
 	// Pool, for a relayed job, asks for its workers' interpreters to be
 	// started beside it (pool.go).
 	Pool *Pool `json:"pool,omitempty"`
+	// Stdin, for a job started through Local, is the job's stdin (the
+	// head's own, for the workers to read); nil: /dev/null. It reaches
+	// the agent as its fd 3 (JobStdinFD), which HasStdin says.
+	Stdin    *os.File `json:"-"`
+	HasStdin bool     `json:"stdin,omitempty"`
 }
 
 // StopSignals are the signals that stop a job, as torchrun's

@@ -122,7 +122,7 @@ func (s *asks) run(ctx context.Context, args []string) ([]byte, string, unix.Wai
 	var stdout bytes.Buffer
 	stderr := &tailWriter{max: stderrTail}
 	s.mu.Lock() // the reaper may not hand over the child before it is listed
-	child, err := forkExec(self, append([]string{self}, args...), os.Environ(), "", &stdout, stderr)
+	child, err := forkExec(self, append([]string{self}, args...), os.Environ(), "", nil, &stdout, stderr)
 	if err != nil {
 		s.mu.Unlock()
 		return nil, "", 0, err

@@ -196,7 +196,7 @@ func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, err
 	}
 	defer pr.Close()
 	argv := append(append(slices.Clone(prog.interp), shim, prog.mode, prog.target), job.Preimport...)
-	started, err := forkExec(argv[0], argv, env, job.Dir, stdout, stderr, pr)
+	started, err := forkExec(argv[0], argv, env, job.Dir, job.Stdin, stdout, stderr, pr)
 	if err != nil {
 		pw.Close()
 		return fail(err)
@@ -399,6 +399,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		}
 	}
 	selfArg(job.Argv)
+	job.Stdin = sj.Stdin // the agent's, from its start
 	job.Relay = sj.Relay // the relay is the standby's, already in its environment
 	if job.Relay {
 		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar], sj.Env[PoolSocketVar])

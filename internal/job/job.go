@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 	"sync"
 	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -77,6 +79,16 @@ type UI struct {
 	// Signals carries the signals to pass on to every running worker
 	// (launch.Options.Signals).
 	Signals <-chan syscall.Signal
+	// TTY says which of Out and Err are terminals, and their size: each
+	// worker's streams are pseudo-terminals of that size there
+	// (wire.TTYVar).
+	TTY wire.TTY
+	// Resize carries the terminal's new size (launch.Options.Resize).
+	Resize <-chan wire.TTY
+	// Stdin, when set, gives what local rank 0's worker reads as stdin
+	// on a local node (sshexec.Job.Stdin); it is called once the job
+	// starts, so nothing is read of gorun's stdin before.
+	Stdin func() (*os.File, error)
 }
 
 func (ui UI) width() int {

@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -57,6 +58,7 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Kill:        r.ui.Kill,
 		StopGrace:   r.cl.Gorun.StopGrace,
 		Signals:     r.ui.Signals,
+		Resize:      r.ui.Resize,
 	}
 	configure(hooks, &opts)
 	res, err := launch.Run(ctx, opts)
@@ -113,6 +115,9 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		if js.merged {
 			env[wire.MergedOutputVar] = "1"
 		}
+		if js.tty != "" {
+			env[wire.TTYVar] = js.tty
+		}
 		if js.runID != "" {
 			env[wire.RunIDVar] = js.runID
 		}
@@ -122,7 +127,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
 			}
 		}
-		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass}
+		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass, Stdin: js.stdin}
 		if js.warm {
 			job.Preimport = []string{torchrunModule}
 			if haveStore && i > 0 {
@@ -179,12 +184,22 @@ type jobSettings struct {
 	warm       bool
 	prewarm    []string // modules the worker pool imports; none: no pool
 	merged     bool     // UI.Merged
+	tty        string   // wire.TTYVar's value; "": no terminal
+	stdin      *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace  time.Duration
 	pass       []int // signals passed on to the workers (Job.PassSignals)
 }
 
 func (r *run) jobSettings() jobSettings {
-	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, merged: r.ui.Merged, stopGrace: r.cl.Gorun.StopGrace}
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, merged: r.ui.Merged,
+		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace}
+	if r.ui.Stdin != nil && len(r.spec.Hosts) == 0 { // local: over ssh and srun the workers read /dev/null
+		if in, err := r.ui.Stdin(); err == nil {
+			js.stdin = in
+		} else {
+			fmt.Fprintf(r.ui.Err, "gorun: the workers read no stdin: %v\n", err)
+		}
+	}
 	for _, sig := range r.cl.Torchrun.PassSignals() {
 		js.pass = append(js.pass, int(sig))
 	}

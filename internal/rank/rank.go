@@ -20,6 +20,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -108,6 +109,8 @@ type worker struct {
 
 	pool string            // the node's worker pool (sshexec.PoolSocketVar); "": none
 	take *sshexec.PoolTake // the worker, for the pool
+
+	ptys []*os.File // the master ends of the worker's pseudo-terminals, resized with the head's terminal
 }
 
 func (w *worker) send(kind byte, payload []byte) {
@@ -153,6 +156,12 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			close(failed) // the worker never ran: the readers just end
 		}
 	}()
+	if w.localRank == 0 {
+		// The job's stdin (gorun's own in local mode, /dev/null over ssh),
+		// to one worker only: several reading one stream would take
+		// each other's lines. The others read /dev/null.
+		cmd.Stdin = os.Stdin
+	}
 	var writeEnds, readEnds []*os.File
 	closeWriteEnds := func() {
 		for _, f := range writeEnds {
@@ -167,13 +176,15 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			own     io.Writer
 			set     []*io.Writer
 			capture bool // carries stderr: faulthandler's dump
+			tty     bool // a pseudo-terminal, not a pipe (wire.TTYVar)
 		}
-		streams := []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout}, false}, {wire.FrameErr, os.Stderr, []*io.Writer{&cmd.Stderr}, true}}
+		tty := wire.ParseTTY(getenv(wire.TTYVar))
+		streams := []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout}, false, tty.Out}, {wire.FrameErr, os.Stderr, []*io.Writer{&cmd.Stderr}, true, tty.Err}}
 		if merged {
-			streams = []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout, &cmd.Stderr}, true}}
+			streams = []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout, &cmd.Stderr}, true, tty.Out && tty.Err}}
 		}
 		for _, s := range streams {
-			pr, pw, err := os.Pipe()
+			pr, pw, err := openStream(s.tty, tty.Cols, tty.Rows)
 			if err != nil {
 				fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
 				return 127
@@ -183,6 +194,9 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			}
 			writeEnds = append(writeEnds, pw)
 			readEnds = append(readEnds, pr)
+			if s.tty {
+				w.ptys = append(w.ptys, pr)
+			}
 			var own io.Writer
 			if echo {
 				own = s.own
@@ -291,6 +305,18 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	return ex.Code
 }
 
+// openStream is one of the worker's output streams: a pipe, or where the
+// head's own stream is a terminal, a pseudo-terminal of its size, so the
+// worker's isatty() and terminal size are torchrun's. r is where its
+// output is read, w the worker's end.
+func openStream(tty bool, cols, rows int) (r, w *os.File, err error) {
+	if tty {
+		w, r, err := term.OpenPTY(cols, rows)
+		return r, w, err
+	}
+	return os.Pipe()
+}
+
 // start starts the worker: in its interpreter from the node's pool when
 // the pool has one that fits, else as cmd, a child of this process. It
 // returns the worker's pid and how to wait for its end, and the start
@@ -331,11 +357,15 @@ func (w *worker) takePooled(cmd *exec.Cmd, cpus []int) (*sshexec.Pooled, string,
 	if !ok1 || !ok2 {
 		return nil, "", fmt.Errorf("the worker's streams are not files")
 	}
-	in, err := os.Open(os.DevNull) // as exec.Cmd gives a worker without Stdin
-	if err != nil {
-		return nil, "", err
+	in, ok := cmd.Stdin.(*os.File) // local rank 0's: the job's stdin (run)
+	if !ok {
+		devnull, err := os.Open(os.DevNull) // as exec.Cmd gives a worker without Stdin
+		if err != nil {
+			return nil, "", err
+		}
+		defer devnull.Close()
+		in = devnull
 	}
-	defer in.Close()
 	dir, err := os.Getwd()
 	if err != nil {
 		return nil, "", err
@@ -369,6 +399,19 @@ func (w *worker) listen(ctx context.Context, pid int) {
 		case wire.TellRAS:
 			if w.ras {
 				w.reportRAS(ctx)
+			}
+		case wire.TellResize:
+			size, err := br.ReadString(';')
+			if err != nil {
+				continue // the next read ends the loop
+			}
+			if t := wire.ParseTTY(strings.TrimSuffix(size, ";") + ":out"); t.Cols > 0 && t.Rows > 0 {
+				for _, m := range w.ptys {
+					_ = term.SetSize(m, t.Cols, t.Rows)
+				}
+				if len(w.ptys) > 0 {
+					_ = unix.Kill(-pid, syscall.SIGWINCH) // as a terminal tells its foreground
+				}
 			}
 		case sshexec.RelayStop, sshexec.RelaySignal, sshexec.RelayHad:
 			n, err := br.ReadByte()

@@ -2,8 +2,8 @@ package term
 
 import (
 	"bytes"
+	"io"
 	"os"
-	"strconv"
 	"testing"
 
 	"golang.org/x/sys/unix"
@@ -12,24 +12,33 @@ import (
 // openPTY opens a pseudo-terminal pair and returns its terminal end.
 func openPTY(t *testing.T) (tty *os.File, master *os.File) {
 	t.Helper()
-	m, err := os.OpenFile("/dev/ptmx", os.O_RDWR|unix.O_NOCTTY, 0)
+	s, m, err := OpenPTY(0, 0)
 	if err != nil {
 		t.Skipf("no pseudo-terminals here: %v", err)
 	}
-	t.Cleanup(func() { m.Close() })
-	if err := unix.IoctlSetPointerInt(int(m.Fd()), unix.TIOCSPTLCK, 0); err != nil {
-		t.Fatal(err)
-	}
-	n, err := unix.IoctlGetInt(int(m.Fd()), unix.TIOCGPTN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	s, err := os.OpenFile("/dev/pts/"+strconv.Itoa(n), os.O_RDWR|unix.O_NOCTTY, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	t.Cleanup(func() { m.Close(); s.Close() })
 	return s, m
+}
+
+// TestOpenPTY: what is written to the terminal end is read, byte for
+// byte, from the master; the size is set; the end reads as EOF-like EIO
+// once the terminal end is closed.
+func TestOpenPTY(t *testing.T) {
+	tty, m, err := OpenPTY(101, 33)
+	if err != nil {
+		t.Skipf("no pseudo-terminals here: %v", err)
+	}
+	defer m.Close()
+	if c, r := Size(tty); c != 101 || r != 33 {
+		t.Errorf("Size = %d×%d, want 101×33", c, r)
+	}
+	want := "a\r\nb\n\rbar 3/9\x1b[0m"
+	tty.WriteString(want)
+	tty.Close()
+	got, _ := io.ReadAll(m)
+	if string(got) != want {
+		t.Errorf("read %q, want %q", got, want)
+	}
 }
 
 func env(m map[string]string) func(string) string { return func(k string) string { return m[k] } }

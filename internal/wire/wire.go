@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 	"time"
 )
 
@@ -31,6 +34,10 @@ const (
 const (
 	TellDump byte = 'D' // send the worker's Python stacks now (FrameStacks)
 	TellRAS  byte = 'R' // the RAS reporter: print NCCL's RAS report now
+	// TellResize, followed by "COLSxROWS;" (a Tell each byte: digits, 'x'
+	// and ';' are no request of their own), gives the head terminal's new
+	// size to the workers' pseudo-terminals (TTYVar).
+	TellResize byte = 'W'
 )
 
 // RASWait is how long the head waits, after TellRAS, for FrameRASDone
@@ -55,7 +62,56 @@ const (
 	// (two pipes read apart cannot keep it), and sends all of it as
 	// FrameOut. Not with WorkerEchoVar, whose files keep them apart.
 	MergedOutputVar = "GORUN_MERGED_OUTPUT"
+	// TTYVar, set where the head's own stdout or stderr is a terminal,
+	// asks each worker's supervisor to give the worker a pseudo-terminal
+	// of that size instead of a pipe for those streams, as torchrun's
+	// workers see the terminal: "COLSxROWS:out,err" (FormatTTY).
+	TTYVar = "GORUN_TTY"
 )
+
+// TTY is what TTYVar says.
+type TTY struct {
+	Cols, Rows int
+	Out, Err   bool // stdout, stderr on a pseudo-terminal
+}
+
+// FormatTTY writes t as TTYVar's value; "" when no stream is a terminal.
+func FormatTTY(t TTY) string {
+	var streams []string
+	if t.Out {
+		streams = append(streams, "out")
+	}
+	if t.Err {
+		streams = append(streams, "err")
+	}
+	if len(streams) == 0 {
+		return ""
+	}
+	return fmt.Sprintf("%dx%d:%s", t.Cols, t.Rows, strings.Join(streams, ","))
+}
+
+// ResizeTells is the bytes of a TellResize to the size of t.
+func ResizeTells(t TTY) []byte {
+	return fmt.Appendf([]byte{TellResize}, "%dx%d;", t.Cols, t.Rows)
+}
+
+// ParseTTY reads TTYVar's value; the zero TTY (no terminal) when it is
+// empty or malformed.
+func ParseTTY(s string) TTY {
+	size, streams, ok := strings.Cut(s, ":")
+	cols, rows, ok2 := strings.Cut(size, "x")
+	if !ok || !ok2 {
+		return TTY{}
+	}
+	var t TTY
+	t.Cols, _ = strconv.Atoi(cols)
+	t.Rows, _ = strconv.Atoi(rows)
+	for _, st := range strings.Split(streams, ",") {
+		t.Out = t.Out || st == "out"
+		t.Err = t.Err || st == "err"
+	}
+	return t
+}
 
 // WorkerStarted says a worker runs.
 type WorkerStarted struct {

@@ -54,3 +54,19 @@ func TestJSON(t *testing.T) {
 		t.Errorf("exit round trip = %+v, %v; want %+v", back, err, ex)
 	}
 }
+
+func TestTTYRoundTrip(t *testing.T) {
+	for _, tt := range []TTY{{120, 40, true, true}, {80, 24, true, false}, {80, 24, false, true}} {
+		if got := ParseTTY(FormatTTY(tt)); got != tt {
+			t.Errorf("ParseTTY(FormatTTY(%+v)) = %+v", tt, got)
+		}
+	}
+	if s := FormatTTY(TTY{Cols: 80, Rows: 24}); s != "" {
+		t.Errorf("no stream on a terminal: %q, want nothing", s)
+	}
+	for _, s := range []string{"", "80x24", "junk", "80:out"} {
+		if got := ParseTTY(s); got.Out || got.Err {
+			t.Errorf("ParseTTY(%q) = %+v, want no terminal", s, got)
+		}
+	}
+}
