@@ -628,9 +628,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		case sig := <-opts.Signals:
 			s.message(opts.Diag, sv.pass(sig))
 		case t := <-opts.Resize:
-			for _, b := range wire.ResizeTells(t) {
-				sv.tellAll(b)
-			}
+			sv.tellAll(wire.ResizeTells(t)...)
 		case <-kill:
 			kill = nil
 			if !o.interrupted {

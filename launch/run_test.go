@@ -158,10 +158,12 @@ func (p *fakeProc) Wait() (int, error) {
 	return p.code, p.err
 }
 
-func (p *fakeProc) Tell(b byte) {
-	select {
-	case p.tells <- b:
-	default:
+func (p *fakeProc) Tell(msg ...byte) {
+	for _, b := range msg {
+		select {
+		case p.tells <- b:
+		default:
+		}
 	}
 }
 

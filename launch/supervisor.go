@@ -369,10 +369,10 @@ func (sv *supervisor) requestDumps() {
 	}
 }
 
-func (sv *supervisor) tellAll(b byte) {
+func (sv *supervisor) tellAll(msg ...byte) {
 	for _, m := range sv.ms {
 		if m.running {
-			m.proc.Tell(b)
+			m.proc.Tell(msg...)
 		}
 	}
 }

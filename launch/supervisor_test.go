@@ -80,7 +80,7 @@ var _ sshexec.Process = (*tellProc)(nil)
 
 func (p *tellProc) Wait() (int, error) { return 0, nil }
 func (p *tellProc) Stop(now bool)      { p.mu.Lock(); p.stops = append(p.stops, now); p.mu.Unlock() }
-func (p *tellProc) Tell(b byte)        { p.mu.Lock(); p.tells = append(p.tells, b); p.mu.Unlock() }
+func (p *tellProc) Tell(b ...byte)     { p.mu.Lock(); p.tells = append(p.tells, b...); p.mu.Unlock() }
 
 func (p *tellProc) Interrupt(syscall.Signal, time.Duration) { p.Stop(false) }
 func (p *tellProc) Signal(syscall.Signal)                   {}

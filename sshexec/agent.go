@@ -431,11 +431,11 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			switch c.b {
 			case ctlTell:
 				if a.relay != nil {
-					go a.relay.broadcast([]byte{c.arg})
+					a.relay.tell([]byte{c.arg})
 				}
 			case ctlSignal:
 				if a.relay != nil && !killing {
-					go a.relay.broadcast([]byte{RelaySignal, byte(c.sig)})
+					a.relay.tell([]byte{RelaySignal, byte(c.sig)})
 				}
 			case ctlTerm:
 				grace := c.grace

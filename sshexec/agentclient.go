@@ -98,7 +98,7 @@ func (p *agentProcess) Wait() (int, error) {
 }
 
 // Tell implements Process. It never blocks.
-func (p *agentProcess) Tell(b byte) { p.ctl.relay(b) }
+func (p *agentProcess) Tell(msg ...byte) { p.ctl.relay(msg) }
 
 // Stop implements Process. It never blocks.
 func (p *agentProcess) Stop(now bool) { p.ctl.stop(now, 0, 0) }

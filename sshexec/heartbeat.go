@@ -105,7 +105,13 @@ func (c *controlWriter) stop(now bool, sig syscall.Signal, grace time.Duration) 
 
 // relay queues b for the agent to pass to its relay clients, without
 // waiting; when the queue is full (the agent is not reading) it is dropped.
-func (c *controlWriter) relay(b byte) { c.queue([]byte{ctlTell, b}) }
+func (c *controlWriter) relay(msg []byte) {
+	line := make([]byte, 0, 2*len(msg))
+	for _, b := range msg {
+		line = append(line, ctlTell, b)
+	}
+	c.queue(line)
+}
 
 // signal queues sig for the agent to pass to every worker once.
 func (c *controlWriter) signal(sig syscall.Signal) { c.queue([]byte{ctlSignal, byte(sig)}) }

@@ -159,6 +159,10 @@ type relay struct {
 	conns        map[*net.UnixConn]struct{}
 
 	readers sync.WaitGroup
+
+	tmu     sync.Mutex // guards tells and sending
+	tells   [][]byte   // queued by tell, sent in order
+	sending bool       // a sendTells goroutine runs
 }
 
 // startRelay listens on a fresh socket in a private directory.
@@ -263,6 +267,34 @@ const (
 	// has its own copy; otherwise give it the signal, once.
 	RelayHad byte = 'H'
 )
+
+// tell queues msg for every connected client without blocking, sent
+// after the tells before it: a request of several bytes (a resize's size)
+// arrives whole and in order.
+func (r *relay) tell(msg []byte) {
+	r.tmu.Lock()
+	defer r.tmu.Unlock()
+	r.tells = append(r.tells, msg)
+	if !r.sending {
+		r.sending = true
+		go r.sendTells()
+	}
+}
+
+func (r *relay) sendTells() {
+	for {
+		r.tmu.Lock()
+		if len(r.tells) == 0 {
+			r.sending = false
+			r.tmu.Unlock()
+			return
+		}
+		msg := r.tells[0]
+		r.tells = r.tells[1:]
+		r.tmu.Unlock()
+		r.broadcast(msg)
+	}
+}
 
 // broadcast sends msg to every connected client.
 func (r *relay) broadcast(msg []byte) {

@@ -141,7 +141,9 @@ type Process interface {
 	// Signal passes sig to every worker of a relayed job once, stopping
 	// nothing; it never blocks.
 	Signal(sig syscall.Signal)
-	// Tell sends one byte to every descendant connected to a relayed job's
-	// socket (Job.Relay); it never blocks, and is dropped for other jobs.
-	Tell(b byte)
+	// Tell sends msg to every descendant connected to a relayed job's
+	// socket (Job.Relay), whole and after what was told before it; it
+	// never blocks (a message the agent's line cannot take now is
+	// dropped, whole), and is dropped for other jobs.
+	Tell(msg ...byte)
 }

@@ -72,7 +72,7 @@ type fakeProcess int
 
 func (p fakeProcess) Wait() (int, error) { return int(p), nil }
 func (fakeProcess) Stop(bool)            {}
-func (fakeProcess) Tell(byte)            {}
+func (fakeProcess) Tell(...byte)         {}
 
 func (fakeProcess) Interrupt(syscall.Signal, time.Duration) {}
 func (fakeProcess) Signal(syscall.Signal)                   {}
