@@ -27,6 +27,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/testenv"
 )
 
@@ -158,15 +159,44 @@ func startGorun(t *testing.T, env []string, args ...string) *run {
 
 // startCmd starts cmd (gorun, perhaps behind a command such as `ip netns
 // exec`) with env added, its output collected line by line.
+//
+// With GORUN_E2E_TTY=1 the command's stdout and stderr (and stdin, unless
+// set) are a pseudo-terminal instead, its controlling terminal, as under a
+// user's terminal (TERM=dumb: no status line), so the whole suite runs
+// with the workers on pseudo-terminals too.
 func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *run {
 	t.Helper()
 	cmd.Env = append(os.Environ(), env...)
 	cmd.Env = append(cmd.Env, "NO_COLOR=1", "PYTHONUNBUFFERED=1")
-	pr, pw := io.Pipe()
-	cmd.Stdout, cmd.Stderr = pw, pw
+	var pr io.Reader
+	var pw io.Closer
+	var tty *os.File
+	if os.Getenv("GORUN_E2E_TTY") == "1" {
+		var master *os.File
+		var err error
+		if tty, master, err = term.OpenPTY(120, 40); err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { master.Close() })
+		cmd.Env = append(cmd.Env, "TERM=dumb")
+		cmd.Stdout, cmd.Stderr = tty, tty
+		if cmd.Stdin == nil {
+			cmd.Stdin = tty
+		}
+		// The terminal is the controlling one where it is stdin (fd 0).
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true, Setctty: cmd.Stdin == tty, Ctty: 0}
+		pr, pw = master, nopCloser{}
+	} else {
+		r, w := io.Pipe()
+		pr, pw = r, w
+		cmd.Stdout, cmd.Stderr = w, w
+	}
 	r := &run{cmd: cmd, seen: make(chan string, 4096), done: make(chan struct{})}
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if tty != nil {
+		tty.Close() // the command's copies only
 	}
 	go func() {
 		sc := bufio.NewScanner(pr)
@@ -192,6 +222,10 @@ func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *run {
 	})
 	return r
 }
+
+type nopCloser struct{}
+
+func (nopCloser) Close() error { return nil }
 
 // waitLine waits for a line matching re.
 func (r *run) waitLine(t *testing.T, re string, timeout time.Duration) string {
