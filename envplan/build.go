@@ -751,6 +751,7 @@ func (b *builder) headNotes() {
 	if !b.static && len(b.hosts) > 1 {
 		b.note(NoteInfo, "global ranks are decided by the rendezvous when the nodes join (rank -1 in the plan)")
 	}
+	b.note(NoteInfo, "every worker reads /dev/null as stdin: gorun passes its own stdin only in local mode, to local rank 0")
 }
 
 // perNodeNotes says, in local mode with more than one node or a node rank
