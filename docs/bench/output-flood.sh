@@ -11,7 +11,10 @@
 # reader's pipes, no gorun (raw_STYLE): the ceiling rate, and the latency that
 # the machine's own contention gives. The machine is noisy: read the ratios.
 #   usage: [GORUN=path] [STYLES="chunk print"] [CHUNK_LINES=3000000]
-#          [PRINT_LINES=1000000] [TORCHRUN=cmd] [KEEP=dir] docs/bench/output-flood.sh
+#          [PRINT_LINES=1000000] [TORCHRUN=cmd] [KEEP=dir] [PTY=1] docs/bench/output-flood.sh
+# PTY=1 gives the workers pseudo-terminals, as when gorun's stdout and
+# stderr are a terminal (GORUN_TTY, which gorun sets then; here gorun's
+# stdout stays the pipe floodcheck reads).
 # STYLE chunk: ~64 KB writes cut inside lines (like seq or a buffered
 # stdout); print: one write per line (print() under python -u).
 # KEEP=dir keeps each phase's floodcheck JSON (every latency) and gorun's
@@ -31,6 +34,7 @@ go build -o "$work/floodcheck" docs/bench/floodcheck/floodcheck.go
 worker=$PWD/docs/bench/flood_worker.py
 fc=$work/floodcheck
 export QUIET_SECONDS=${QUIET_SECONDS:-3}
+if [ "${PTY:-}" = 1 ]; then export GORUN_TTY=200x50:out,err; fi
 
 # free_port: a port nobody listens on now (other torchruns may hold 29500).
 free_port() { "$py" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }

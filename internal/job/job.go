@@ -109,6 +109,8 @@ type run struct {
 	// perPod: this gorun is one pod's torchrun (TransportPod); the other
 	// nodes, and the master port they were told, are not its to change.
 	perPod bool
+	// spares wait to take a failing node's place (nil: none).
+	spares *spares
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -138,10 +140,15 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if transport == TransportPod {
 		fmt.Fprintln(ui.Err, podLine(cl))
 	}
-	r := &run{cfg: cfg, cl: cl, ui: ui, perPod: transport == TransportPod,
-		spec: envplan.Spec{CommandLine: cl, Hosts: nodes, Environ: cfg.Environ, RunID: cfg.RunID}}
+	active, sp := splitSpares(cl, nodes)
+	r := &run{cfg: cfg, cl: cl, ui: ui, perPod: transport == TransportPod, spares: sp,
+		spec: envplan.Spec{CommandLine: cl, Hosts: active, Environ: cfg.Environ, RunID: cfg.RunID}}
 	if _, err := envplan.Build(r.spec, nil); err != nil { // bad input refused before connecting anywhere
 		return err
+	}
+	if sp != nil {
+		fmt.Fprintf(ui.Err, "gorun: %d of %d nodes run the job (--nnodes %s); spares, in this order, for a node that fails: %s\n",
+			len(active), len(nodes), nnodesText(cl.Torchrun), strings.Join(hostNames(sp.ready), ", "))
 	}
 	outs, err := checkOutputs(cl, cfg.Self)
 	if err != nil {
@@ -175,6 +182,11 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 			first, _, _ := strings.Cut(text.String(), "\n")
 			fmt.Fprintln(ui.Err, first)
 		}
+		if sp != nil {
+			if report, err = r.chooseActive(ctx, report); err != nil {
+				return err
+			}
+		}
 		if !report.OK && cl.Gorun.Preflight == "on" {
 			return ErrPreflightFailed
 		}
@@ -192,6 +204,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if len(nodes) > 0 {
 		envplan.RenderBrief(ui.Err, plan)
 	}
+
 	if err := outs.create(); err != nil {
 		return err
 	}

@@ -21,10 +21,12 @@ import (
 const recheckTimeout = 30 * time.Second
 
 // shrink is the hook that checks every node again before a restart in
-// head-node mode: reached, and with --preflight on, the per-node checks. A
-// node that fails is dropped while at least --nnodes' minimum remain, and
-// the plan is rebuilt for the nodes left; without a range, or with too few
-// left, the run ends with the findings (ErrRecheckFailed).
+// head-node mode, the spares with them: reached, and with --preflight on,
+// the per-node checks. A node that fails is replaced by a spare when one
+// is ready (spares.replace: the other nodes keep their node ranks), else
+// dropped while at least --nnodes' minimum remain, and the plan is
+// rebuilt for the nodes of the next attempt; without a range, or with too
+// few left, the run ends with the findings (ErrRecheckFailed).
 type shrink struct {
 	cl   cmdline.CommandLine
 	diag io.Writer
@@ -33,6 +35,11 @@ type shrink struct {
 	// early is the check started as the last attempt began to stop
 	// (Stopping), for the restart after it; nil when none is under way.
 	early *earlyCheck
+	// spares are checked with the nodes and step in for those that fail
+	// (nil: none).
+	spares *spares
+	// replaced records every replacement, in order, for the summary.
+	replaced []replacement
 }
 
 // earlyCheck is a recheck started beside a failed attempt's stop, so that
@@ -47,7 +54,7 @@ type earlyCheck struct {
 
 // Stopping starts the recheck for the restart after a.
 func (s *shrink) Stopping(ctx context.Context, a *Attempt) {
-	e := &earlyCheck{after: a.K, nodes: a.Spec.Hosts, done: make(chan struct{})}
+	e := &earlyCheck{after: a.K, nodes: append(slices.Clone(a.Spec.Hosts), s.spares.all()...), done: make(chan struct{})}
 	s.early = e
 	go func() {
 		defer close(e.done)
@@ -88,7 +95,7 @@ func (s *shrink) takeEarly(ctx context.Context, k int, nodes []hosts.Host) (pref
 }
 
 func newShrink(r *run) *shrink {
-	return &shrink{cl: r.cl, diag: r.ui.Err, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
+	return &shrink{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
 		return Check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard})
 	}}
 }
@@ -104,14 +111,29 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	defer cancel()
 	checks := s.cl.Gorun.Preflight == "on"
 	nodes := a.Spec.Hosts
-	report, ok := s.takeEarly(ctx, a.K, nodes)
+	checked := append(slices.Clone(nodes), s.spares.all()...)
+	report, ok := s.takeEarly(ctx, a.K, checked)
 	if !ok {
-		report = s.check(ctx, nodes)
+		report = s.check(ctx, checked)
 	}
 	failed := failedNodes(report, checks)
 	if a.Restart != nil {
 		defer func() { a.Restart.Checked = a.phaseDone() }() // with the plan made again, if it is
 	}
+	next, failed, done, lines := s.spares.replace(nodes, failed)
+	for _, l := range lines {
+		fmt.Fprintln(s.diag, l)
+	}
+	s.replaced = append(s.replaced, done...)
+	if next[0].Name != nodes[0].Name && len(failed) == 0 {
+		// A spare is node 0 now: the routes to it are checked again.
+		report = s.check(ctx, next)
+		failed = failedNodes(report, checks)
+	}
+	if len(done) > 0 {
+		report = jobReport(report, next)
+	}
+	nodes = next
 	// Without node 0, the master moves: the others' routes are checked
 	// again against the new node 0.
 	if len(failed) > 0 && failed[nodes[0].Name] != "" && len(failed) < len(nodes) {
@@ -124,6 +146,16 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 		return fmt.Errorf("%w while checking the nodes before a restart", launch.ErrInterrupted)
 	}
 	if len(failed) == 0 {
+		if len(done) == 0 {
+			return nil
+		}
+		spec := a.Spec
+		spec.Hosts = nodes
+		plan, err := envplan.Build(spec, planFacts(report))
+		if err != nil {
+			return fmt.Errorf("plan with the spares: %w", err)
+		}
+		a.Spec, a.Plan = spec, plan
 		return nil
 	}
 	keep := keepHosts(nodes, failed)
@@ -144,13 +176,13 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	}
 	spec := a.Spec
 	spec.Hosts = keep
-	next, err := envplan.Build(spec, planFacts(report))
+	plan, err := envplan.Build(spec, planFacts(report))
 	if err != nil {
 		return fmt.Errorf("plan for the %d nodes left: %w", len(keep), err)
 	}
 	fmt.Fprintf(s.diag, "gorun: dropping %s; the group restarts on %d nodes (--nnodes %d:%d)\n",
 		strings.Join(slices.Sorted(maps.Keys(failed)), ", "), len(keep), lo, hi)
-	a.Spec, a.Plan = spec, next
+	a.Spec, a.Plan = spec, plan
 	return nil
 }
 
