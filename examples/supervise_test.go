@@ -594,6 +594,55 @@ func TestClusterElasticShrink(t *testing.T) {
 	}
 }
 
+// TestClusterHotSpare: 4 nodes with --nnodes 3, so node3 waits as a
+// spare; node1's link is cut during the first attempt. Before the restart
+// gorun checks every node again, puts node3 in node1's place (node rank
+// 1), and the job finishes on 6 ranks in sync, node0 and node2 keeping
+// node ranks 0 and 2. Once the link is back, nothing of the job is left on
+// node1 (its agent tore its tree down when the head's heartbeat stopped).
+func TestClusterHotSpare(t *testing.T) {
+	c := needCluster(t, 4)
+	mark := marker(t)
+	veth := "gorun-v1" // node1's link to the bridge
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--nnodes", "3", "--torchrun", shim(t), "--max-restarts", "1",
+		"--env", "STEPS=40", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
+	n := c.nodes
+	r.waitLine(t, `^gorun: 3 of 4 nodes run the job \(--nnodes 3\); spares, in this order, for a node that fails: `+n[3]+`$`, time.Minute)
+	r.waitLine(t, `^\[`+n[1]+` [01]\] .* step=1 `, 3*time.Minute)
+	if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {
+		t.Fatalf("cut the link: %v %s", err, out)
+	}
+	cut := time.Now()
+	restore := func() { exec.Command("ip", "link", "set", veth, "up").Run() }
+	t.Cleanup(restore)
+	r.waitLine(t, `^gorun: `+n[1]+` leaves the job \(.*\); spare `+n[3]+` takes its place, node rank 1 \(0 spares left\)$`, 2*time.Minute)
+	first := r.waitLine(t, `ready attempt=1`, 2*time.Minute)
+	onSpare := time.Since(cut)
+	code := r.wait(t, 4*time.Minute)
+	out := r.output()
+	if code != 0 {
+		t.Fatalf("exit %d, want 0:\n%s", code, out)
+	}
+	if got := strings.Count(out, "params-in-sync OK"); got != 6 {
+		t.Errorf("%d ranks in sync, want 6:\n%s", got, out)
+	}
+	for _, w := range []struct {
+		node  string
+		ranks [2]int
+	}{{n[0], [2]int{0, 1}}, {n[3], [2]int{2, 3}}, {n[2], [2]int{4, 5}}} {
+		for lr, rank := range w.ranks {
+			want := fmt.Sprintf(`(?m)^\[%s %d\] \[\S+ rank=%d/6 local=%d .* ready attempt=1 `, regexp.QuoteMeta(w.node), lr, rank, lr)
+			if !regexp.MustCompile(want).MatchString(out) {
+				t.Errorf("no line matches %s: the node ranks moved:\n%s", want, out)
+			}
+		}
+	}
+	t.Logf("link cut → first line of the attempt on the spare: %v (%s)", onSpare.Round(time.Millisecond), first)
+	restore()
+	noneLeft(t, mark, 15*time.Second)
+}
+
 // TestClusterFlightRecorder: with --flight-recorder DIR every worker gets
 // PyTorch's flight-recorder settings, and after a failed attempt the head
 // gathers every rank's dump from the nodes (over SSH, through tar) into
