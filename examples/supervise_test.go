@@ -2,6 +2,7 @@ package examples
 
 import (
 	"bytes"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -604,7 +605,8 @@ func TestClusterHotSpare(t *testing.T) {
 	c := needCluster(t, 4)
 	mark := marker(t)
 	veth := "gorun-v1" // node1's link to the bridge
-	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--nnodes", "3", "--torchrun", shim(t), "--max-restarts", "1",
+	summaryFile := filepath.Join(t.TempDir(), "summary.json")
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--nnodes", "3", "--torchrun", shim(t), "--max-restarts", "1", "--summary", summaryFile,
 		"--env", "STEPS=40", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	n := c.nodes
@@ -642,6 +644,24 @@ func TestClusterHotSpare(t *testing.T) {
 				t.Errorf("no line matches %s: the node ranks moved:\n%s", want, out)
 			}
 		}
+	}
+	var sum struct {
+		AttemptNodes [][]string `json:"attempt_nodes"`
+		Replacements []struct {
+			Attempt  int    `json:"attempt"`
+			Left     string `json:"left"`
+			Spare    string `json:"spare"`
+			NodeRank int    `json:"node_rank"`
+		} `json:"replacements"`
+	}
+	if b, err := os.ReadFile(summaryFile); err != nil || json.Unmarshal(b, &sum) != nil {
+		t.Errorf("summary: %v\n%s", err, b)
+	}
+	if got := fmt.Sprint(sum.AttemptNodes); got != fmt.Sprint([][]string{n[:3], {n[0], n[3], n[2]}}) {
+		t.Errorf("summary: attempts ran on %s", got)
+	}
+	if len(sum.Replacements) != 1 || sum.Replacements[0].Attempt != 2 || sum.Replacements[0].Left != n[1] || sum.Replacements[0].Spare != n[3] || sum.Replacements[0].NodeRank != 1 {
+		t.Errorf("summary: replacements %+v", sum.Replacements)
 	}
 	t.Logf("link cut → first line of the attempt on the spare: %v (%s)", onSpare.Round(time.Millisecond), first)
 	for _, l := range strings.Split(out, "\n") {

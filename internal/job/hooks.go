@@ -81,8 +81,10 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	if r.cfg.RunID != "" {
 		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.facts, r.ui.Err))
 	}
+	var recheck *shrink
 	if len(r.spec.Hosts) > 0 {
-		hs = append(hs, newShrink(r))
+		recheck = newShrink(r)
+		hs = append(hs, recheck)
 	}
 	if !r.perPod { // the other pods were told the port; moving it would lose them
 		hs = append(hs, &masterPort{diag: r.ui.Err})
@@ -95,7 +97,11 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 		hs = append(hs, watch)
 	}
 	if path := r.cl.Gorun.Summary; path != "" {
-		hs = append(hs, &summary{path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()})
+		sum := &summary{path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()}
+		if recheck != nil {
+			sum.replaced = func() []replacement { return recheck.replaced }
+		}
+		hs = append(hs, sum)
 	}
 	return hs, nil
 }

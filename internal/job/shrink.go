@@ -124,6 +124,9 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	for _, l := range lines {
 		fmt.Fprintln(s.diag, l)
 	}
+	for i := range done {
+		done[i].attempt = a.K
+	}
 	s.replaced = append(s.replaced, done...)
 	if next[0].Name != nodes[0].Name && len(failed) == 0 {
 		// A spare is node 0 now: the routes to it are checked again.

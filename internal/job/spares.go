@@ -47,6 +47,7 @@ type replacement struct {
 	left, spare string
 	rank        int // the node rank the spare takes
 	why         string
+	attempt     int // the attempt the spare runs first, from 0 (set by the recheck)
 }
 
 // replace settles the spares against a check of the active nodes and of

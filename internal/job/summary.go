@@ -35,6 +35,22 @@ type Summary struct {
 	WorldSize int              `json:"world_size"`
 	Failures  []FailureSummary `json:"failures"`
 	Restarts  []RestartSummary `json:"restarts"`
+	// AttemptNodes are the nodes each attempt ran on, in node-rank order.
+	AttemptNodes [][]string `json:"attempt_nodes"`
+	// Replacements are the spares that took a node's place (hot spares).
+	Replacements []ReplacementSummary `json:"replacements"`
+}
+
+// ReplacementSummary is one node replaced by a spare before a restart.
+type ReplacementSummary struct {
+	Attempt  int    `json:"attempt"` // the first the spare ran, from 1, as printed
+	Left     string `json:"left"`
+	Spare    string `json:"spare"`
+	NodeRank int    `json:"node_rank"`
+	Reason   string `json:"reason"`
+	// RecheckedMS is when the check that found it, and put the spare in,
+	// was over, from the failure (the restart's "nodes rechecked").
+	RecheckedMS int64 `json:"rechecked_ms"`
 }
 
 // FailureSummary is one failed attempt's root cause.
@@ -79,8 +95,23 @@ type summary struct {
 	runID   string
 	start   time.Time
 
+	// replaced gives the replacements so far (the recheck's); nil: none.
+	replaced func() []replacement
+
 	mu       sync.Mutex
 	failures []FailureSummary
+	attempts [][]string // each attempt's nodes (Starting)
+}
+
+// Starting records the nodes attempt a.K runs on.
+func (s *summary) Starting(a *Attempt) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	nodes := []string{}
+	for _, n := range a.Plan.Nodes {
+		nodes = append(nodes, n.Host)
+	}
+	s.attempts = append(s.attempts[:min(a.K, len(s.attempts))], nodes)
 }
 
 func (*summary) Name() string { return "summary" }
@@ -97,7 +128,19 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	defer s.mu.Unlock()
 	end := time.Now()
 	sum := Summary{Command: s.command, RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
-		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{}}
+		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{},
+		AttemptNodes: append([][]string{}, s.attempts...), Replacements: []ReplacementSummary{}}
+	if s.replaced != nil {
+		for _, r := range s.replaced() {
+			rs := ReplacementSummary{Attempt: r.attempt + 1, Left: r.left, Spare: r.spare, NodeRank: r.rank, Reason: userr.Printable(r.why)}
+			for _, rt := range res.Restarts {
+				if rt.Attempt+1 == r.attempt {
+					rs.RecheckedMS = rt.Checked.Milliseconds()
+				}
+			}
+			sum.Replacements = append(sum.Replacements, rs)
+		}
+	}
 	if sum.Failures == nil {
 		sum.Failures = []FailureSummary{}
 	}
