@@ -184,3 +184,72 @@ func TestShrinkEarlyCheck(t *testing.T) {
 		t.Errorf("the restart's own check: next attempt on %v, want node0 (node1's busy GPU counts now)", got)
 	}
 }
+
+// TestShrinkWithSpares: before a restart the spares are checked with the
+// nodes; a failing node's place goes to a ready spare (the other nodes
+// keep theirs), and when none is left, the range shrinks or the run stops.
+func TestShrinkWithSpares(t *testing.T) {
+	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
+	for _, tc := range []struct {
+		name      string
+		nnodes    string
+		fails     map[string]string
+		wantHosts string
+		wantErr   error
+		wantSaid  []string
+		wantCheck int
+	}{
+		{"node1 lost: the spare takes node rank 1", "3", map[string]string{"node1": "node.reach"}, "node0,node3,node2", nil,
+			[]string{"gorun: node1 leaves the job (node.reach failed (seen)); spare node3 takes its place, node rank 1 (0 spares left)"}, 1},
+		{"node 0 lost: the spare is node 0, checked again as the master", "3", map[string]string{"node0": "node.reach"}, "node3,node1,node2", nil,
+			[]string{"spare node3 takes its place, node rank 0"}, 2},
+		{"the spare fails too: the range shrinks", "2:3", map[string]string{"node1": "node.reach", "node3": "node.reach"}, "node0,node2", nil,
+			[]string{"gorun: spare node3 fails its checks, so it is not used", "gorun: dropping node1; the group restarts on 2 nodes (--nnodes 2:3)"}, 1},
+		{"the spare fails too, no range: the run stops", "3", map[string]string{"node1": "node.reach", "node3": "node.reach"}, "", ErrRecheckFailed,
+			[]string{"gorun: node1 fails its checks before the restart", "--nnodes gives no range"}, 1},
+		{"only the spare fails: nothing changes", "3", map[string]string{"node3": "node.reach"}, "node0,node1,node2", nil,
+			[]string{"gorun: spare node3 fails its checks, so it is not used"}, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl := parse(t, "--hosts", "node0:1,node1:1,node2:1,node3:1", "--nnodes", tc.nnodes, "x.py")
+			spec := envplan.Spec{CommandLine: cl, Hosts: three}
+			plan, err := envplan.Build(spec, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			checks := 0
+			var diag bytes.Buffer
+			s := &shrink{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}},
+				check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
+					checks++
+					return reportOf(nodes, tc.fails)
+				}}
+			a := &Attempt{K: 1, Spec: spec, Plan: plan}
+			err = s.BeforeAttempt(context.Background(), a)
+			if !errors.Is(err, tc.wantErr) || (tc.wantErr == nil) != (err == nil) {
+				t.Fatalf("err = %v, want %v\n%s", err, tc.wantErr, diag.String())
+			}
+			if tc.wantHosts != "" {
+				var got []string
+				for _, n := range a.Plan.Nodes {
+					got = append(got, n.Host)
+				}
+				if strings.Join(got, ",") != tc.wantHosts {
+					t.Errorf("next attempt on %v, want %s\n%s", got, tc.wantHosts, diag.String())
+				}
+			}
+			said := diag.String()
+			if err != nil {
+				said += err.Error()
+			}
+			for _, w := range tc.wantSaid {
+				if !strings.Contains(said, w) {
+					t.Errorf("diag and error lack %q:\n%s", w, said)
+				}
+			}
+			if checks != tc.wantCheck {
+				t.Errorf("%d checks ran, want %d", checks, tc.wantCheck)
+			}
+		})
+	}
+}
