@@ -39,13 +39,25 @@ const maxScriptBytes = 16 << 20
 
 // Check runs preflight on every node (preflight.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
-func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
+func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) (report preflight.Report) {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
+	var unconnected []preflight.NodeReport // a spare that could not be reached: nothing to ask
 	if len(nodes) > 0 {
 		targets = targets[:0]
 		for _, h := range nodes {
+			if runners[h.Name] == nil {
+				unconnected = append(unconnected, preflight.NodeReport{Host: h.Name, Findings: []preflight.Finding{{
+					ID: "node.reach", Severity: preflight.SeverityFail, Message: "not connected: it could not be reached when the run started",
+					Remedy: "check the node and start the run again to use it"}}})
+				continue
+			}
 			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
 		}
+	}
+	if len(unconnected) > 0 {
+		defer func() {
+			report = preflight.NewReport(append(report.Nodes, unconnected...), report.Findings)
+		}()
 	}
 	opts := preflight.RunOptions{
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
@@ -61,7 +73,9 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		if cl.Set("master_addr") {
 			master = cl.Torchrun.MasterAddr
 		}
-		opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, nodes[0].Name, runners[nodes[0].Name].Addr())
+		if r := runners[nodes[0].Name]; r != nil {
+			opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, nodes[0].Name, r.Addr())
+		}
 	}
 	if t, _ := chooseTransport(cl, nodes, cfg); t == TransportPod {
 		here := func(host string) bool { return thisMachine(ctx, host) }

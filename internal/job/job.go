@@ -161,10 +161,13 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		}
 		return renderPlan(ui.Out, plan, cl.Gorun.Format)
 	}
-	if r.conns, err = Connect(ctx, cl, nodes, cfg, ui.Err); err != nil {
+	if r.conns, err = Connect(ctx, cl, active, cfg, ui.Err); err != nil {
 		return interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(r.conns)
+	if sp != nil {
+		r.connectSpares(ctx)
+	}
 
 	var facts envplan.Facts
 	var preflightText string // for --report

@@ -253,3 +253,38 @@ func TestShrinkWithSpares(t *testing.T) {
 		})
 	}
 }
+
+// TestSpareThroughRealChecks: through Check and preflight.Run, a spare
+// that was never connected (no runner) fails as not reached, without
+// asking anything, and is not used; a node whose connection is lost is
+// replaced by the spare that answers.
+func TestSpareThroughRealChecks(t *testing.T) {
+	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1,node3:1", "--nnodes", "2", "--preflight", "warn", "x.py")
+	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
+	spec := envplan.Spec{CommandLine: cl, Hosts: nodes}
+	plan, _ := envplan.Build(spec, nil)
+	answers := func(name string) *fakeRunner {
+		return &fakeRunner{name: name, agent: func([]string) ([]byte, error) { return []byte(`{"hostname":"` + name + `"}`), nil }}
+	}
+	lost := &fakeRunner{name: "node1", agent: func([]string) ([]byte, error) { return nil, errors.New("connection lost") }}
+	var diag bytes.Buffer
+	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &diag}, spec: spec,
+		spares: &spares{ready: []hosts.Host{{Name: "node2", Slots: 1}, {Name: "node3", Slots: 1}}},
+		conns:  map[string]sshexec.Runner{"node0": answers("node0"), "node1": lost, "node3": answers("node3")}}
+	a := &Attempt{K: 1, Spec: spec, Plan: plan}
+	if err := newShrink(r).BeforeAttempt(context.Background(), a); err != nil {
+		t.Fatalf("%v\n%s", err, diag.String())
+	}
+	var got []string
+	for _, n := range a.Plan.Nodes {
+		got = append(got, n.Host)
+	}
+	if strings.Join(got, ",") != "node0,node3" {
+		t.Errorf("next attempt on %v, want node0,node3:\n%s", got, diag.String())
+	}
+	for _, w := range []string{"gorun: spare node2 fails its checks, so it is not used: not connected", "spare node3 takes its place, node rank 1"} {
+		if !strings.Contains(diag.String(), w) {
+			t.Errorf("diag lacks %q:\n%s", w, diag.String())
+		}
+	}
+}

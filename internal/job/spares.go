@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"strings"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
 )
 
 // spares are the hosts past the job's size, in the order given: with
@@ -165,4 +168,32 @@ func nnodesText(c cmdline.Config) string {
 		return fmt.Sprint(c.NNodesMax)
 	}
 	return fmt.Sprintf("%d:%d", c.NNodesMin, c.NNodesMax)
+}
+
+// connectSpares connects to the spares beside the job's nodes: a spare
+// that cannot be reached is said and retired (never dialled again in this
+// run), and does not stop the job.
+func (r *run) connectSpares(ctx context.Context) {
+	conns, err := Connect(ctx, r.cl, r.spares.ready, r.cfg, r.ui.Err)
+	if err != nil { // one at a time, to know which
+		conns = map[string]sshexec.Runner{}
+		for _, h := range r.spares.ready {
+			one, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, r.ui.Err)
+			if err != nil {
+				fmt.Fprintf(r.ui.Err, "gorun: spare %s cannot be reached, so it is not used: %s\n", h.Name, userr.Printable(err.Error()))
+				continue
+			}
+			maps.Copy(conns, one)
+		}
+	}
+	var ready []hosts.Host
+	for _, h := range r.spares.ready {
+		if conns[h.Name] != nil {
+			ready = append(ready, h)
+		} else {
+			r.spares.retired = append(r.spares.retired, h)
+		}
+	}
+	r.spares.ready = ready
+	maps.Copy(r.conns, conns)
 }
