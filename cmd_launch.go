@@ -82,6 +82,9 @@ func jobUI(stdout, stderr io.Writer, kill <-chan struct{}) job.UI {
 // it, and tries again until it is in the foreground; the terminal keeps
 // its line editing and echo, and a Ctrl-D ends the workers' stdin.
 func workerStdin(in *os.File) (*os.File, error) {
+	if _, err := in.Stat(); err != nil {
+		return nil, nil // closed (gorun <&-): the workers read /dev/null
+	}
 	if !term.IsTerminal(in) {
 		return in, nil
 	}
