@@ -454,8 +454,8 @@ func TestLocalRestartsOwnedByGorun(t *testing.T) {
 func TestClusterHangCaught(t *testing.T) {
 	c := needCluster(t, 2)
 	mark := marker(t)
-	// Long enough for `import torch` on a busy 2-core machine, which
-	// prints nothing and so counts against it.
+	// A silent `import torch` is start-up, which has a limit of its own;
+	// 15 s leaves a busy 2-core machine's slow steps well inside it.
 	const timeout = 15 * time.Second
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--hang-timeout", "15s",
 		"--env", "HANG_RANK=3", "--env", "STEPS=100", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
