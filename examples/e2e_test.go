@@ -223,6 +223,34 @@ func startCmd(t *testing.T, cmd *exec.Cmd, env []string) *run {
 	return r
 }
 
+// cutLink takes node i's link to the bridge down (its veth gorun-vI)
+// and returns what brings it back, which also runs when t ends: the link
+// up, the node's neighbour entries flushed (one that failed during the cut
+// refuses connections for a while after), and a wait, up to 20 s, until
+// the node reaches node0's sshd again, so what runs next starts on a
+// working network.
+func cutLink(t *testing.T, c cluster, i int) (restore func()) {
+	t.Helper()
+	veth, ns := fmt.Sprintf("gorun-v%d", i), fmt.Sprintf("gorun-node%d", i)
+	if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {
+		t.Fatalf("cut the link: %v %s", err, out)
+	}
+	data, _ := os.ReadFile(filepath.Join(c.state, "hosts"))
+	node0, _, _ := strings.Cut(string(data), " ") // "10.77.0.10 node0" first
+	restore = sync.OnceFunc(func() {
+		exec.Command("ip", "link", "set", veth, "up").Run()
+		for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(200 * time.Millisecond) {
+			exec.Command("ip", "netns", "exec", ns, "ip", "neigh", "flush", "all").Run()
+			if exec.Command("ip", "netns", "exec", ns, "bash", "-c", "exec 3<>/dev/tcp/"+node0+"/22").Run() == nil {
+				return
+			}
+		}
+		t.Logf("node%d still cannot reach node0 20 s after its link came back", i)
+	})
+	t.Cleanup(restore)
+	return restore
+}
+
 type nopCloser struct{}
 
 func (nopCloser) Close() error { return nil }
@@ -493,11 +521,7 @@ func TestClusterLinkCut(t *testing.T) {
 		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	r.waitLine(t, `step=2 `, 3*time.Minute)
-	veth := "gorun-v2" // node2's link to the bridge
-	if out, err := exec.Command("ip", "link", "set", veth, "down").CombinedOutput(); err != nil {
-		t.Fatalf("cut the link: %v %s", err, out)
-	}
-	t.Cleanup(func() { exec.Command("ip", "link", "set", veth, "up").Run() })
+	cutLink(t, c, 2)
 	cut := time.Now()
 	code := r.wait(t, 30*time.Second)
 	noticed := time.Since(cut)

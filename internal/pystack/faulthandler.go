@@ -17,7 +17,8 @@ import (
 // "Thread 0x…" headers (3.14 adds the thread's name in brackets),
 // "Stack (most recent call first):" for a dump of one thread, frames as
 // `  File "x.py", line 5 in f` (line "???" when unknown), "  ..." past
-// 100 frames, "  <no Python frame>", and 3.14's C stack section, which it
+// 100 frames, "  <no Python frame>", "Garbage-collecting" (the signal came
+// during a collection), and 3.14's C stack section, which it
 // keeps in Text but not in the frames. Only the first dump's threads are
 // read; a second one (another process on the same stderr) stays in Text.
 func ParseFaulthandler(text string) (d Dump, rest string) {
@@ -72,6 +73,7 @@ func ParseFaulthandler(text string) (d Dump, rest string) {
 			in, cur = false, nil
 			continue
 		case in && strings.HasPrefix(line, "Python runtime state: "):
+		case in && line == "Garbage-collecting": // the signal came during a collection (at exit, say)
 		default:
 			in, cur = false, nil
 			other.WriteString(l)

@@ -133,6 +133,15 @@ func TestParseFaulthandlerForms(t *testing.T) {
 			threads: []Thread{{ID: "0x1", Current: true, Frames: []Frame{{File: "a.py", Line: 1, Func: "<module>"}}}},
 		},
 		{
+			// The signal came as the worker exited on an error of its own
+			// (a peer gone): its traceback is its output, the dump is not.
+			name: "during a garbage collection at exit",
+			in: "RuntimeError: Connection closed by peer\nFatal Python error: Aborted\n\nGarbage-collecting\n  <no Python frame>\n\n" +
+				"Extension modules: torch._C (total: 1)\n",
+			threads: nil,
+			rest:    "RuntimeError: Connection closed by peer\n",
+		},
+		{
 			name:    "a quote in a file name",
 			in:      "Current thread 0x1 (most recent call first):\n  File \"/w/it\"s.py\", line 4 in f\n",
 			threads: []Thread{{ID: "0x1", Current: true, Frames: []Frame{{File: "/w/it\"s.py", Line: 4, Func: "f"}}}},
