@@ -405,9 +405,9 @@ func (w *worker) listen(ctx context.Context, pid int) {
 			if err != nil {
 				continue // the next read ends the loop
 			}
-			if t := wire.ParseTTY(strings.TrimSuffix(size, ";") + ":out"); t.Cols > 0 && t.Rows > 0 {
+			if cols, rows, ok := wire.ParseSize(strings.TrimSuffix(size, ";")); ok {
 				for _, m := range w.ptys {
-					_ = term.SetSize(m, t.Cols, t.Rows)
+					_ = term.SetSize(m, cols, rows)
 				}
 				if len(w.ptys) > 0 {
 					_ = unix.Kill(-pid, syscall.SIGWINCH) // as a terminal tells its foreground

@@ -95,17 +95,27 @@ func ResizeTells(t TTY) []byte {
 	return fmt.Appendf([]byte{TellResize}, "%dx%d;", t.Cols, t.Rows)
 }
 
+// ParseSize reads "COLSxROWS" (TTYVar's size, a TellResize's); false
+// unless both are positive numbers.
+func ParseSize(s string) (cols, rows int, ok bool) {
+	c, r, found := strings.Cut(s, "x")
+	cols, err1 := strconv.Atoi(c)
+	rows, err2 := strconv.Atoi(r)
+	if !found || err1 != nil || err2 != nil || cols <= 0 || rows <= 0 {
+		return 0, 0, false
+	}
+	return cols, rows, true
+}
+
 // ParseTTY reads TTYVar's value; the zero TTY (no terminal) when it is
 // empty or malformed.
 func ParseTTY(s string) TTY {
 	size, streams, ok := strings.Cut(s, ":")
-	cols, rows, ok2 := strings.Cut(size, "x")
-	if !ok || !ok2 {
+	if !ok || !strings.Contains(size, "x") {
 		return TTY{}
 	}
 	var t TTY
-	t.Cols, _ = strconv.Atoi(cols)
-	t.Rows, _ = strconv.Atoi(rows)
+	t.Cols, t.Rows, _ = ParseSize(size) // 0x0: a terminal that does not say its size
 	for _, st := range strings.Split(streams, ",") {
 		t.Out = t.Out || st == "out"
 		t.Err = t.Err || st == "err"
