@@ -86,6 +86,7 @@ func Check(f Facts, want Want) []Finding {
 	add(checkGPUCount(f, want)...)
 	add(checkVisibleDevices(f, want)...)
 	add(checkCUDAEnv(f)...)
+	add(checkTorch(f)...)
 	if haveGPUs {
 		add(checkGPUHealth(f)...)
 		add(checkGPUModes(f)...)
@@ -681,6 +682,30 @@ func checkNVLink(f Facts) []Finding {
 		out = append(out, ok("gpu.nvlink", "every NVLink is up", fmt.Sprintf("%d active links on %d GPUs", total, len(f.GPUs))))
 	}
 	return out
+}
+
+// checkTorch fails a node whose torchrun interpreter cannot find a
+// usable torch: torchrun is torch.distributed.run, so nothing starts
+// there. Where the interpreter is only a guess (torchrun's #! line names
+// none: a wrapper), it warns instead. No finding when torch was not
+// looked for, or the probe stalled (collect.stalled says so).
+func checkTorch(f Facts) []Finding {
+	t := f.Torch
+	switch {
+	case t.Found:
+		return []Finding{ok("torch.found", "torchrun's Python finds torch "+t.Version, t.Python)}
+	case t.Err == "":
+		return nil
+	case t.Guessed:
+		return []Finding{{ID: "torch.found", Severity: SeverityWarn,
+			Message:  "python3 on the PATH finds no usable torch; torchrun is not a Python script, so its own interpreter was not checked",
+			Evidence: t.Err,
+			Remedy:   "make sure the interpreter behind --torchrun has torch; run `gorun preflight` with --torchrun pointing at the venv's torchrun"}}
+	}
+	return []Finding{{ID: "torch.found", Severity: SeverityFail,
+		Message:  "torchrun's Python finds no usable torch: torchrun cannot start on this node",
+		Evidence: t.Err,
+		Remedy:   fmt.Sprintf("install torch for %s on this node, or point --torchrun at a torchrun whose venv has it", t.Python)}}
 }
 
 // checkCUDA compares the driver's CUDA version with the torch build's

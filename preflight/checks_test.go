@@ -124,6 +124,17 @@ func TestCheck(t *testing.T) {
 		{"cuda major too old", func() Facts { f := healthyNode(); f.Driver.CUDADriverVersion = 11080; return f }, gpuJob, "cuda.compat", SeverityFail, "CUDA 11.8"},
 		{"cuda minor older", func() Facts { f := healthyNode(); f.Driver.CUDADriverVersion = 12020; return f }, gpuJob, "cuda.compat", SeverityWarn, "12.2"},
 		{"cuda newer driver", healthyNode, gpuJob, "cuda.compat", SeverityOK, "torch built for CUDA 12.4"},
+		{"torch found", healthyNode, gpuJob, "torch.found", SeverityOK, "finds torch 2.6.0+cu124"},
+		{"torch missing for torchrun's python", func() Facts {
+			f := healthyNode()
+			f.Torch = TorchFacts{Python: "/venv/bin/python3", Err: "torch is not installed for /venv/bin/python3"}
+			return f
+		}, gpuJob, "torch.found", SeverityFail, "not installed"},
+		{"torch missing for a guessed python3", func() Facts {
+			f := cpuNode()
+			f.Torch = TorchFacts{Python: "/usr/bin/python3", Err: "torch is not installed for /usr/bin/python3", Guessed: true}
+			return f
+		}, Want{NProc: "4"}, "torch.found", SeverityWarn, "not installed"},
 		{"rdma port down", func() Facts {
 			f := healthyNode()
 			f.RDMA = []RDMAPort{{Device: "mlx5_0", Port: 1, State: "DOWN", PhysState: "Disabled", LinkLayer: "InfiniBand"}}

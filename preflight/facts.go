@@ -234,4 +234,7 @@ type TorchFacts struct {
 	NCCL    string `json:"nccl,omitempty"`    // "2.28.9" when known
 	Found   bool   `json:"found"`
 	Err     string `json:"err,omitempty"`
+	// Guessed: Python is python3 from the PATH, as torchrun's #! line
+	// names no interpreter (a wrapper script, a container launcher).
+	Guessed bool `json:"guessed,omitempty"`
 }

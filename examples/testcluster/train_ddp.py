@@ -12,6 +12,8 @@ Environment knobs (all optional):
   CRASH_STEP=1                 ... at this step, after the collectives have started;
                                "init": before init_process_group (a start-up crash)
   CRASH_TIME_FILE=<path>       the crashing rank writes time.time() there as it exits
+  CRASH_DIR=<dir>              every rank on host H in attempt A exits with CRASH_CODE at its
+                               next step once <dir>/H.A exists (a test makes it appear)
   IMPORTED_FILE=<path>         every rank appends "<attempt> <rank> <time.time()>" once its imports are done
   STARTUP_SLEEP=<seconds>      every rank prints "starting" and sleeps before init_process_group
   HANG_RANK=<global rank>      this rank sleeps forever at step HANG_STEP (default 1),
@@ -92,8 +94,9 @@ crash_step = int(os.environ.get("CRASH_STEP", 1)) if os.environ.get("CRASH_STEP"
 hang = os.environ.get("HANG_RANK") == str(rank)
 hang_step = int(os.environ.get("HANG_STEP", 1))
 g = torch.Generator().manual_seed(rank)
+crash_file = os.path.join(os.environ["CRASH_DIR"], f"{host}.{attempt}") if os.environ.get("CRASH_DIR") else ""
 for s in range(steps):
-    if crash and s == crash_step:
+    if crash and s == crash_step or crash_file and os.path.exists(crash_file):
         crash_now(tag, s)
     if hang and s == hang_step:
         print(f"{tag} hanging on purpose at step={s}", flush=True)

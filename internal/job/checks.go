@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"os/exec"
+	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
@@ -59,9 +61,10 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 			report = preflight.NewReport(append(report.Nodes, unconnected...), report.Findings)
 		}()
 	}
+	torchrun, script := nodePaths(cfg.Dir, cl)
 	opts := preflight.RunOptions{
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
-		Request: preflight.Request{Torchrun: cl.Gorun.Torchrun, Script: cl.Torchrun.TrainingScript},
+		Request: preflight.Request{Torchrun: torchrun, Script: script},
 		Environ: cfg.Environ,
 		Across:  slurmNodeFindings(ctx, cl.Gorun, nodes, cfg.Getenv),
 	}
@@ -148,4 +151,33 @@ func planFacts(r preflight.Report) envplan.Facts {
 		facts[n.Host] = nf
 	}
 	return facts
+}
+
+// nodePaths are the torchrun command and the training script as the
+// collector on a node must see them: it runs in the agent's own
+// directory, and the job in dir, so a relative path is made absolute in
+// dir. A bare program name is left to the PATH, and a module (-m) has no
+// file to hash.
+func nodePaths(dir string, cl cmdline.CommandLine) (torchrun, script string) {
+	torchrun = cl.Gorun.Torchrun
+	if first, rest, _ := strings.Cut(torchrun, " "); strings.Contains(first, "/") {
+		torchrun = strings.TrimSpace(absIn(dir, first) + " " + rest)
+	}
+	c := cl.Torchrun
+	switch {
+	case c.Module && !c.RunPath:
+	case c.NoPython && !strings.Contains(c.TrainingScript, "/"):
+		script = c.TrainingScript
+	default:
+		script = absIn(dir, c.TrainingScript)
+	}
+	return torchrun, script
+}
+
+// absIn is p made absolute in dir when it is relative.
+func absIn(dir, p string) string {
+	if p == "" || dir == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(dir, p)
 }

@@ -18,6 +18,7 @@ func RunBandwidth(ctx context.Context, arg string, stdout io.Writer) error {
 	if err := json.Unmarshal([]byte(arg), &req); err != nil {
 		return fmt.Errorf("%s: bad request: %w", preflight.BandwidthCommand, err)
 	}
-	bw := preflight.MeasurePair(ctx, preflight.BandwidthOptions{Python: torchrunPython(req.Torchrun), Environ: os.Environ()}, req)
+	python, _ := torchrunPython(req.Torchrun)
+	bw := preflight.MeasurePair(ctx, preflight.BandwidthOptions{Python: python, Environ: os.Environ()}, req)
 	return json.NewEncoder(stdout).Encode(bw)
 }

@@ -50,7 +50,10 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 		Interfaces: preflight.HostInterfaces,
 		Route:      preflight.HostRoute,
 		Torch: func(ctx context.Context) preflight.TorchFacts {
-			return preflight.FindTorch(ctx, torchrunPython(req.Torchrun), runArgv, os.ReadFile)
+			python, guessed := torchrunPython(req.Torchrun)
+			tf := preflight.FindTorch(ctx, python, runArgv, os.ReadFile)
+			tf.Guessed = guessed
+			return tf
 		},
 	}
 	facts := preflight.Collect(ctx, src, req.Options())
@@ -58,7 +61,7 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 	if req.Bandwidth != "" && ctx.Err() == nil {
 		python := facts.Torch.Python
 		if python == "" {
-			python = torchrunPython(req.Torchrun)
+			python, _ = torchrunPython(req.Torchrun)
 		}
 		bw := preflight.MeasureNode(ctx, preflight.BandwidthOptions{Python: python, Environ: os.Environ()})
 		facts.Bandwidth = &bw

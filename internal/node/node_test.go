@@ -55,19 +55,20 @@ func TestTorchrunPython(t *testing.T) {
 	}
 	tests := []struct {
 		name, path, torchrun, want string
+		guessed                    bool
 	}{
-		{"a path, with options", "", torchrun + " --nproc-per-node=2", python},
-		{"on the PATH", bin, "torchrun", python},
-		{"the default name on the PATH", bin, "", python},
-		{"#!/usr/bin/env, found on the PATH", bin + ":" + envDir, envTorchrun, python},
-		{"no torchrun: python3", t.TempDir(), "", "python3"},
-		{"not a script: python3", "", "/dev/null", "python3"},
+		{"a path, with options", "", torchrun + " --nproc-per-node=2", python, false},
+		{"on the PATH", bin, "torchrun", python, false},
+		{"the default name on the PATH", bin, "", python, false},
+		{"#!/usr/bin/env, found on the PATH", bin + ":" + envDir, envTorchrun, python, false},
+		{"no torchrun: python3", t.TempDir(), "", "python3", true},
+		{"not a script: python3", "", "/dev/null", "python3", true},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			t.Setenv("PATH", tt.path)
-			if got := torchrunPython(tt.torchrun); got != tt.want {
-				t.Errorf("torchrunPython(%q) = %q, want %q", tt.torchrun, got, tt.want)
+			if got, guessed := torchrunPython(tt.torchrun); got != tt.want || guessed != tt.guessed {
+				t.Errorf("torchrunPython(%q) = %q, %v; want %q, %v", tt.torchrun, got, guessed, tt.want, tt.guessed)
 			}
 		})
 	}

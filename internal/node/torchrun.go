@@ -10,8 +10,9 @@ import (
 
 // torchrunPython is the interpreter torchrun runs under (its #! line),
 // found on the PATH: the torchrun command's first word, else "torchrun";
-// python3 when its #! line names none.
-func torchrunPython(torchrun string) string {
+// python3 when its #! line names none (a wrapper), and then guessed is
+// true.
+func torchrunPython(torchrun string) (python string, guessed bool) {
 	prog := "torchrun"
 	if f := strings.Fields(torchrun); len(f) > 0 {
 		prog = f[0]
@@ -21,10 +22,10 @@ func torchrunPython(torchrun string) string {
 	}
 	py := preflight.TorchrunPython(prog, os.ReadFile)
 	if py == "" {
-		py = "python3"
+		py, guessed = "python3", true
 	}
 	if p, err := exec.LookPath(py); err == nil {
 		py = p
 	}
-	return py
+	return py, guessed
 }
