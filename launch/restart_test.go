@@ -68,6 +68,8 @@ func (w *warmRunner) Warm(_ context.Context, job sshexec.Job) error {
 	return nil
 }
 
+func (*warmRunner) Cool() {}
+
 func (w *warmRunner) warmCount() int {
 	w.mu.Lock()
 	defer w.mu.Unlock()

@@ -243,6 +243,9 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 // Warm implements Warmer.
 func (l *Local) Warm(ctx context.Context, job Job) error { return l.warm.warm(ctx, job, l.Start) }
 
+// Cool stops the agent on standby, if any (Warmer).
+func (l *Local) Cool() { l.warm.cool() }
+
 var _ Warmer = (*Local)(nil)
 
 // agentExit turns the agent's wait result into Process.Wait's.

@@ -339,6 +339,9 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 // Warm implements Warmer.
 func (r *Remote) Warm(ctx context.Context, job Job) error { return r.warm.warm(ctx, job, r.Start) }
 
+// Cool stops the agent on standby, if any (Warmer).
+func (r *Remote) Cool() { r.warm.cool() }
+
 var _ Warmer = (*Remote)(nil)
 
 // remoteProcess is an agent's Process, known to its Remote until it ends.

@@ -31,9 +31,14 @@ var warmPy string
 // job to that agent, which releases the waiting interpreter when the job
 // can use it (the same program, working directory and import-time
 // environment) and starts the job afresh otherwise. A runner holds at most
-// one warm agent; Warm replaces it, and Close stops it.
+// one warm agent; Warm replaces it, and Cool and Close stop it.
 type Warmer interface {
 	Warm(ctx context.Context, job Job) error
+	// Cool stops the agent on standby, if any: its node does not run the
+	// next attempt, and what the agent imported may no longer hold when
+	// the node runs one again (a node replaced for a broken torch that
+	// is repaired later).
+	Cool()
 }
 
 // FrameStart is the agent's word, on a relayed job's stream, on how the

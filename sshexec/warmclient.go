@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"io"
 	"sync"
+	"time"
 )
 
 // The head's side of the warm start: a runner keeps at most one agent on
@@ -95,6 +96,33 @@ func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context
 	}
 	return nil
 }
+
+// cool stops the agent on standby, if any, and waits until it is gone,
+// at most coolWait.
+func (s *warmSlot) cool() {
+	s.mu.Lock()
+	a := s.a
+	s.a = nil
+	s.mu.Unlock()
+	if a == nil {
+		return
+	}
+	a.proc.Stop(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = a.proc.Wait()
+	}()
+	t := time.NewTimer(coolWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C: // a lost link: its agent ends with its heartbeat
+	}
+}
+
+// coolWait bounds Cool's wait for the agent on standby to end.
+const coolWait = 5 * time.Second
 
 // take hands job to the agent on standby and returns its Process, with
 // its output going to stdout and stderr from now on; nil when there is

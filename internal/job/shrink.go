@@ -7,6 +7,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
@@ -14,6 +15,7 @@ import (
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/sshexec"
 )
 
 // recheckTimeout bounds the checks before a restart; a node that has not
@@ -40,6 +42,9 @@ type shrink struct {
 	spares *spares
 	// replaced records every replacement, in order, for the summary.
 	replaced []replacement
+	// cool stops the agent on standby of a node that does not run the
+	// next attempt (sshexec.Warmer).
+	cool func(node string)
 }
 
 // earlyCheck is a recheck started beside a failed attempt's stop, so that
@@ -97,15 +102,24 @@ func (s *shrink) takeEarly(ctx context.Context, k int, nodes []hosts.Host) (pref
 func newShrink(r *run) *shrink {
 	return &shrink{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
 		return Check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard})
+	}, cool: func(node string) {
+		if w, ok := r.conns[node].(sshexec.Warmer); ok {
+			w.Cool()
+		}
 	}}
 }
 
 func (*shrink) Name() string { return "recheck" }
 
-func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
+func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	if a.K == 0 {
 		return nil
 	}
+	defer func(before []hosts.Host) {
+		if err == nil {
+			s.coolLeft(before, a.Spec.Hosts)
+		}
+	}(a.Spec.Hosts)
 	user := ctx
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
@@ -187,6 +201,23 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) error {
 		strings.Join(slices.Sorted(maps.Keys(failed)), ", "), len(keep), lo, hi)
 	a.Spec, a.Plan = spec, plan
 	return nil
+}
+
+// coolLeft stops, in parallel, the agents on standby of the nodes in
+// before that are not in next: made while such a node ran the job, a
+// standby holds what its torchrun imported then, and the node may be
+// broken now, or repaired by the time it is used again.
+func (s *shrink) coolLeft(before, next []hosts.Host) {
+	if s.cool == nil {
+		return
+	}
+	var wg sync.WaitGroup
+	for _, h := range before {
+		if !slices.ContainsFunc(next, sameHost(h)) {
+			wg.Go(func() { s.cool(h.Name) })
+		}
+	}
+	wg.Wait()
 }
 
 // failedNodes names the nodes that fail, with the first reason: not

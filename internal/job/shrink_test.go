@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -198,17 +199,18 @@ func TestShrinkWithSpares(t *testing.T) {
 		wantErr   error
 		wantSaid  []string
 		wantCheck int
+		wantCool  string // the nodes whose standby is stopped: those that leave
 	}{
 		{"node1 lost: the spare takes node rank 1", "3", map[string]string{"node1": "node.reach"}, "node0,node3,node2", nil,
-			[]string{"gorun: node1 leaves the job (node.reach failed (seen)); spare node3 takes its place, node rank 1 (0 spares left)"}, 1},
+			[]string{"gorun: node1 leaves the job (node.reach failed (seen)); spare node3 takes its place, node rank 1 (0 spares left)"}, 1, "node1"},
 		{"node 0 lost: the spare is node 0, checked again as the master", "3", map[string]string{"node0": "node.reach"}, "node3,node1,node2", nil,
-			[]string{"spare node3 takes its place, node rank 0"}, 2},
+			[]string{"spare node3 takes its place, node rank 0"}, 2, "node0"},
 		{"the spare fails too: the range shrinks", "2:3", map[string]string{"node1": "node.reach", "node3": "node.reach"}, "node0,node2", nil,
-			[]string{"gorun: spare node3 fails its checks, so it is not used", "gorun: dropping node1; the group restarts on 2 nodes (--nnodes 2:3)"}, 1},
+			[]string{"gorun: spare node3 fails its checks, so it is not used", "gorun: dropping node1; the group restarts on 2 nodes (--nnodes 2:3)"}, 1, "node1"},
 		{"the spare fails too, no range: the run stops", "3", map[string]string{"node1": "node.reach", "node3": "node.reach"}, "", ErrRecheckFailed,
-			[]string{"gorun: node1 fails its checks before the restart", "--nnodes gives no range"}, 1},
+			[]string{"gorun: node1 fails its checks before the restart", "--nnodes gives no range"}, 1, ""},
 		{"only the spare fails: nothing changes", "3", map[string]string{"node3": "node.reach"}, "node0,node1,node2", nil,
-			[]string{"gorun: spare node3 fails its checks, so it is not used"}, 1},
+			[]string{"gorun: spare node3 fails its checks, so it is not used"}, 1, ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cl := parse(t, "--hosts", "node0:1,node1:1,node2:1,node3:1", "--nnodes", tc.nnodes, "x.py")
@@ -218,11 +220,18 @@ func TestShrinkWithSpares(t *testing.T) {
 				t.Fatal(err)
 			}
 			checks := 0
+			var cooled []string
+			var mu sync.Mutex
 			var diag bytes.Buffer
 			s := &shrink{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}},
 				check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
 					checks++
 					return reportOf(nodes, tc.fails)
+				},
+				cool: func(node string) {
+					mu.Lock()
+					defer mu.Unlock()
+					cooled = append(cooled, node)
 				}}
 			a := &Attempt{K: 1, Spec: spec, Plan: plan}
 			err = s.BeforeAttempt(context.Background(), a)
@@ -249,6 +258,9 @@ func TestShrinkWithSpares(t *testing.T) {
 			}
 			if checks != tc.wantCheck {
 				t.Errorf("%d checks ran, want %d", checks, tc.wantCheck)
+			}
+			if got := strings.Join(cooled, ","); got != tc.wantCool {
+				t.Errorf("standby stopped on %q, want %q", got, tc.wantCool)
 			}
 		})
 	}
