@@ -8,7 +8,7 @@ package examples
 // gorun TestMain built (GORUN=...).
 //
 // They run when GORUN_E2E=1 and GORUN_SLURM names the cluster's state
-// directory (.ci/test brings one up: slurm-cluster.sh up 3), and skip
+// directory (.ci/test brings one up: slurm-cluster.sh up 4), and skip
 // otherwise; with both set, a cluster that is not there is a failure.
 
 import (
@@ -32,9 +32,10 @@ import (
 
 // slurmCluster is the test cluster as the tests see it from this machine.
 type slurmCluster struct {
-	state string // slurm-cluster.sh's STATE
-	conf  string // SLURM_CONF for every client
-	nodes []slurmNode
+	state string      // slurm-cluster.sh's STATE
+	conf  string      // SLURM_CONF for every client
+	nodes []slurmNode // the first n of all, which a test's job runs on
+	all   []slurmNode // every node of the cluster, for what is left
 }
 
 // slurmNode is one node: its namespaces and the processes that are the
@@ -44,7 +45,8 @@ type slurmNode struct {
 	net, pid, uts string // namespace links, "net:[4026531840]"
 	// own: the unshare holding the node's PID namespace, the init (pid 1
 	// there), and slurmd with the nsenter that started it.
-	own map[int]bool
+	own    map[int]bool
+	slurmd int // its slurmd, in the node's namespaces (mount included)
 }
 
 // proc is what the tests read of one process from /proc.
@@ -115,7 +117,7 @@ func needSlurm(t *testing.T, n int) slurmCluster {
 	t.Helper()
 	state := os.Getenv("GORUN_SLURM")
 	if os.Getenv("GORUN_E2E") != "1" || state == "" {
-		t.Skip("skipping: the Slurm tests need GORUN_E2E=1 and GORUN_SLURM=<state dir> (examples/testcluster/slurm-cluster.sh up 3)")
+		t.Skip("skipping: the Slurm tests need GORUN_E2E=1 and GORUN_SLURM=<state dir> (examples/testcluster/slurm-cluster.sh up 4)")
 	}
 	needTorch(t)
 	c := slurmCluster{state: state, conf: filepath.Join(state, "slurm.conf")}
@@ -139,7 +141,7 @@ func needSlurm(t *testing.T, n int) slurmCluster {
 		if p.comm != "slurmd" || parent.comm != "nsenter" || m == nil || !strings.Contains(p.cmdline, c.conf) {
 			continue // not a node's slurmd (or a child it forked)
 		}
-		node := slurmNode{name: m[1], net: p.net, pid: p.pnsID, uts: p.uts, own: map[int]bool{p.pid: true, parent.pid: true}}
+		node := slurmNode{name: m[1], net: p.net, pid: p.pnsID, uts: p.uts, slurmd: p.pid, own: map[int]bool{p.pid: true, parent.pid: true}}
 		for _, q := range procs {
 			if q.initOfNS && q.pnsID == p.pnsID {
 				node.own[q.pid], node.own[q.ppid] = true, true // the init, and the unshare above it
@@ -148,18 +150,19 @@ func needSlurm(t *testing.T, n int) slurmCluster {
 		if len(node.own) != 4 {
 			t.Fatalf("%s: want slurmd, nsenter, the init and unshare as its own processes, found pids %v", node.name, node.own)
 		}
-		c.nodes = append(c.nodes, node)
+		c.all = append(c.all, node)
 	}
-	sort.Slice(c.nodes, func(i, j int) bool { return c.nodes[i].name < c.nodes[j].name })
-	if len(c.nodes) != n {
-		t.Fatalf("GORUN_SLURM=%s: want %d nodes' slurmd running, found %d", state, n, len(c.nodes))
+	sort.Slice(c.all, func(i, j int) bool { return c.all[i].name < c.all[j].name })
+	if len(c.all) < n {
+		t.Fatalf("GORUN_SLURM=%s: want %d nodes' slurmd running, found %d", state, n, len(c.all))
 	}
+	c.nodes = c.all[:n]
 	return c
 }
 
 // nodeOf returns the node whose network namespace net is.
 func (c slurmCluster) nodeOf(net string) (slurmNode, bool) {
-	for _, n := range c.nodes {
+	for _, n := range c.all {
 		if n.net == net {
 			return n, true
 		}

@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -213,6 +214,112 @@ func breakTorch(t *testing.T, c cluster, i int) (repair func()) {
 	repair = sync.OnceFunc(func() {
 		if out, err := ssh("umount", dir); err != nil {
 			t.Errorf("repair torch on %s: %v %s", c.nodes[i], err, out)
+		}
+	})
+	t.Cleanup(repair)
+	return repair
+}
+
+// TestSlurmHotSpare: the same path as TestClusterSpareForFailedCheck's
+// first step over srun, from gorun in the batch script of a 4-node
+// allocation with --nnodes 3: node3 waits as a spare; node1's torch is
+// made unusable in its mount namespace and its workers crash. gorun puts
+// node3 in node1's place (node rank 1), the job finishes with 6 ranks in
+// sync on node0, node3 and node2, and nothing is left in any node.
+func TestSlurmHotSpare(t *testing.T) {
+	c := needSlurm(t, 4)
+	crashes := t.TempDir()
+	env := c.jobEnv(t, "GORUN_OPTS=--nnodes 3 --max-restarts 1 --env STEPS=40 --env STEP_SLEEP=0.2 --env CRASH_DIR="+crashes)
+	id, outFile, _ := c.submit(t, false, env, "--nodes=4", "slurm/gorun.sbatch")
+	waitOutput(t, outFile, `(?m)^gorun: 3 of 4 nodes run the job \(--nnodes 3\); spares, in this order, for a node that fails: node3$`, slurmJobTimeout)
+	waitOutput(t, outFile, `(?m)^\[node1 [01]\] .* step=1 `, slurmJobTimeout)
+	repair := breakTorchIn(t, c.nodes[1].name, c.nodes[1].slurmd)
+	defer repair()
+	if err := os.WriteFile(filepath.Join(crashes, "node1.0"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	failed := time.Now()
+	waitOutput(t, outFile, `(?m)^gorun: node1 leaves the job \(torchrun's Python finds no usable torch: .*\); spare node3 takes its place, node rank 1 \(0 spares left\)$`, time.Minute)
+	waitOutput(t, outFile, `(?m)^\[node3 [01]\] .* ready attempt=1 `, time.Minute)
+	t.Logf("crash on node1 → first line of the attempt on the spare: %v", time.Since(failed).Round(time.Millisecond))
+	code := c.waitEnd(t, env, id, slurmJobTimeout)
+	out := readOutput(t, outFile)
+	if code != 0 {
+		t.Fatalf("the job exited %d, want 0:\n%s", code, out)
+	}
+	if got := strings.Count(out, "params-in-sync OK"); got != 6 {
+		t.Errorf("%d ranks in sync, want 6:\n%s", got, out)
+	}
+	checkNodeRanks(t, out, 0, "node0", "node1", "node2")
+	checkNodeRanks(t, out, 1, "node0", "node3", "node2")
+	repair()
+	c.noneLeft(t, 10*time.Second)
+}
+
+// waitOutput waits until the file at path matches the regular expression
+// re, and returns what it holds then.
+func waitOutput(t *testing.T, path, re string, timeout time.Duration) string {
+	t.Helper()
+	want := regexp.MustCompile(re)
+	deadline := time.Now().Add(timeout)
+	for {
+		b, _ := os.ReadFile(path)
+		if want.Match(b) {
+			return string(b)
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: nothing matches %s after %v:\n%s", path, re, timeout, b)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// waitEnd waits until job id has ended and returns its exit code, read
+// from scontrol before Slurm forgets the job (MinJobAge after its end).
+func (c slurmCluster) waitEnd(t *testing.T, env []string, id string, timeout time.Duration) int {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for {
+		cmd := exec.Command("scontrol", "show", "job", "-o", id)
+		cmd.Env = env
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("scontrol show job %s: %v", id, err)
+		}
+		state := regexp.MustCompile(`\bJobState=(\S+)`).FindSubmatch(out)
+		code := regexp.MustCompile(`\bExitCode=(\d+):(\d+)`).FindSubmatch(out)
+		if state == nil || code == nil {
+			t.Fatalf("scontrol show job %s: no JobState or ExitCode in %s", id, out)
+		}
+		switch string(state[1]) {
+		case "PENDING", "RUNNING", "COMPLETING", "CONFIGURING":
+		default:
+			n, _ := strconv.Atoi(string(code[1]))
+			return n
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("job %s: %s after %v", id, state[1], timeout)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// breakTorchIn mounts an empty folder over the torch package in the mount
+// namespace of process pid (a Slurm node's slurmd: its steps run there),
+// so that node's checks find no usable torch while the others' still do.
+// repair unmounts it; the test's cleanup does too.
+func breakTorchIn(t *testing.T, node string, pid int) (repair func()) {
+	t.Helper()
+	dir, empty := torchDir(t), t.TempDir()
+	in := func(args ...string) ([]byte, error) {
+		return exec.Command("nsenter", append([]string{"-t", strconv.Itoa(pid), "-m", "--"}, args...)...).CombinedOutput()
+	}
+	if out, err := in("mount", "--bind", empty, dir); err != nil {
+		t.Fatalf("break torch on %s: %v %s", node, err, out)
+	}
+	repair = sync.OnceFunc(func() {
+		if out, err := in("umount", dir); err != nil {
+			t.Errorf("repair torch on %s: %v %s", node, err, out)
 		}
 	})
 	t.Cleanup(repair)
