@@ -23,6 +23,7 @@ import (
 // 1), and the job finishes on 6 ranks in sync, node0 and node2 keeping
 // node ranks 0 and 2. Once the link is back, nothing of the job is left on
 // node1 (its agent tore its tree down when the head's heartbeat stopped).
+// The spare starts warm: it held a standby torchrun.
 func TestClusterHotSpare(t *testing.T) {
 	c := needCluster(t, 4)
 	mark := marker(t)
@@ -52,6 +53,12 @@ func TestClusterHotSpare(t *testing.T) {
 		t.Errorf("%d ranks in sync, want 6:\n%s", got, out)
 	}
 	checkNodeRanks(t, out, 1, n[0], n[3], n[2])
+	// The spare held a standby torchrun, started beside the others' while
+	// attempt 0 ran, and the 9 s until the loss is seen leave it time to be
+	// there: every node of attempt 1 starts warm.
+	if !regexp.MustCompile(`(?m)^gorun: restart after attempt 1: .*\(warm on 3 of 3 nodes\)`).MatchString(out) {
+		t.Errorf("the restart onto the spare did not start warm on all 3 nodes:\n%s", out)
+	}
 	sum := readSpareSummary(t, summaryFile)
 	if got := fmt.Sprint(sum.AttemptNodes); got != fmt.Sprint([][]string{n[:3], {n[0], n[3], n[2]}}) {
 		t.Errorf("summary: attempts ran on %s", got)

@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -78,9 +79,10 @@ func (w *warmRunner) warmCount() int {
 
 // TestRunWarmsAndTimesARestart: once every worker of a node has joined
 // the store (or ended) and a restart is left, its runner is asked to warm
-// the next attempt; the restart's timeline is kept in the result and said.
+// the next attempt, and so is each of its Standby runners (a spare) with
+// its job; the restart's timeline is kept in the result and said.
 func TestRunWarmsAndTimesARestart(t *testing.T) {
-	var runners []*warmRunner
+	var runners, spares []*warmRunner
 	var mu sync.Mutex
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
@@ -90,10 +92,11 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 			sc.code = 1
 		}
 		r := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: sc}}
+		spare := &warmRunner{fakeRunner: &fakeRunner{name: "spare"}}
 		mu.Lock()
-		runners = append(runners, r)
+		runners, spares = append(runners, r), append(spares, spare)
 		mu.Unlock()
-		return []Node{{Name: "node1", Runner: r, Workers: 2,
+		return []Node{{Name: "node1", Runner: r, Workers: 2, Standby: []sshexec.Runner{spare},
 			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}}}, nil
 	}
 	var diag syncBuffer
@@ -102,13 +105,16 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
 	}
 	deadline := time.Now().Add(2 * time.Second)
-	for runners[0].warmCount() == 0 && time.Now().Before(deadline) {
+	for (runners[0].warmCount() == 0 || spares[0].warmCount() == 0) && time.Now().Before(deadline) {
 		time.Sleep(ms)
 	}
 	if runners[0].warmCount() != 1 || !runners[0].warms[0].Relay {
 		t.Errorf("attempt 0 warmed %d times, want once, relayed", runners[0].warmCount())
 	}
-	if runners[1].warmCount() != 0 {
+	if spares[0].warmCount() != 1 || !slices.Equal(spares[0].warms[0].Argv, []string{"torchrun"}) {
+		t.Errorf("attempt 0 warmed its spare %d times (%+v), want once with the node's job", spares[0].warmCount(), spares[0].warms)
+	}
+	if runners[1].warmCount() != 0 || spares[1].warmCount() != 0 {
 		t.Error("the last attempt warmed a next one that cannot come")
 	}
 	if len(res.Restarts) != 1 {

@@ -408,10 +408,21 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.node.Job.RelayEnd = wire.FrameExit
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
+			warmers := []sshexec.Warmer{w}
+			for _, r := range n.Standby {
+				if w, ok := r.(sshexec.Warmer); ok {
+					warmers = append(warmers, w)
+				}
+			}
 			m.warm = func() {
 				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStartTimeout)
 				defer cancel()
-				_ = w.Warm(wctx, job) // without one, the next attempt starts cold, as ever
+				var wg sync.WaitGroup
+				for _, w := range warmers {
+					// Without one, the next attempt starts cold there, as ever.
+					wg.Go(func() { _ = w.Warm(wctx, job) })
+				}
+				wg.Wait()
 			}
 		}
 		ms[i] = m

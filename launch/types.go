@@ -24,6 +24,10 @@ type Node struct {
 	// the next attempt's agent is started on standby (sshexec.Warmer),
 	// when the runner can and the job asks for it (Job.Preimport).
 	Workers int
+	// Standby are more runners on which the next attempt's agent is
+	// started on standby with this node's job, at the same moment as the
+	// node's own: the spares that may take a node's place.
+	Standby []sshexec.Runner
 }
 
 // Options tell Run how to supervise.

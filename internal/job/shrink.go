@@ -115,11 +115,11 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	if a.K == 0 {
 		return nil
 	}
-	defer func(before []hosts.Host) {
+	defer func(checked []hosts.Host) {
 		if err == nil {
-			s.coolLeft(before, a.Spec.Hosts)
+			s.coolLeft(checked, append(slices.Clone(a.Spec.Hosts), s.spares.readyHosts()...))
 		}
-	}(a.Spec.Hosts)
+	}(append(slices.Clone(a.Spec.Hosts), s.spares.all()...))
 	user := ctx
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
@@ -203,17 +203,18 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	return nil
 }
 
-// coolLeft stops, in parallel, the agents on standby of the nodes in
-// before that are not in next: made while such a node ran the job, a
-// standby holds what its torchrun imported then, and the node may be
-// broken now, or repaired by the time it is used again.
-func (s *shrink) coolLeft(before, next []hosts.Host) {
+// coolLeft stops, in parallel, the agents on standby of the checked nodes
+// that are not kept (the next attempt's and the ready spares): a node
+// that left the job, or a spare that failed its checks. A standby holds
+// what its torchrun imported when it started; such a node may be broken
+// now, or repaired by the time it is used again.
+func (s *shrink) coolLeft(checked, kept []hosts.Host) {
 	if s.cool == nil {
 		return
 	}
 	var wg sync.WaitGroup
-	for _, h := range before {
-		if !slices.ContainsFunc(next, sameHost(h)) {
+	for _, h := range checked {
+		if !slices.ContainsFunc(kept, sameHost(h)) {
 			wg.Go(func() { s.cool(h.Name) })
 		}
 	}

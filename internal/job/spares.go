@@ -45,6 +45,14 @@ func (s *spares) all() []hosts.Host {
 	return append(slices.Clone(s.ready), s.retired...)
 }
 
+// readyHosts are the spares ready to step in.
+func (s *spares) readyHosts() []hosts.Host {
+	if s == nil {
+		return nil
+	}
+	return s.ready
+}
+
 // replacement is one node's place taken by a spare.
 type replacement struct {
 	left, spare string
@@ -107,6 +115,22 @@ func (s *spares) replace(active []hosts.Host, failed map[string]string) (next []
 			h.Name, why, spare.Name, i, plural(len(s.ready), "spare")))
 	}
 	return next, left, done, lines
+}
+
+// runners are the ready spares' runners, each to hold a standby torchrun
+// while an attempt runs (launch.Node.Standby), so that a spare taking a
+// node's place starts warm.
+func (s *spares) runners(conns map[string]sshexec.Runner) []sshexec.Runner {
+	if s == nil {
+		return nil
+	}
+	var rs []sshexec.Runner
+	for _, h := range s.ready {
+		if c := conns[h.Name]; c != nil {
+			rs = append(rs, c)
+		}
+	}
+	return rs
 }
 
 func sameHost(h hosts.Host) func(hosts.Host) bool {

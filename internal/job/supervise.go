@@ -40,6 +40,9 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 				return nil, err
 			}
 			a.Nodes = jobs(a.Plan, r.conns, k, r.jobSettings())
+			if n := len(a.Nodes); n > 0 {
+				a.Nodes[n-1].Standby = r.spares.runners(r.conns) // a spare takes any node's job as it is handed over
+			}
 			starting(hooks, a)
 			return a.Nodes, nil
 		},
