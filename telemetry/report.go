@@ -67,7 +67,7 @@ type series struct {
 type Marker struct {
 	Time  time.Time
 	Label string
-	Kind  string // "attempt", "failure" or "restart" (its timeline)
+	Kind  string // "attempt", "failure", "restart" (its timeline) or "replacement" (a spare's)
 }
 
 // Report gathers what the HTML report shows.

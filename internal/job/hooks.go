@@ -21,6 +21,9 @@ type Attempt struct {
 	// Restart is the timeline of the restart this attempt is (nil for the
 	// first attempt): the hooks record in it when their phase was over.
 	Restart *launch.Restart
+	// Replaced are the nodes whose place a spare took for this attempt
+	// (the recheck's); nil: none.
+	Replaced []replacement
 }
 
 // A Hook takes part in a run's lifecycle. Name says which in errors; what
@@ -98,9 +101,6 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	}
 	if path := r.cl.Gorun.Summary; path != "" {
 		sum := &summary{path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()}
-		if recheck != nil {
-			sum.replaced = func() []replacement { return recheck.replaced }
-		}
 		hs = append(hs, sum)
 	}
 	return hs, nil

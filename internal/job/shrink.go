@@ -40,8 +40,6 @@ type shrink struct {
 	// spares are checked with the nodes and step in for those that fail
 	// (nil: none).
 	spares *spares
-	// replaced records every replacement, in order, for the summary.
-	replaced []replacement
 	// cool stops the agent on standby of a node that does not run the
 	// next attempt (sshexec.Warmer).
 	cool func(node string)
@@ -141,7 +139,7 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	for i := range done {
 		done[i].attempt = a.K
 	}
-	s.replaced = append(s.replaced, done...)
+	a.Replaced = done
 	if next[0].Name != nodes[0].Name && len(failed) == 0 {
 		// A spare is node 0 now: the routes to it are checked again.
 		report = s.check(ctx, next)

@@ -51,6 +51,10 @@ type ReplacementSummary struct {
 	// RecheckedMS is when the check that found it, and put the spare in,
 	// was over, from the failure (the restart's "nodes rechecked").
 	RecheckedMS int64 `json:"rechecked_ms"`
+	// FirstLineMS is when the first worker of the attempt on the spare
+	// printed its first line, from the failure: what the replacement cost
+	// (0: no line came).
+	FirstLineMS int64 `json:"first_line_ms"`
 }
 
 // FailureSummary is one failed attempt's root cause.
@@ -95,23 +99,18 @@ type summary struct {
 	runID   string
 	start   time.Time
 
-	// replaced gives the replacements so far (the recheck's); nil: none.
-	replaced func() []replacement
-
 	mu       sync.Mutex
 	failures []FailureSummary
-	attempts [][]string // each attempt's nodes (Starting)
+	attempts [][]string    // each attempt's nodes (Starting)
+	replaced []replacement // every attempt's (Starting)
 }
 
 // Starting records the nodes attempt a.K runs on.
 func (s *summary) Starting(a *Attempt) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	nodes := []string{}
-	for _, n := range a.Plan.Nodes {
-		nodes = append(nodes, n.Host)
-	}
-	s.attempts = append(s.attempts[:min(a.K, len(s.attempts))], nodes)
+	s.attempts = append(s.attempts[:min(a.K, len(s.attempts))], planHosts(a.Plan))
+	s.replaced = append(s.replaced, a.Replaced...)
 }
 
 func (*summary) Name() string { return "summary" }
@@ -130,16 +129,14 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	sum := Summary{Command: s.command, RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
 		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{},
 		AttemptNodes: append([][]string{}, s.attempts...), Replacements: []ReplacementSummary{}}
-	if s.replaced != nil {
-		for _, r := range s.replaced() {
-			rs := ReplacementSummary{Attempt: r.attempt + 1, Left: r.left, Spare: r.spare, NodeRank: r.rank, Reason: userr.Printable(r.why)}
-			for _, rt := range res.Restarts {
-				if rt.Attempt+1 == r.attempt {
-					rs.RecheckedMS = rt.Checked.Milliseconds()
-				}
+	for _, r := range s.replaced {
+		rs := ReplacementSummary{Attempt: r.attempt + 1, Left: r.left, Spare: r.spare, NodeRank: r.rank, Reason: userr.Printable(r.why)}
+		for _, rt := range res.Restarts {
+			if rt.Attempt+1 == r.attempt {
+				rs.RecheckedMS, rs.FirstLineMS = rt.Checked.Milliseconds(), rt.FirstLine.Milliseconds()
 			}
-			sum.Replacements = append(sum.Replacements, rs)
 		}
+		sum.Replacements = append(sum.Replacements, rs)
 	}
 	if sum.Failures == nil {
 		sum.Failures = []FailureSummary{}

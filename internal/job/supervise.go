@@ -35,7 +35,7 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	a := &Attempt{Spec: r.spec, Plan: plan}
 	opts := launch.Options{
 		Attempt: func(ctx context.Context, k int, rs *launch.Restart) ([]launch.Node, error) {
-			a.K, a.Nodes, a.Restart = k, nil, rs
+			a.K, a.Nodes, a.Restart, a.Replaced = k, nil, rs, nil
 			if err := beforeAttempt(ctx, hooks, a); err != nil {
 				return nil, err
 			}

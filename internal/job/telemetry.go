@@ -91,7 +91,16 @@ func (g *gpuWatch) Starting(a *Attempt) {
 	g.plan = a.Plan
 	g.notices.nodes = len(a.Plan.Nodes)
 	if g.report != nil {
-		g.report.Mark(telemetry.Marker{Time: time.Now(), Label: fmt.Sprintf("attempt %d starts", a.K+1), Kind: "attempt"})
+		now := time.Now()
+		for _, r := range a.Replaced {
+			g.report.Mark(telemetry.Marker{Time: now, Kind: "replacement",
+				Label: fmt.Sprintf("%s leaves the job (%s); spare %s takes node rank %d", r.left, userr.Printable(r.why), r.spare, r.rank)})
+		}
+		label := fmt.Sprintf("attempt %d starts", a.K+1)
+		if hosts := planHosts(a.Plan); len(hosts) > 1 || len(a.Replaced) > 0 {
+			label += " on " + strings.Join(hosts, ", ")
+		}
+		g.report.Mark(telemetry.Marker{Time: now, Label: label, Kind: "attempt"})
 	}
 	g.mu.Unlock()
 	byHost := map[string]envplan.NodePlan{}
@@ -247,6 +256,15 @@ func (g *gpuWatch) writeReport(res launch.Result, runErr error) error {
 		return err
 	}
 	return writeFileAtomic(g.reportPath, b.Bytes())
+}
+
+// planHosts are the plan's nodes, in node-rank order.
+func planHosts(p envplan.Plan) []string {
+	hosts := make([]string, len(p.Nodes))
+	for i, n := range p.Nodes {
+		hosts[i] = n.Host
+	}
+	return hosts
 }
 
 // writeFileAtomic writes data to path through a temporary file beside it,

@@ -57,7 +57,8 @@ func frameJSON(t *testing.T, f telemetry.Frame) []byte {
 
 // TestGPUWatch: settings reach each node's job, a CPU node's notice is
 // printed once across attempts, samples land in the JSONL file and the
-// report, an Xid is a finding line, and the report is written at the end.
+// report, an Xid is a finding line, each attempt's nodes and a spare's
+// replacement are marked, and the report is written at the end.
 func TestGPUWatch(t *testing.T) {
 	dir := t.TempDir()
 	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second,
@@ -93,7 +94,12 @@ func TestGPUWatch(t *testing.T) {
 		t.Errorf("status = %q", line)
 	}
 	g.AttemptFailed(0, launch.Failure{Node: "gpu1", Reason: "exit 1"})
-	if err := g.Finish(context.Background(), a, launch.Result{Attempts: 1}, nil); err != nil || diag.Len() > 0 {
+	// A spare takes cpu1's place for the restart.
+	plan2 := envplan.Plan{Nodes: []envplan.NodePlan{plan.Nodes[0], {Host: "cpu2"}}}
+	a = &Attempt{K: 1, Plan: plan2, Nodes: []launch.Node{{Name: "gpu1"}, {Name: "cpu2"}},
+		Replaced: []replacement{{left: "cpu1", spare: "cpu2", rank: 1, why: "node.reach failed", attempt: 1}}}
+	g.Starting(a)
+	if err := g.Finish(context.Background(), a, launch.Result{Attempts: 2}, nil); err != nil || diag.Len() > 0 {
 		t.Errorf("finish: %v, said %q", err, diag.String())
 	}
 	jl, _ := os.ReadFile(cl.Gorun.Telemetry)
@@ -101,7 +107,8 @@ func TestGPUWatch(t *testing.T) {
 		t.Errorf("JSONL = %s", jl)
 	}
 	html, _ := os.ReadFile(cl.Gorun.Report)
-	for _, want := range []string{"gpu1 gpu3", "xid 79", "attempt 1: gpu1 failed (exit 1)", "cpu1: no GPUs to sample", "preflight: OK", "train.py"} {
+	for _, want := range []string{"gpu1 gpu3", "xid 79", "attempt 1: gpu1 failed (exit 1)", "cpu1: no GPUs to sample", "preflight: OK", "train.py",
+		"attempt 1 starts on gpu1, cpu1", "cpu1 leaves the job (node.reach failed); spare cpu2 takes node rank 1", "attempt 2 starts on gpu1, cpu2"} {
 		if !strings.Contains(string(html), want) {
 			t.Errorf("report lacks %q", want)
 		}

@@ -1,0 +1,52 @@
+package job
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/launch"
+)
+
+// TestSummarySpares: --summary names each attempt's nodes and every
+// replacement, with its reason and what it cost, from the restart's
+// timeline.
+func TestSummarySpares(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "s.json")
+	s := &summary{path: path, command: []string{"gorun", "x.py"}, start: time.Now()}
+	plan := func(hosts ...string) envplan.Plan {
+		var p envplan.Plan
+		for _, h := range hosts {
+			p.Nodes = append(p.Nodes, envplan.NodePlan{Host: h})
+		}
+		return p
+	}
+	s.Starting(&Attempt{K: 0, Plan: plan("n0", "n1", "n2")})
+	s.AttemptFailed(0, launch.Failure{Node: "n1", Rank: 2, Reason: "exit 13"})
+	a := &Attempt{K: 1, Plan: plan("n0", "n3", "n2"),
+		Replaced: []replacement{{left: "n1", spare: "n3", rank: 1, why: "torch.found failed", attempt: 1}}}
+	s.Starting(a)
+	res := launch.Result{Attempts: 2, Restarts: []launch.Restart{{Attempt: 0, Checked: 300 * time.Millisecond, FirstLine: 6 * time.Second}}}
+	if err := s.Finish(context.Background(), a, res, nil); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got Summary
+	if err := json.Unmarshal(b, &got); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if want := [][]string{{"n0", "n1", "n2"}, {"n0", "n3", "n2"}}; len(got.AttemptNodes) != 2 || got.AttemptNodes[1][1] != want[1][1] || got.AttemptNodes[0][1] != want[0][1] {
+		t.Errorf("attempt_nodes = %v, want %v", got.AttemptNodes, want)
+	}
+	want := ReplacementSummary{Attempt: 2, Left: "n1", Spare: "n3", NodeRank: 1, Reason: "torch.found failed", RecheckedMS: 300, FirstLineMS: 6000}
+	if len(got.Replacements) != 1 || got.Replacements[0] != want {
+		t.Errorf("replacements = %+v, want [%+v]", got.Replacements, want)
+	}
+}
