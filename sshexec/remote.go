@@ -127,6 +127,10 @@ func (r *Remote) lost() error {
 	}
 }
 
+// Lost returns why the connection ended, or nil while it is up: a runner
+// whose connection is lost stays so, and the node must be dialled again.
+func (r *Remote) Lost() error { return r.lost() }
+
 // Node implements Runner: the name the node was dialled by.
 func (r *Remote) Node() string { return r.node }
 

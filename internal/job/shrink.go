@@ -43,6 +43,10 @@ type shrink struct {
 	// cool stops the agent on standby of a node that does not run the
 	// next attempt (sshexec.Warmer).
 	cool func(node string)
+	// conns are the run's runners, one per node: a node whose connection
+	// is lost is dialled again (redial), and its new runner put here.
+	conns  map[string]sshexec.Runner
+	redial *redial // nil: no node is dialled again
 }
 
 // earlyCheck is a recheck started beside a failed attempt's stop, so that
@@ -82,19 +86,20 @@ func withoutJobsOwn(r preflight.Report) preflight.Report {
 
 // takeEarly returns the early recheck's report for attempt k when one was
 // started for it on the same nodes, once it is in; false when there is
-// none, or ctx ended first.
-func (s *shrink) takeEarly(ctx context.Context, k int, nodes []hosts.Host) (preflight.Report, bool) {
+// none. It waits for a check under way either way (bounded by its own
+// recheckTimeout): the check reads the runners, which a node dialled
+// again replaces.
+func (s *shrink) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
 	e := s.early
 	s.early = nil
-	if e == nil || e.after != k-1 || !slices.EqualFunc(e.nodes, nodes, func(a, b hosts.Host) bool { return a.Name == b.Name }) {
+	if e == nil {
 		return preflight.Report{}, false
 	}
-	select {
-	case <-e.done:
-		return e.report, true
-	case <-ctx.Done():
+	<-e.done
+	if e.after != k-1 || !slices.EqualFunc(e.nodes, nodes, func(a, b hosts.Host) bool { return a.Name == b.Name }) {
 		return preflight.Report{}, false
 	}
+	return e.report, true
 }
 
 func newShrink(r *run) *shrink {
@@ -104,7 +109,13 @@ func newShrink(r *run) *shrink {
 		if w, ok := r.conns[node].(sshexec.Warmer); ok {
 			w.Cool()
 		}
-	}}
+	}, conns: r.conns, redial: newRedial(r)}
+}
+
+// Finish ends the dialling of lost nodes.
+func (s *shrink) Finish(context.Context, *Attempt, launch.Result, error) error {
+	s.redial.stop()
+	return nil
 }
 
 func (*shrink) Name() string { return "recheck" }
@@ -113,18 +124,32 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	if a.K == 0 {
 		return nil
 	}
+	user := ctx
 	defer func(checked []hosts.Host) {
 		if err == nil {
-			s.coolLeft(checked, append(slices.Clone(a.Spec.Hosts), s.spares.readyHosts()...))
+			kept := append(slices.Clone(a.Spec.Hosts), s.spares.readyHosts()...)
+			s.coolLeft(checked, kept)
+			s.redialLost(user, checked, kept)
 		}
 	}(append(slices.Clone(a.Spec.Hosts), s.spares.all()...))
-	user := ctx
 	ctx, cancel := context.WithTimeout(ctx, recheckTimeout)
 	defer cancel()
 	checks := s.cl.Gorun.Preflight == "on"
 	nodes := a.Spec.Hosts
 	checked := append(slices.Clone(nodes), s.spares.all()...)
-	report, ok := s.takeEarly(ctx, a.K, checked)
+	report, ok := s.takeEarly(a.K, checked)
+	if back, lines := s.redial.take(ctx); len(back) > 0 || len(lines) > 0 {
+		for _, l := range lines {
+			fmt.Fprintln(s.diag, l)
+		}
+		for name, r := range back {
+			if old := s.conns[name]; old != nil {
+				old.Close()
+			}
+			s.conns[name] = r
+		}
+		ok = ok && len(back) == 0 // checked again through the new runners
+	}
 	if !ok {
 		report = s.check(ctx, checked)
 	}
@@ -217,6 +242,19 @@ func (s *shrink) coolLeft(checked, kept []hosts.Host) {
 		}
 	}
 	wg.Wait()
+}
+
+// redialLost starts dialling again every checked node out of the job
+// (not kept) whose connection is lost, in the background (redial).
+func (s *shrink) redialLost(ctx context.Context, checked, kept []hosts.Host) {
+	if s.redial == nil {
+		return
+	}
+	for _, h := range checked {
+		if !slices.ContainsFunc(kept, sameHost(h)) && lost(s.conns[h.Name]) {
+			s.redial.start(ctx, h)
+		}
+	}
 }
 
 // failedNodes names the nodes that fail, with the first reason: not

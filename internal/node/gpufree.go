@@ -54,10 +54,46 @@ type procs struct {
 	kill func(pid int, stillJob func() bool) (sent bool, err error)
 	// self is this process, never the job's.
 	self int
+	// pids lists every process's PID (for a sweep).
+	pids func() []int
 }
 
 func hostProcs() procs {
-	return procs{read: readProc, kill: killJob, self: os.Getpid()}
+	return procs{read: readProc, kill: killJob, self: os.Getpid(), pids: listPIDs}
+}
+
+// listPIDs lists every process of this PID namespace.
+func listPIDs() []int {
+	ents, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range ents {
+		if pid, err := strconv.Atoi(e.Name()); err == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// sweep SIGKILLs every process of the job (GPUFreeRequest.Sweep) and
+// returns those it sent the signal to, with what it could not kill.
+func sweep(req wire.GPUFreeRequest, p procs) (killed []wire.GPUProcess, errs []string) {
+	if p.pids == nil {
+		return nil, nil
+	}
+	for _, pid := range p.pids() {
+		if !p.isJob(pid, req) {
+			continue
+		}
+		cmd := p.command(pid)
+		sent, err := p.kill(pid, func() bool { return p.isJob(pid, req) })
+		switch {
+		case err != nil:
+			errs = append(errs, fmt.Sprintf("kill PID %d %s: %v", pid, cmd, err))
+		case sent:
+			killed = append(killed, wire.GPUProcess{PID: pid, Command: cmd, Job: true, Killed: true})
+		}
+	}
+	return killed, errs
 }
 
 func readProc(pid int, name string) ([]byte, error) {
@@ -152,8 +188,20 @@ func escapeCommand(s string) string {
 // job's that hold memory (the agent has torn the job's tree down, so
 // these escaped it), and list again every gpuFreePoll until none of the
 // job's holds any, or the request's timeout passes, or ctx ends. Others'
-// processes are reported and left alone.
+// processes are reported and left alone. With req.Sweep, every process of
+// the job on the node is killed first, on a GPU or not, NVML or not.
 func gpuFree(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, p procs) wire.GPUFreeAnswer {
+	if !req.Sweep {
+		return gpuCheck(ctx, req, lib, p)
+	}
+	swept, errs := sweep(req, p)
+	ans := gpuCheck(ctx, req, lib, p)
+	ans.Swept, ans.Errors = swept, append(errs, ans.Errors...)
+	return ans
+}
+
+// gpuCheck is the teardown check of the GPUs (gpuFree without a sweep).
+func gpuCheck(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, p procs) wire.GPUFreeAnswer {
 	if ret := nvmlDo(lib.Init); ret != nvml.SUCCESS {
 		return wire.GPUFreeAnswer{NoGPUs: true, Reason: "NVML does not load: " + ret.Error(), Free: true}
 	}

@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"os/exec"
 	"slices"
@@ -92,6 +94,11 @@ func (m *machine) list(gpu int, graphics bool) []nvml.ProcessInfo {
 func (m *machine) procsFor(self int) procs {
 	return procs{
 		self: self,
+		pids: func() []int {
+			m.mu.Lock()
+			defer m.mu.Unlock()
+			return slices.Sorted(maps.Keys(m.procs))
+		},
 		read: func(pid int, name string) ([]byte, error) {
 			m.mu.Lock()
 			defer m.mu.Unlock()
@@ -410,5 +417,39 @@ func TestKillJob(t *testing.T) {
 	}
 	if sent, err := killJob(pid, func() bool { return false }); sent || err != nil {
 		t.Errorf("gone: sent %v, %v", sent, err)
+	}
+}
+
+// TestGPUFreeSweep: with Sweep, every process of the job is killed first,
+// on a GPU or not and with no NVML at all; others' are left alone, and a
+// kill that fails is an error that names the process.
+func TestGPUFreeSweep(t *testing.T) {
+	m := &machine{procs: map[int]*fakeProc{
+		10: {environ: jobEnv, cmdline: "python\x00train.py"},
+		11: {environ: "HOME=/root\x00GORUN_RUN_ID=run2\x00", cmdline: "python\x00other.py"},
+		12: {environ: jobEnv, cmdline: "python\x00-c\x00dataloader"},
+		13: {environ: jobEnv, cmdline: "stuck", killErr: errors.New("operation not permitted")},
+		14: {cmdline: "unreadable"},
+		99: {environ: jobEnv, cmdline: "gorun\x00_gpufree"}, // the check itself
+	}}
+	sw := req
+	sw.Sweep = true
+	a := gpuFree(t.Context(), sw, noNVML(), m.procsFor(99))
+	if !a.NoGPUs || !a.Free {
+		t.Errorf("no NVML: %+v", a)
+	}
+	if got := fmt.Sprint(m.killed); got != "[10 12]" {
+		t.Errorf("killed %s, want [10 12]", got)
+	}
+	if len(a.Swept) != 2 || a.Swept[0].PID != 10 || a.Swept[0].Command != "python train.py" || !a.Swept[1].Killed {
+		t.Errorf("swept = %+v", a.Swept)
+	}
+	if len(a.Errors) != 1 || !strings.Contains(a.Errors[0], "kill PID 13 stuck: operation not permitted") {
+		t.Errorf("errors = %q", a.Errors)
+	}
+	// Without Sweep, a process off the GPUs is left alone.
+	m.killed = nil
+	if a := gpuFree(t.Context(), req, noNVML(), m.procsFor(99)); len(m.killed) != 0 || len(a.Swept) != 0 {
+		t.Errorf("no sweep asked, yet killed %v, swept %+v", m.killed, a.Swept)
 	}
 }

@@ -30,6 +30,11 @@ type GPUFreeRequest struct {
 	// TimeoutSeconds bounds the wait for the job's processes to let go
 	// of the GPUs; zero means DefaultGPUFreeTimeout.
 	TimeoutSeconds float64 `json:"timeout_s,omitempty"`
+	// Sweep: first SIGKILL every process of the job on the node, on a GPU
+	// or not (a node whose link was lost, before it is used again: the
+	// agent tears its tree down once the head's heartbeat stops, and this
+	// makes sure).
+	Sweep bool `json:"sweep,omitempty"`
 }
 
 // Timeout is how long the check may wait.
@@ -57,6 +62,9 @@ type GPUFreeAnswer struct {
 	// Errors name what the check could not do (a GPU whose processes it
 	// could not list, a kill that failed).
 	Errors []string `json:"errors,omitempty"`
+	// Swept are the job's processes the sweep found and killed
+	// (GPUFreeRequest.Sweep); MemoryMiB is 0 there.
+	Swept []GPUProcess `json:"swept,omitempty"`
 }
 
 // GPUProcesses is one GPU and the processes seen on it.
