@@ -44,6 +44,7 @@ func TestMain(m *testing.M) {
 type sandbox struct {
 	dir, marker string
 	env         []string
+	nofile      int // RLIMIT_NOFILE gorun runs under (prlimit); 0: this process's
 }
 
 func newSandbox(t *testing.T) *sandbox {
@@ -91,6 +92,9 @@ func (s *sandbox) runInterrupted(t *testing.T, env []string, args []string, sig 
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, gorunBin, args...)
+	if s.nofile > 0 {
+		cmd = exec.CommandContext(ctx, "prlimit", append([]string{fmt.Sprintf("--nofile=%d", s.nofile), gorunBin}, args...)...)
+	}
 	cmd.Dir = s.dir
 	cmd.Env = append(append([]string(nil), s.env...), env...)
 	var stdout, stderr bytes.Buffer
@@ -150,6 +154,8 @@ type hostileCase struct {
 	secret string
 	// check, when set, asserts more of the result.
 	check func(t *testing.T, r result)
+	// nofile, when set, is the RLIMIT_NOFILE gorun runs under.
+	nofile int
 }
 
 const secret = "s3cr3t-Value-42"
@@ -195,6 +201,8 @@ func hostileCases() []hostileCase {
 			code: 2, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
 		{name: "1024 unreachable nodes, a handful of lines", setup: refusedManyNodes(1024), args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hostfile", "hf", "--preflight", "off", "x.py"},
 			code: 2, where: "1024 nodes refused the connection: n[0-1023]", fix: "e.g. node n0: ", check: atMostLines(4)},
+		{name: "more nodes than open files", setup: refusedManyNodes(1024), args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hostfile", "hf", "--preflight", "off", "x.py"},
+			nofile: 1000, code: 2, where: "1024 nodes over SSH need about 1088 open files", fix: "ulimit -n 1088", check: atMostLines(1)},
 
 		// Exit codes and usage.
 		{name: "hosts with an unknown option", args: []string{"hosts", "--bogus"}, code: 2, where: "gorun hosts", fix: "--hostfile"},
@@ -343,6 +351,7 @@ func TestHostileInput(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			s := newSandbox(t)
+			s.nofile = tc.nofile
 			if tc.setup != nil {
 				tc.setup(t, s.dir)
 			}

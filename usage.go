@@ -110,6 +110,9 @@ gorun options:
   --known-hosts FILE       known_hosts to verify host keys against
   --ssh-accept-new         record the key of a host never seen (never a changed one)
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
+  --fanout N               nodes dialled or checked at once (default 32; behind
+                           a jump host, under its sshd's MaxStartups); given,
+                           it bounds the agents' starts too (else all at once)
   --hang-timeout DURATION  no progress from any worker for this long is a hang:
                            stacks printed, attempt failed (default 30m; 0: off;
                            at least 5s); auto: 5 x the longest silence earlier
@@ -128,6 +131,8 @@ gorun options:
                            done, while an attempt runs (default on)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
+  --prewarm MODULES|off    a pool of worker interpreters per node with MODULES
+                           (such as torch) imported ahead (opt-in; default off)
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

@@ -42,7 +42,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace, Fanout: DefaultFanout}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -319,7 +319,7 @@ func TestParseAccepts(t *testing.T) {
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second, HangTimeoutFloor: DefaultHangTimeoutFloor,
-					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace,
+					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace, Fanout: DefaultFanout,
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -332,6 +332,7 @@ func TestParseAccepts(t *testing.T) {
 			},
 			given: []Arg{},
 		},
+		{name: "fanout", argv: []string{"--fanout", "128", "train.py"}, opts: func(o *Options) { o.Fanout = 128 }},
 		{name: "prewarm modules", argv: []string{"--prewarm", "torch, numpy.linalg", "train.py"}, opts: func(o *Options) { o.Prewarm = []string{"torch", "numpy.linalg"} }},
 		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) {}},
 		{name: "hang timeout learned", argv: []string{"--hang-timeout", "auto", "--hang-timeout-floor", "90s", "train.py"}, opts: func(o *Options) { o.HangAuto, o.HangTimeoutFloor = true, 90*time.Second }},
@@ -458,6 +459,9 @@ func TestParseRefuses(t *testing.T) {
 		{name: "node rank from PET_", argv: []string{"train.py"}, env: map[string]string{"PET_NODE_RANK": "first"}, where: "PET_NODE_RANK", problem: "invalid int value"},
 		{name: "no-python with module", argv: []string{"--no-python", "-m", "pkg"}, where: "--no-python", problem: "Don't use both the '--no-python' flag and the '--module' flag at the same time."},
 		{name: "no-python from PET_ with module", argv: []string{"-m", "pkg"}, env: map[string]string{"PET_NO_PYTHON": "1"}, where: "PET_NO_PYTHON", problem: "Don't use both"},
+		{name: "fanout zero", argv: []string{"--fanout", "0", "train.py"}, where: "--fanout", problem: `"0" is not a node count from 1 to 4096`},
+		{name: "fanout not a number", argv: []string{"--fanout=lots", "train.py"}, where: "--fanout", problem: "is not a node count"},
+		{name: "fanout too large", argv: []string{"--fanout", "5000", "train.py"}, where: "--fanout", problem: "is not a node count"},
 		{name: "prewarm not a module", argv: []string{"--prewarm", "torch,1np", "train.py"}, where: "--prewarm", problem: `"1np" is not a Python module name`},
 		{name: "prewarm empty module", argv: []string{"--prewarm", "torch,", "train.py"}, where: "--prewarm", problem: "is not a Python module name"},
 		{name: "prewarm with no-python", argv: []string{"--prewarm", "torch", "--no-python", "true"}, where: "--prewarm", problem: "--no-python means"},
@@ -585,7 +589,7 @@ var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace",
-	"--prewarm",
+	"--prewarm", "--fanout",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1220,6 +1224,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--warm-restart":        {"off", "WarmRestart"},
 		"--stop-grace":          {"2m", "StopGrace"},
 		"--prewarm":             {"torch,numpy", "Prewarm"},
+		"--fanout":              {"64", "Fanout"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

@@ -119,6 +119,10 @@ type Options struct {
 	// pool of worker interpreters imports ahead, one interpreter per local
 	// rank; nil (off, the default): every worker starts its own.
 	Prewarm []string
+	// Fanout (--fanout N) is how many nodes the head dials or asks (the
+	// checks, the teardown check) at once; given, it bounds the agents'
+	// starts too, which otherwise all go at once.
+	Fanout int
 }
 
 // PassSignals are the signals gorun passes on to every worker without

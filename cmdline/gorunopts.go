@@ -61,6 +61,7 @@ func gorunTable() []*optionSpec {
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
 		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
+		gorunValue("fanout", "--fanout", setFanout).byDefault(strconv.Itoa(DefaultFanout)),
 	}
 }
 
@@ -176,6 +177,26 @@ func setStopGrace(o *Options, typed string, _ int, value string) error {
 			Fix: "give the time the workers have to save their state after SIGTERM, such as 30s, 2m or 10m (plain numbers are seconds; the default is 30s)"}
 	}
 	o.StopGrace = d
+	return nil
+}
+
+// DefaultFanout is --fanout's default: pdsh's -f, and under OpenSSH's
+// MaxStartups (10:30:100) of a jump host every connection goes through,
+// past which it drops new ones at random.
+const DefaultFanout = 32
+
+// MaxFanout bounds --fanout: past it, the head's own threads would only
+// queue.
+const MaxFanout = 4096
+
+// setFanout reads --fanout: how many nodes at once.
+func setFanout(o *Options, typed string, _ int, value string) error {
+	n, err := strconv.Atoi(value)
+	if err != nil || n < 1 || n > MaxFanout {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a node count from 1 to %d", userr.Quote(value), MaxFanout),
+			Fix: fmt.Sprintf("give how many nodes gorun dials, checks or starts at once, such as 64 (the default is %d; behind a jump host keep it under its sshd's MaxStartups)", DefaultFanout)}
+	}
+	o.Fanout = n
 	return nil
 }
 

@@ -453,7 +453,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	if rs != nil {
 		rs.Handed, rs.Nodes = time.Since(rs.Failed), len(ms)
 	}
-	startAll(startCtx, ms)
+	startAll(startCtx, ms, opts.Fanout)
 	unhook()
 	attemptStart := time.Now()
 	timelineSaid := false
@@ -662,13 +662,19 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 // warmStartTimeout bounds starting the next attempt's agent on standby.
 const warmStartTimeout = 30 * time.Second
 
-// startAll starts every node concurrently and waits for all the starts.
-// When one fails, the others that started are left for the caller to stop.
-func startAll(ctx context.Context, ms []*member) {
+// startAll starts every node, at most fanout at once (0: all), and waits
+// for all the starts. When one fails, the others that started are left
+// for the caller to stop.
+func startAll(ctx context.Context, ms []*member, fanout int) {
+	if fanout <= 0 {
+		fanout = len(ms)
+	}
+	slots := make(chan struct{}, max(fanout, 1))
 	errs := make(chan struct{}, len(ms))
 	for _, m := range ms {
 		go func() {
-			defer func() { errs <- struct{}{} }()
+			slots <- struct{}{}
+			defer func() { <-slots; errs <- struct{}{} }()
 			r := m.node.Runner
 			if r == nil {
 				m.startErr = errors.New("no runner")

@@ -43,6 +43,8 @@ type Options struct {
 	Attempt func(ctx context.Context, k int, rs *Restart) ([]Node, error)
 	// MaxRestarts is how many times the whole group may be restarted.
 	MaxRestarts int
+	// Fanout is how many nodes' agents are started at once (0: all).
+	Fanout int
 	// Backoff is the pause before a restart: none before the first
 	// restart after a worker's failure, Backoff before the first one after
 	// a lost node, then doubling from Backoff with each restart, up to

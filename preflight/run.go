@@ -88,6 +88,8 @@ type RunOptions struct {
 	// checked (ProbeMaster), and its finding joins the first target's: the
 	// one node of a gorun that runs per pod, whose master is another pod.
 	Master *MasterProbe
+	// Fanout is how many nodes are asked at once (0: sshexec.DefaultFanout).
+	Fanout int
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -99,8 +101,8 @@ const DefaultNodeTimeout = 60 * time.Second
 // collectorMargin is how much sooner than the head the collector stops.
 const collectorMargin = 5 * time.Second
 
-// Run collects every target's facts in parallel (at most
-// sshexec.DefaultFanout at a time), evaluates the checks per node and
+// Run collects every target's facts in parallel (at most opts.Fanout at
+// a time), evaluates the checks per node and
 // across nodes, plus the head-side lints, and returns the report. A node
 // that cannot be reached, or does not answer within the node timeout,
 // gets a fail finding that names it. Run returns early, with what it has,
@@ -133,7 +135,7 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	}
 	var mu sync.Mutex
 	done := 0
-	_ = sshexec.ForEach(ctx, hosts, 0, func(ctx context.Context, host string) error {
+	_ = sshexec.ForEach(ctx, hosts, opts.Fanout, func(ctx context.Context, host string) error {
 		t := targets[index[host]]
 		reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout)
 		if opts.Progress != nil {

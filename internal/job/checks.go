@@ -67,6 +67,7 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		Request: preflight.Request{Torchrun: torchrun, Script: script},
 		Environ: cfg.Environ,
 		Across:  slurmNodeFindings(ctx, cl.Gorun, nodes, cfg.Getenv),
+		Fanout:  cl.Gorun.Fanout,
 	}
 	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
 		opts.Bandwidth = bw

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
@@ -116,6 +117,9 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 	if len(remote) == 0 {
 		return runners, nil
 	}
+	if err := checkFileLimit(len(remote), 1, "over SSH", "one connection each", openFileLimit()); err != nil {
+		return nil, err
+	}
 	// The files and keys ssh would refuse, refused before any connection.
 	if err := sc.Check(ctx); err != nil {
 		return nil, fmt.Errorf("%w:\n%w", ErrSSHSettings, err)
@@ -128,7 +132,7 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 			return nil, fmt.Errorf("read the gorun binary: %w", err)
 		}
 	}
-	dialled, err := sshexec.DialAll(ctx, remote, sc, sshexec.DefaultFanout)
+	dialled, err := sshexec.DialAll(ctx, remote, sc, o.Fanout)
 	for name, r := range dialled {
 		runners[name] = r
 	}
@@ -144,6 +148,9 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 // the shared filesystem, else through sbcast (sshexec.PlaceSrunAgent),
 // unless --remote-gorun names it.
 func connectSrun(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self string) (map[string]sshexec.Runner, error) {
+	if err := checkFileLimit(len(nodes), 3, "through srun", "each node's agent step holds 3 pipes", openFileLimit()); err != nil {
+		return nil, err
+	}
 	path := o.RemoteGorun
 	if path == "" {
 		bin, err := sshexec.HashBinary(self)
@@ -173,4 +180,33 @@ func hostNames(nodes []hosts.Host) []string {
 		names[i] = h.Name
 	}
 	return names
+}
+
+// filesBesideNodes is what the head keeps open beside one connection per
+// node: its standard streams, the local node's pipes and its agent's,
+// the Go runtime's poller, NVML, the output files.
+const filesBesideNodes = 64
+
+// openFileLimit is RLIMIT_NOFILE's soft limit (which Go raised to the
+// hard one at start); 0 when it cannot be read.
+func openFileLimit() uint64 {
+	var lim syscall.Rlimit
+	if syscall.Getrlimit(syscall.RLIMIT_NOFILE, &lim) != nil {
+		return 0
+	}
+	return lim.Cur
+}
+
+// checkFileLimit refuses, before any connection, a node count whose
+// connections (perNode files each, as each says) would run the head out
+// of file descriptors (limit, 0: unknown) midway through the launch.
+func checkFileLimit(nodes, perNode int, how, each string, limit uint64) error {
+	need := uint64(nodes*perNode) + filesBesideNodes
+	if limit == 0 || need <= limit {
+		return nil
+	}
+	return &userr.InputError{Where: "the host list",
+		Problem: fmt.Sprintf("%d nodes %s need about %d open files (%s, and %d for the head itself), but this process may open only %d (RLIMIT_NOFILE)",
+			nodes, how, need, each, filesBesideNodes, limit),
+		Fix: fmt.Sprintf("raise the limit before gorun starts (ulimit -n %d, or nofile in /etc/security/limits.conf for the user), or launch on fewer nodes", need)}
 }

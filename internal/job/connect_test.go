@@ -149,3 +149,23 @@ func TestConnectSrunRemoteGorun(t *testing.T) {
 		}
 	}
 }
+
+// TestCheckFileLimit: a node count whose connections would not fit under
+// RLIMIT_NOFILE is refused, saying how many files it needs and how to
+// raise the limit; an unknown limit refuses nothing.
+func TestCheckFileLimit(t *testing.T) {
+	if err := checkFileLimit(4000, 1, "over SSH", "one connection each", 4096); err != nil {
+		t.Errorf("4000 nodes under 4096 files: %v", err)
+	}
+	err := checkFileLimit(4096, 1, "over SSH", "one connection each", 4096)
+	var ie *userr.InputError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "4096 nodes over SSH need about 4160 open files") || !strings.Contains(err.Error(), "ulimit -n 4160") {
+		t.Errorf("4096 nodes under 4096 files: %v", err)
+	}
+	if err := checkFileLimit(2000, 3, "through srun", "3 pipes each", 4096); err == nil || !strings.Contains(err.Error(), "6064 open files") {
+		t.Errorf("2000 srun nodes: %v", err)
+	}
+	if err := checkFileLimit(1<<20, 1, "over SSH", "", 0); err != nil {
+		t.Errorf("unknown limit: %v", err)
+	}
+}

@@ -37,6 +37,7 @@ type gpuFree struct {
 	diag    io.Writer
 	// timeout is each node's bound on its wait.
 	timeout time.Duration
+	fanout  int             // nodes asked at once (0: sshexec.DefaultFanout)
 	noGPUs  map[string]bool // nodes that answered "no GPUs"
 	said    bool            // the no-GPUs line, once for the run
 }
@@ -131,7 +132,7 @@ func (g *gpuFree) ask(ctx context.Context, names []string) map[string]*gpuFreeAn
 	ctx, cancel := context.WithTimeout(ctx, g.timeout+gpuFreeSlack)
 	defer cancel()
 	// Each call writes its own answer; the map itself is only read.
-	sshexec.ForEach(ctx, names, sshexec.DefaultFanout, func(ctx context.Context, host string) error {
+	sshexec.ForEach(ctx, names, g.fanout, func(ctx context.Context, host string) error {
 		ans := answers[host]
 		out, err := g.runners[host].AgentOutput(ctx, wire.GPUFreeCommand, string(req))
 		if err == nil {

@@ -82,7 +82,9 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	}
 	hs = append(hs, newHangStacks(r.cl.Gorun.FlightRecorder, r.cfg.RunID))
 	if r.cfg.RunID != "" {
-		hs = append(hs, newGPUFree(r.cfg.RunID, r.conns, r.facts, r.ui.Err))
+		g := newGPUFree(r.cfg.RunID, r.conns, r.facts, r.ui.Err)
+		g.fanout = r.cl.Gorun.Fanout
+		hs = append(hs, g)
 	}
 	var recheck *shrink
 	if len(r.spec.Hosts) > 0 {

@@ -37,6 +37,7 @@ type redial struct {
 	// connect dials one node (Connect for it alone).
 	connect func(ctx context.Context, h hosts.Host) (sshexec.Runner, error)
 	runID   string
+	fanout  int // nodes swept at once (0: sshexec.DefaultFanout)
 
 	quit    chan struct{} // closed when the run ends (stop)
 	stopped sync.Once
@@ -47,7 +48,7 @@ type redial struct {
 }
 
 func newRedial(r *run) *redial {
-	return &redial{runID: r.cfg.RunID, quit: make(chan struct{}), pending: map[string]bool{}, back: map[string]sshexec.Runner{},
+	return &redial{runID: r.cfg.RunID, fanout: r.cl.Gorun.Fanout, quit: make(chan struct{}), pending: map[string]bool{}, back: map[string]sshexec.Runner{},
 		connect: func(ctx context.Context, h hosts.Host) (sshexec.Runner, error) {
 			conns, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, io.Discard)
 			if err != nil {
@@ -142,7 +143,7 @@ func (d *redial) take(ctx context.Context) (back map[string]sshexec.Runner, line
 	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
 	var mu sync.Mutex
-	sshexec.ForEach(ctx, slices.Sorted(maps.Keys(back)), sshexec.DefaultFanout, func(ctx context.Context, name string) error {
+	sshexec.ForEach(ctx, slices.Sorted(maps.Keys(back)), d.fanout, func(ctx context.Context, name string) error {
 		line, ok := sweepLine(ctx, name, back[name], req, d.runID != "")
 		mu.Lock()
 		defer mu.Unlock()

@@ -63,6 +63,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Signals:     r.ui.Signals,
 		Resize:      r.ui.Resize,
 	}
+	if r.cl.Set("fanout") {
+		// Starts go over connections already made, all at once unless
+		// told: a restart should not wait for waves of nodes.
+		opts.Fanout = r.cl.Gorun.Fanout
+	}
 	configure(hooks, &opts)
 	res, err := launch.Run(ctx, opts)
 	// The hooks finish after a stop too (the last dumps, the report), but
