@@ -245,9 +245,11 @@ func (s *shrink) coolLeft(checked, kept []hosts.Host) {
 }
 
 // redialLost starts dialling again every checked node out of the job
-// (not kept) whose connection is lost, in the background (redial).
+// (not kept) whose connection is lost, in the background (redial). Only
+// with spares: a node that answers again can only come back as one (a
+// --nnodes range shrinks, and does not grow back).
 func (s *shrink) redialLost(ctx context.Context, checked, kept []hosts.Host) {
-	if s.redial == nil {
+	if s.redial == nil || s.spares == nil {
 		return
 	}
 	for _, h := range checked {
