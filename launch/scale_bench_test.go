@@ -20,7 +20,8 @@ import (
 // store, print 20 lines each and exit 0, then the node's agent exits 0.
 // cpu-ms/node is the process's CPU (user + sys) per node per launch;
 // heap-KB/node is the peak of the Go heap in use during the launch, over
-// the heap before it, per node.
+// the heap before it, per node; goroutines/node the peak count of the
+// head's goroutines, per node (the fake nodes' own included: 2 each).
 //
 //	go test ./launch -run '^$' -bench RunScale -benchtime 3x
 func BenchmarkRunScale(b *testing.B) {
@@ -39,17 +40,19 @@ func BenchmarkRunScale(b *testing.B) {
 			}
 			var cpu time.Duration
 			var peak uint64
+			var goroutines int
 			for b.Loop() {
 				b.StopTimer()
 				ns := nodes()
 				runtime.GC()
 				var ms runtime.MemStats
 				runtime.ReadMemStats(&ms)
-				base := ms.HeapInuse
+				base, baseG := ms.HeapInuse, runtime.NumGoroutine()
 				stop := make(chan struct{})
 				var top uint64
+				var topG int
 				var wg sync.WaitGroup
-				wg.Go(func() { top = heapPeak(stop) })
+				wg.Go(func() { top, topG = peaks(stop) })
 				b.StartTimer()
 				before := cpuTime()
 				res, err := Run(context.Background(), Options{
@@ -66,10 +69,12 @@ func BenchmarkRunScale(b *testing.B) {
 				if top > base {
 					peak = max(peak, top-base)
 				}
+				goroutines = max(goroutines, topG-baseG-1) // the sampler's own
 				b.StartTimer()
 			}
 			b.ReportMetric(float64(cpu.Microseconds())/1000/float64(b.N)/float64(n), "cpu-ms/node")
 			b.ReportMetric(float64(peak)/1024/float64(n), "heap-KB/node")
+			b.ReportMetric(float64(goroutines)/float64(n), "goroutines/node")
 		})
 	}
 }
@@ -101,19 +106,18 @@ func cpuTime() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// heapPeak samples the heap in use every 20 ms until stop is closed, and
-// returns the most it saw.
-func heapPeak(stop <-chan struct{}) uint64 {
-	var top uint64
+// peaks samples the heap in use and the goroutines every 20 ms until
+// stop is closed, and returns the most it saw of each.
+func peaks(stop <-chan struct{}) (heap uint64, goroutines int) {
 	t := time.NewTicker(20 * time.Millisecond)
 	defer t.Stop()
 	for {
 		var ms runtime.MemStats
 		runtime.ReadMemStats(&ms)
-		top = max(top, ms.HeapInuse)
+		heap, goroutines = max(heap, ms.HeapInuse), max(goroutines, runtime.NumGoroutine())
 		select {
 		case <-stop:
-			return top
+			return heap, goroutines
 		case <-t.C:
 		}
 	}
