@@ -578,26 +578,13 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 	env := c.jobEnv(t, "CKPT_DIR="+ckpt, "STEPS=150", "TRAIN="+absPath(t, "slurm/preempt_train.py"))
 	id, outFile, _ := c.submit(t, false, env, "--nodes=3", "slurm/preempt.sbatch")
 	deadline := time.Now().Add(slurmJobTimeout)
-	waitOut := func(re *regexp.Regexp, what string) string {
-		t.Helper()
-		for {
-			b, _ := os.ReadFile(outFile)
-			if re.Match(b) {
-				return string(b)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("job %s: %s not seen within %v:\n%s", id, what, slurmJobTimeout, b)
-			}
-			time.Sleep(200 * time.Millisecond)
-		}
-	}
-	waitOut(regexp.MustCompile(`(?m)rank 5: step=20\b`), "a training step of rank 5")
+	waitOutput(t, outFile, `(?m)rank 5: step=20\b`, slurmJobTimeout) // a training step of rank 5
 	warn := exec.Command("scancel", "--signal=USR1", "--batch", id)
 	warn.Env = env
 	if out, err := warn.CombinedOutput(); err != nil {
 		t.Fatalf("scancel --signal=USR1 --batch %s: %v %s", id, err, out)
 	}
-	waitOut(regexp.MustCompile(`gorun: SIGUSR1 passed to 6 workers on 3 nodes`), "SIGUSR1 passed on")
+	waitOutput(t, outFile, `gorun: SIGUSR1 passed to 6 workers on 3 nodes`, slurmJobTimeout)
 	// Slurm holds a requeued job back before it may start again (its
 	// begin time moves about two minutes on, and again while the job is
 	// still completing); the test cluster starts it as soon as it can.
@@ -613,7 +600,7 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 		}
 		time.Sleep(time.Second)
 	}
-	out := waitOut(regexp.MustCompile(`(?s)run 1 of job.*(rank \d: done at step 150.*){6}`), "the requeued run's end")
+	out := waitOutput(t, outFile, `(?s)run 1 of job.*(rank \d: done at step 150.*){6}`, slurmJobTimeout) // the requeued run's end
 	for rank := range 6 {
 		if !regexp.MustCompile(fmt.Sprintf(`rank %d: SIGUSR1: checkpoint saved at step (\d+)`, rank)).MatchString(out) {
 			t.Errorf("rank %d saved no checkpoint on SIGUSR1", rank)
