@@ -110,9 +110,8 @@ gorun options:
   --known-hosts FILE       known_hosts to verify host keys against
   --ssh-accept-new         record the key of a host never seen (never a changed one)
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
-  --fanout N               nodes dialled or checked at once (default 32; behind
-                           a jump host, under its sshd's MaxStartups); given,
-                           it bounds the agents' starts too (else all at once)
+  --fanout N               nodes dialled, checked or started at once (default
+                           32; behind a jump host, under its sshd's MaxStartups)
   --hang-timeout DURATION  no progress from any worker for this long is a hang:
                            stacks printed, attempt failed (default 30m; 0: off;
                            at least 5s); auto: 5 x the longest silence earlier

@@ -42,7 +42,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace, Fanout: DefaultFanout}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -319,7 +319,7 @@ func TestParseAccepts(t *testing.T) {
 					Torchrun: "python -m torch.distributed.run", DryRun: true, Format: "json", Preflight: "warn",
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second, HangTimeoutFloor: DefaultHangTimeoutFloor,
-					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace, Fanout: DefaultFanout,
+					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace,
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},

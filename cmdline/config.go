@@ -119,9 +119,9 @@ type Options struct {
 	// pool of worker interpreters imports ahead, one interpreter per local
 	// rank; nil (off, the default): every worker starts its own.
 	Prewarm []string
-	// Fanout (--fanout N) is how many nodes the head dials or asks (the
-	// checks, the teardown check) at once; given, it bounds the agents'
-	// starts too, which otherwise all go at once.
+	// Fanout (--fanout N) is how many nodes the head dials, asks (the
+	// checks, the teardown check) or starts at once; 0 (not given):
+	// DefaultFanout.
 	Fanout int
 }
 

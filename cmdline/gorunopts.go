@@ -61,7 +61,7 @@ func gorunTable() []*optionSpec {
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
 		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
-		gorunValue("fanout", "--fanout", setFanout).byDefault(strconv.Itoa(DefaultFanout)),
+		gorunValue("fanout", "--fanout", setFanout),
 	}
 }
 
@@ -194,7 +194,7 @@ func setFanout(o *Options, typed string, _ int, value string) error {
 	n, err := strconv.Atoi(value)
 	if err != nil || n < 1 || n > MaxFanout {
 		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a node count from 1 to %d", userr.Quote(value), MaxFanout),
-			Fix: fmt.Sprintf("give how many nodes gorun dials or checks at once, such as 64 (the default is %d; behind a jump host keep it under its sshd's MaxStartups)", DefaultFanout)}
+			Fix: fmt.Sprintf("give how many nodes gorun dials, checks or starts at once, such as 64 (the default is %d; behind a jump host keep it under its sshd's MaxStartups)", DefaultFanout)}
 	}
 	o.Fanout = n
 	return nil

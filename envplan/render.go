@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/shell"
 )
@@ -44,22 +45,35 @@ type tableWriter struct {
 	w *bufio.Writer
 }
 
+// briefNodes is how many nodes RenderBrief lists a line each; past it,
+// runs of nodes alike share one.
+const briefNodes = 16
+
 // RenderBrief is what a launch prints before it starts: the job header,
 // one line per node (address, ranks, CPUs) and the warnings; --dry-run
-// shows the rest.
+// shows the rest. Past briefNodes nodes, each run of consecutive nodes
+// with as many ranks and the same CPUs per local rank is one line (a
+// launch on 4,096 nodes prints a handful, not 4,096), without the
+// addresses.
 func RenderBrief(w io.Writer, p Plan) error {
 	bw := bufio.NewWriter(w)
 	t := tableWriter{w: bw}
 	t.header(p)
-	for _, n := range p.Nodes {
-		ranks := make([]string, len(n.Ranks))
-		for i, r := range n.Ranks {
-			ranks[i] = strconv.Itoa(r.Rank)
-			if r.CPUs != "" {
-				ranks[i] += "@" + r.CPUs
+	if len(p.Nodes) <= briefNodes {
+		for _, n := range p.Nodes {
+			ranks := make([]string, len(n.Ranks))
+			for i, r := range n.Ranks {
+				ranks[i] = strconv.Itoa(r.Rank)
+				if r.CPUs != "" {
+					ranks[i] += "@" + r.CPUs
+				}
 			}
+			t.wrap(fmt.Sprintf("node %d: %s (%s) ", n.NodeRank, n.Host, n.Address), "    ", "ranks "+strings.Join(ranks, " "))
 		}
-		t.wrap(fmt.Sprintf("node %d: %s (%s) ", n.NodeRank, n.Host, n.Address), "    ", "ranks "+strings.Join(ranks, " "))
+	} else {
+		for _, run := range nodeRuns(p.Nodes) {
+			t.briefRun(run)
+		}
 	}
 	for _, n := range p.Notes {
 		if n.Level == NoteWarn {
@@ -68,6 +82,72 @@ func RenderBrief(w io.Writer, p Plan) error {
 	}
 	t.line("  (gorun --dry-run shows every variable and why)")
 	return bw.Flush()
+}
+
+// nodeRuns parts nodes into runs of consecutive nodes alike: as many
+// ranks, following on from the run's, with the same CPUs per local rank.
+func nodeRuns(nodes []NodePlan) [][]NodePlan {
+	var runs [][]NodePlan
+	for i, n := range nodes {
+		if i > 0 {
+			prev := runs[len(runs)-1]
+			last := prev[len(prev)-1]
+			if sameShape(last, n) {
+				runs[len(runs)-1] = append(prev, n)
+				continue
+			}
+		}
+		runs = append(runs, []NodePlan{n})
+	}
+	return runs
+}
+
+// sameShape reports whether b, after a, is a node like it: its ranks
+// follow a's, as many, with the same CPUs local rank by local rank.
+func sameShape(a, b NodePlan) bool {
+	if len(a.Ranks) != len(b.Ranks) || len(a.Ranks) == 0 || b.Ranks[0].Rank != a.Ranks[len(a.Ranks)-1].Rank+1 {
+		return len(a.Ranks) == 0 && len(b.Ranks) == 0
+	}
+	for i := range a.Ranks {
+		if a.Ranks[i].CPUs != b.Ranks[i].CPUs {
+			return false
+		}
+	}
+	return true
+}
+
+// briefRun is one line for a run of nodes alike: "nodes 0-199: node[0-199]
+// (200 nodes), ranks 0-1599, 8 each, local ranks @0-15 @16-31 ...".
+func (t tableWriter) briefRun(run []NodePlan) {
+	first, last := run[0], run[len(run)-1]
+	names := make([]string, len(run))
+	for i, n := range run {
+		names[i] = n.Host
+	}
+	head := fmt.Sprintf("node %d: %s ", first.NodeRank, first.Host)
+	if len(run) > 1 {
+		head = fmt.Sprintf("nodes %d-%d: %s (%d nodes), ", first.NodeRank, last.NodeRank, hosts.Compress(names), len(run))
+	}
+	per := len(first.Ranks)
+	var words []string
+	switch {
+	case per == 0:
+		words = []string{"no", "ranks"}
+	case len(run) == 1 && per == 1:
+		words = []string{fmt.Sprintf("rank %d", first.Ranks[0].Rank)}
+	case len(run) == 1:
+		words = []string{fmt.Sprintf("ranks %d-%d", first.Ranks[0].Rank, first.Ranks[per-1].Rank)}
+	default:
+		words = []string{fmt.Sprintf("ranks %d-%d,", first.Ranks[0].Rank, last.Ranks[per-1].Rank), fmt.Sprintf("%d each", per)}
+	}
+	if per > 0 && first.Ranks[0].CPUs != "" {
+		words[len(words)-1] += ","
+		words = append(words, "local", "ranks")
+		for _, r := range first.Ranks {
+			words = append(words, "@"+r.CPUs)
+		}
+	}
+	t.fill(head, "    ", words, " ", "")
 }
 
 func (t tableWriter) line(s string) {

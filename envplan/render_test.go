@@ -3,6 +3,7 @@ package envplan
 import (
 	"bytes"
 	"flag"
+	"fmt"
 	"io"
 	"os"
 	"os/exec"
@@ -266,6 +267,46 @@ func TestRenderBrief(t *testing.T) {
 		if len(l) > 80 {
 			t.Errorf("line over 80 columns: %q", l)
 		}
+	}
+}
+
+// TestRenderBriefMany: past 16 nodes, runs of nodes alike share a line,
+// so 200 nodes print a handful of lines; a node with another rank count
+// starts a run of its own, and the nodes after it another.
+func TestRenderBriefMany(t *testing.T) {
+	var list []string
+	facts := Facts{}
+	for i := range 200 {
+		slots := 2
+		if i == 100 {
+			slots = 1
+		}
+		name := fmt.Sprintf("n%d", i)
+		list = append(list, fmt.Sprintf("%s:%d", name, slots))
+		facts[name] = smallFacts(2, "eth0", fmt.Sprintf("10.0.%d.%d", i/200, i%200+1))
+	}
+	spec := newSpec([]string{"--nproc_per_node=2"}, "train.py")
+	spec.Hosts = testHosts(strings.Join(list, ","))
+	p, err := Build(spec, facts)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := RenderBrief(&b, p); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"nodes 0-99: n[0-99] (100 nodes), ranks 0-199, 2 each, local ranks @0-7 @8-15",
+		"node 100: n100 rank 200, local ranks @0-15",
+		"nodes 101-199: n[101-199] (99 nodes), ranks 201-398, 2 each, local ranks @0-7",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("brief lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, "\n"); n > 12 {
+		t.Errorf("%d lines for 200 nodes, want a handful:\n%s", n, out)
 	}
 }
 

@@ -1,6 +1,7 @@
 package job
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"os"
@@ -9,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/userr"
@@ -63,11 +65,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Signals:     r.ui.Signals,
 		Resize:      r.ui.Resize,
 	}
-	if r.cl.Set("fanout") {
-		// Starts go over connections already made, all at once unless
-		// told: a restart should not wait for waves of nodes.
-		opts.Fanout = r.cl.Gorun.Fanout
-	}
+	// Each start runs the user's shell and its rc files on the node; all
+	// at once they can queue on one lock (pyenv's rehash in a shared
+	// home: 75 s for 200 nodes, against 35 s 32 at a time). A warm start
+	// opens no session, so restarts do not wait for waves.
+	opts.Fanout = cmp.Or(r.cl.Gorun.Fanout, cmdline.DefaultFanout)
 	configure(hooks, &opts)
 	res, err := launch.Run(ctx, opts)
 	// The hooks finish after a stop too (the last dumps, the report), but
