@@ -3,6 +3,7 @@ package examples
 import (
 	"encoding/json"
 	"fmt"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -47,11 +48,12 @@ func TestClusterHotSpare(t *testing.T) {
 	if onSpare > 30*time.Second {
 		t.Errorf("link cut → the spare's attempt took %v, want within 30s", onSpare)
 	}
-	// node1 back: gorun dials it every 3 s, each try bounded by the 10 s
-	// connect timeout, so it is connected again within 14 s; attempt 1
-	// runs 40 s.
+	// node1 back: once this machine reaches its sshd again, gorun's next
+	// try (every 3 s, each bounded by the 10 s connect timeout) connects
+	// within 13 s; attempt 1 runs 40 s.
 	restore()
-	time.Sleep(14 * time.Second)
+	reachable(t, c, 1, 30*time.Second)
+	time.Sleep(13 * time.Second)
 	if err := os.WriteFile(filepath.Join(crashes, n[2]+".1"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -166,6 +168,35 @@ func TestClusterSpareForFailedCheck(t *testing.T) {
 		}
 	}
 	noneLeft(t, mark, 15*time.Second)
+}
+
+// reachable waits until this machine (the head) connects to node i's
+// sshd.
+func reachable(t *testing.T, c cluster, i int, timeout time.Duration) {
+	t.Helper()
+	data, err := os.ReadFile(filepath.Join(c.state, "hosts"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var addr string
+	for _, l := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(l); len(f) == 2 && f[1] == c.nodes[i] {
+			addr = f[0]
+		}
+	}
+	if addr == "" {
+		t.Fatalf("%s is not in %s/hosts", c.nodes[i], c.state)
+	}
+	for deadline := time.Now().Add(timeout); ; time.Sleep(200 * time.Millisecond) {
+		conn, err := net.DialTimeout("tcp", net.JoinHostPort(addr, "22"), time.Second)
+		if err == nil {
+			conn.Close()
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s (%s) still unreachable from the head %v after its link came back: %v", c.nodes[i], addr, timeout, err)
+		}
+	}
 }
 
 // checkNodeRanks asserts which node ran which ranks in an attempt, by

@@ -244,7 +244,7 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 func (l *Local) Warm(ctx context.Context, job Job) error { return l.warm.warm(ctx, job, l.Start) }
 
 // Cool stops the agent on standby, if any (Warmer).
-func (l *Local) Cool() { l.warm.cool() }
+func (l *Local) Cool() { l.warm.coolDown() }
 
 var _ Warmer = (*Local)(nil)
 

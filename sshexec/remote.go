@@ -344,7 +344,7 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 func (r *Remote) Warm(ctx context.Context, job Job) error { return r.warm.warm(ctx, job, r.Start) }
 
 // Cool stops the agent on standby, if any (Warmer).
-func (r *Remote) Cool() { r.warm.cool() }
+func (r *Remote) Cool() { r.warm.coolDown() }
 
 var _ Warmer = (*Remote)(nil)
 

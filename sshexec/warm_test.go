@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -262,6 +263,62 @@ func TestWarmStandbyGoesWithTheRunner(t *testing.T) {
 	}
 	if n := count(); n != 0 {
 		t.Errorf("%d warm interpreters left after Close", n)
+	}
+}
+
+// TestWarmCool: Cool ends the agent on standby and its interpreter (a
+// node that left the job), and the next Start on the runner starts cold;
+// a warm whose start Cool overtook is dropped too.
+func TestWarmCool(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, script := warmJob(t)
+	count := func() int {
+		out, _ := exec.Command("pgrep", "-f", script).Output()
+		return len(strings.Fields(string(out)))
+	}
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(5 * time.Second); count() != 1 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	l.Cool()
+	if n := count(); n != 0 {
+		t.Errorf("%d warm interpreters after Cool, want 0", n)
+	}
+	if p := l.warm.take(job, io.Discard, io.Discard); p != nil {
+		t.Error("a standby was taken after Cool")
+	}
+	// A warm that Cool overtakes while it starts is not kept.
+	var s warmSlot
+	started := make(chan struct{})
+	release := make(chan struct{})
+	done := make(chan error, 1)
+	go func() {
+		done <- s.warm(context.Background(), job, func(ctx context.Context, j Job, out, errw io.Writer) (Process, error) {
+			close(started)
+			<-release
+			return l.Start(ctx, j, out, errw)
+		})
+	}()
+	<-started
+	s.coolDown()
+	close(release)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	kept := s.a != nil
+	s.mu.Unlock()
+	if kept {
+		t.Error("a warm that Cool overtook was kept")
+	}
+	for deadline := time.Now().Add(5 * time.Second); count() != 0 && time.Now().Before(deadline); {
+		time.Sleep(50 * time.Millisecond)
+	}
+	if n := count(); n != 0 {
+		t.Errorf("%d warm interpreters left after the overtaken warm", n)
 	}
 }
 

@@ -69,14 +69,18 @@ type warmAgent struct {
 
 // warmSlot is a runner's agent on standby, if any.
 type warmSlot struct {
-	mu sync.Mutex
-	a  *warmAgent
+	mu   sync.Mutex
+	a    *warmAgent
+	cool int // how many times cool ran: a warm under way when it did is dropped
 }
 
 // warm starts an agent on standby for jobs like job with start (the
 // runner's Start), replacing (and stopping) the one before.
 func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context, Job, io.Writer, io.Writer) (Process, error)) error {
 	job.Standby = true
+	s.mu.Lock()
+	cooled := s.cool
+	s.mu.Unlock()
 	wa := &warmAgent{out: &switchWriter{}, err: &switchWriter{}}
 	if job.Relay {
 		wa.ask = newAskStream()
@@ -88,6 +92,11 @@ func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context
 	}
 	wa.proc = p
 	s.mu.Lock()
+	if s.cool != cooled { // cooled while it started: not wanted any more
+		s.mu.Unlock()
+		p.Stop(true)
+		return nil
+	}
 	old := s.a
 	s.a = wa
 	s.mu.Unlock()
@@ -97,12 +106,14 @@ func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context
 	return nil
 }
 
-// cool stops the agent on standby, if any, and waits until it is gone,
+// coolDown stops the agent on standby, if any (and one still starting),
+// and waits until it is gone,
 // at most coolWait.
-func (s *warmSlot) cool() {
+func (s *warmSlot) coolDown() {
 	s.mu.Lock()
 	a := s.a
 	s.a = nil
+	s.cool++
 	s.mu.Unlock()
 	if a == nil {
 		return

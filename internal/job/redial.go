@@ -142,18 +142,24 @@ func (d *redial) take(ctx context.Context) (back map[string]sshexec.Runner, line
 	req, _ := json.Marshal(wire.GPUFreeRequest{Var: wire.RunIDVar, Value: d.runID, Sweep: true, TimeoutSeconds: wire.DefaultGPUFreeTimeout.Seconds()})
 	ctx, cancel := context.WithTimeout(ctx, sweepTimeout)
 	defer cancel()
-	var mu sync.Mutex
-	sshexec.ForEach(ctx, slices.Sorted(maps.Keys(back)), d.fanout, func(ctx context.Context, name string) error {
-		line, ok := sweepLine(ctx, name, back[name], req, d.runID != "")
-		mu.Lock()
-		defer mu.Unlock()
-		lines = append(lines, line)
-		if !ok {
+	names := slices.Sorted(maps.Keys(back))
+	said := make([]string, len(names))
+	swept := make([]bool, len(names)) // false too for a node not asked (ctx ended first)
+	// Each call writes its own slots; back is only read meanwhile.
+	sshexec.ForEach(ctx, names, d.fanout, func(ctx context.Context, name string) error {
+		i, _ := slices.BinarySearch(names, name)
+		said[i], swept[i] = sweepLine(ctx, name, back[name], req, d.runID != "")
+		return nil
+	})
+	for i, name := range names {
+		if said[i] != "" {
+			lines = append(lines, said[i])
+		}
+		if !swept[i] {
 			back[name].Close()
 			delete(back, name)
 		}
-		return nil
-	})
+	}
 	return back, lines
 }
 
