@@ -296,6 +296,10 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	}
 	conn := <-r.conn
 	r.waitOut("ready")
+	// "ready" is relayed as soon as it is flushed, and the worker may not
+	// have reached its sleep on line 4 yet (CI saw the dump at line 3,
+	// under load): a moment lets it get there.
+	time.Sleep(300 * time.Millisecond)
 	conn.Write([]byte{wire.TellDump})
 	err = cmd.Wait()
 	if _, sig := exitCode(err); sig != syscall.SIGABRT || strings.Contains(own.String(), "goroutine") {
