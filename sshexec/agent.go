@@ -330,6 +330,8 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		graceC            <-chan time.Time
 		killC             <-chan time.Time
 		pollC             <-chan time.Time
+		hungUp            <-chan struct{}
+		lookNow           bool // a quick stop looks at once whether torchrun is alone
 		mainDone          = r.mainDone
 		mainGone          bool
 		ctxDone           = ctx.Done()
@@ -379,7 +381,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 				n = signalLeft()
 			}
 			pollTicker = time.NewTicker(quickPoll)
-			pollC = pollTicker.C
+			pollC, hungUp, lookNow = pollTicker.C, a.relay.hungUp, true
 		} else {
 			var err error
 			if n, err = signalTree(a.self, sig); err != nil {
@@ -398,7 +400,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		hb.Stop()
 		if !killing {
 			killing = true
-			graceC, pollC = nil, nil
+			graceC, pollC, hungUp = nil, nil, nil
 			killTicker = time.NewTicker(killRepeat)
 			killC = killTicker.C
 		}
@@ -411,7 +413,29 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		}
 	}
 
+	// lookAlone is a quick stop's look, on its ticks and whenever a
+	// worker's supervisor hangs up: once no supervisor is left, the rest
+	// of the tree gets the stop's signal, and torchrun, frozen, is killed
+	// as soon as nothing else is left.
+	lookAlone := func() {
+		if pollC == nil || killing {
+			return
+		}
+		if !leftSignalled && a.relay.clients() == 0 {
+			signalLeft()
+		}
+		if aloneLeft(a.self, r.main) {
+			pollTicker.Stop()
+			pollC, hungUp = nil, nil
+			kill("")
+		}
+	}
+
 	for {
+		if lookNow {
+			lookNow = false
+			lookAlone()
+		}
 		select {
 		case <-r.allGone:
 			return r.exitCode()
@@ -453,14 +477,9 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		case <-killC:
 			kill("")
 		case <-pollC:
-			if !leftSignalled && a.relay.clients() == 0 {
-				signalLeft()
-			}
-			if !killing && aloneLeft(a.self, r.main) {
-				pollTicker.Stop()
-				pollC = nil
-				kill("")
-			}
+			lookAlone()
+		case <-hungUp:
+			lookAlone()
 		case s := <-sigs:
 			sig, ok := s.(syscall.Signal)
 			if !ok || sig == syscall.SIGPIPE {

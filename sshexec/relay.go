@@ -157,6 +157,9 @@ type relay struct {
 	// at a time; each write ends with flushFrame.
 	lineBuffered bool
 	conns        map[*net.UnixConn]struct{}
+	// hungUp has a value once a client has hung up since it was last
+	// read: a stop looks at once whether torchrun is alone.
+	hungUp chan struct{}
 
 	readers sync.WaitGroup
 
@@ -180,7 +183,7 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 	}
 	go sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), time.Now()) // off the start's path
 	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{},
-		lineBuffered: os.Getenv(AgentStepVar) != ""}
+		hungUp: make(chan struct{}, 1), lineBuffered: os.Getenv(AgentStepVar) != ""}
 	r.readers.Add(1)
 	go r.accept()
 	return r, nil
@@ -214,6 +217,10 @@ func (r *relay) read(c *net.UnixConn) {
 		delete(r.conns, c)
 		r.mu.Unlock()
 		c.Close()
+		select {
+		case r.hungUp <- struct{}{}:
+		default: // one is pending already
+		}
 	}()
 	br := bufio.NewReaderSize(c, 64<<10)
 	var buf, frame, first []byte

@@ -61,7 +61,11 @@ def _prepay_torchrun(modules):
     if "torch.distributed.run" not in modules or "torch" not in sys.modules:
         return
     try:
-        sys.modules["torch"].cuda.is_available()
+        cuda = sys.modules["torch"].cuda
+        cuda.is_available()
+        # And, in torch 2.11, the NVML count of the devices (19 ms there:
+        # loading libnvidia-ml and its init, which later calls find done).
+        cuda.device_count()
     except BaseException:  # torchrun asks again, and reports what it finds
         pass
 
