@@ -34,6 +34,10 @@ type testTake struct {
 	// as a supervisor that is killed does, and reports whether the worker
 	// went with it.
 	HangUp bool `json:"hang_up,omitempty"`
+	// InterruptMS: once taken, the worker's process group gets SIGINT
+	// this many milliseconds later, as a stop's or Ctrl-C's from its
+	// supervisor (-1: none).
+	InterruptMS int `json:"interrupt_ms,omitempty"`
 }
 
 // poolHelper is the test binary as a pooled job's main process.
@@ -65,6 +69,12 @@ func poolHelper() int {
 		case cold != "":
 			fmt.Printf("take %d: cold: %s\n", i, cold)
 			continue
+		}
+		if tt.InterruptMS > 0 {
+			go func() {
+				time.Sleep(time.Duration(tt.InterruptMS-1) * time.Millisecond)
+				unix.Kill(-p.PID, syscall.SIGINT)
+			}()
 		}
 		if tt.HangUp {
 			time.Sleep(200 * time.Millisecond) // the worker runs
@@ -290,6 +300,43 @@ func TestPoolLocaleCoercion(t *testing.T) {
 	out2 := runPool(t, job)
 	if strings.Contains(out2, "cold") || strings.Count(out2, "lc "+coerced+"\n") != 2 {
 		t.Errorf("want both pooled, with LC_CTYPE=%s:\n%s", coerced, out2)
+	}
+}
+
+// TestPoolInterrupt: a SIGINT (Ctrl-C, a stop's) that reaches a pooled
+// worker while its interpreter is still importing ahead is not lost: the
+// worker ends as python does on a Ctrl-C during its own import (a
+// KeyboardInterrupt, then death by SIGINT) instead of running its script.
+// One that comes while the script runs ends it the same way, the
+// traceback starting at the script's frame.
+func TestPoolInterrupt(t *testing.T) {
+	needPython(t)
+	job, dir := poolJob(t, 2, []testTake{
+		{Slot: 0, Target: "job.py", InterruptMS: 700}, // during the 2 s import
+		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "SLEEP"}, InterruptMS: 3000},
+	})
+	if err := os.WriteFile(filepath.Join(dir, "slow.py"), []byte("import time\ntime.sleep(2)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Pool.Modules = append(job.Pool.Modules, "slow")
+	out := runPool(t, job)
+	for _, want := range []string{
+		fmt.Sprintf("take 0: pooled pid"), fmt.Sprintf("take 1: pooled pid"),
+		"KeyboardInterrupt",
+		`job.py", line`, // the second one's traceback, at the script's frame
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, fmt.Sprintf(": signal %d\n", syscall.SIGINT)); n != 2 {
+		t.Errorf("%d of 2 workers died by SIGINT:\n%s", n, out)
+	}
+	if n := strings.Count(out, "argv ["); n != 1 {
+		t.Errorf("%d scripts ran, want 1 (the one interrupted during its import must not run):\n%s", n, out)
+	}
+	if strings.Contains(out, "warm-") {
+		t.Errorf("a KeyboardInterrupt's traceback shows the pool's shim:\n%s", out)
 	}
 }
 

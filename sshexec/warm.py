@@ -14,6 +14,7 @@
 #       environment as it started (one JSON line), and the job's line
 #       brings the worker's stdin, stdout and stderr, and names its script.
 import array
+import atexit
 import builtins
 import importlib.machinery
 import importlib.util
@@ -41,12 +42,37 @@ def _forget_shim():
         pass
 
 
+# A SIGINT (Ctrl-C, or a stop's) that came while the modules were imported
+# ahead: the job gets it as soon as it runs, as it would have in its own
+# import, instead of it being lost.
+_interrupted = False
+# Set when the job ended with an uncaught KeyboardInterrupt: once the
+# interpreter has finalised, it dies by SIGINT, as python does.
+_die_by_sigint = False
+
+
 def _import(modules):
+    global _interrupted
     for name in modules:
         try:
             __import__(name)
+        except KeyboardInterrupt:
+            _interrupted = True
+            return
         except BaseException:  # the job imports it again, and reports the failure as it would
             pass
+
+
+def _exit_by_sigint():
+    if not _die_by_sigint:
+        return
+    for f in (sys.stdout, sys.stderr):
+        try:
+            f.flush()
+        except Exception:
+            pass
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    os.kill(os.getpid(), signal.SIGINT)
 
 
 def _prepay_torchrun(modules):
@@ -167,18 +193,26 @@ def _become(job, mode, target):
 
 def _run(job, mode, target):
     # An error's traceback starts at the job's own frame, as it would
-    # without this shim.
+    # without this shim; an uncaught KeyboardInterrupt ends the process by
+    # SIGINT once the job's atexit handlers have run (registered first,
+    # this one runs last).
+    global _die_by_sigint
+    atexit.register(_exit_by_sigint)
     try:
+        if _interrupted:
+            raise KeyboardInterrupt
         _become(job, mode, target)
-    except (SystemExit, KeyboardInterrupt):
+    except SystemExit:
         raise
     except BaseException as e:
         tb = e.__traceback__
         while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__, "<frozen runpy>"):
             tb = tb.tb_next
-        if tb is not None:
+        if tb is not None or isinstance(e, KeyboardInterrupt):
             e.__traceback__ = tb  # the default hook prints the exception's own
         sys.excepthook(type(e), e, e.__traceback__)
+        if isinstance(e, KeyboardInterrupt):
+            _die_by_sigint = True
         sys.exit(1)
 
 
