@@ -71,6 +71,18 @@ type PoolTake struct {
 	CPUs   []int    `json:"cpus,omitempty"`
 }
 
+// poolRoom is the room, in bytes, each pooled interpreter starts with
+// beyond its own command line and environment (an argument of spaces, a
+// variable of dots), which its worker's, written over them, may use: a
+// worker then shows its own in ps, pgrep -f and /proc/PID/cmdline and
+// environ, as a cold start's would.
+const poolRoom = 4096
+
+// PoolRoomVar is the variable that holds a pooled interpreter's room in
+// its environment; warm.py drops it before anything reads the
+// environment.
+const PoolRoomVar = "GORUN_POOL_ROOM"
+
 // poolReply is the agent's answer to a PoolTake, and later its word on
 // the worker's end.
 type poolReply struct {
@@ -207,8 +219,9 @@ func (p *pool) startSlot(job Job, base []string, s PoolSlot, dir string, i int) 
 		return nil, err
 	}
 	defer devnull.Close()
-	argv := []string{p.interp, "-u", shim, "pool", string(settings)}
-	started, err := forkExec(p.interp, argv, env, p.dir, nil, devnull, devnull, theirs)
+	argv := []string{p.interp, "-u", shim, "pool", string(settings), strings.Repeat(" ", poolRoom)}
+	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
+	started, err := forkExec(p.interp, argv, withRoom, p.dir, nil, devnull, devnull, theirs)
 	if err != nil {
 		os.Remove(shim)
 		c.Close()
@@ -457,13 +470,21 @@ func lateVar(late []string, name string) bool {
 
 // hand gives the interpreter its worker, with its streams.
 func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
+	// A cold start's argv, `python -u [-m] TARGET ARGS`, for ps (warm.py
+	// keeps its own argv[0]).
+	shown := []string{take.Interp, "-u"}
+	if take.Module {
+		shown = append(shown, "-m")
+	}
+	shown = append(append(shown, take.Target), take.Args...)
 	line, err := json.Marshal(struct {
 		Env    []string `json:"env"`
 		Dir    string   `json:"dir"`
 		Args   []string `json:"args"`
 		Mode   string   `json:"mode"`
 		Target string   `json:"target"`
-	}{sl.becomes(take), take.Dir, take.Args, map[bool]string{false: "script", true: "module"}[take.Module], take.Target})
+		Shown  []string `json:"shown"`
+	}{sl.becomes(take), take.Dir, take.Args, map[bool]string{false: "script", true: "module"}[take.Module], take.Target, shown})
 	if err != nil {
 		return err
 	}

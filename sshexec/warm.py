@@ -163,11 +163,75 @@ def _run_script(path):
     exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
 
 
+def _show_as(argv):
+    # What ps, pgrep -f and /proc/PID/cmdline and environ show of this
+    # process: the worker's own command line and environment, as a cold
+    # start's, written in place into the room the agent gave this
+    # interpreter (sshexec.poolRoom). argv[0] stays, and so does every
+    # string of the environment it started with, byte for byte where it
+    # was (a library that kept a pointer from getenv() reads what it
+    # read): the worker's variables that differ from those (RANK, the
+    # TORCHELASTIC_ ones, ...) take the room variable's place. What does
+    # not fit, or a /proc/self/mem that cannot be written, leaves the
+    # pool's. With CAP_SYS_RESOURCE both ends are trimmed to fit; without,
+    # trailing NULs show as empty strings.
+    try:
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        # arg_start, arg_end, env_start, env_end: fields 48-51 of stat(5)
+        arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+        with open("/proc/self/mem", "r+b", buffering=0) as m:
+            m.seek(arg_start)
+            first = m.read(arg_end - arg_start).split(b"\0", 1)[0]
+            cmd = b"".join(a.encode("utf-8", "surrogateescape") + b"\0" for a in argv[1:])
+            at = arg_start + len(first) + 1
+            if len(cmd) <= arg_end - at:
+                m.seek(at)
+                m.write(cmd.ljust(arg_end - at, b"\0"))
+                _trim(9, at + len(cmd))  # PR_SET_MM_ARG_END
+            m.seek(env_start)
+            old = m.read(env_end - env_start)
+            room = old.find(b"\0GORUN_POOL_ROOM=")
+            if room < 0:
+                return
+            room += 1
+            final = [k + b"=" + v for k, v in os.environb.items()]
+            kept = set(final)
+            add = b"".join(e + b"\0" for e in final if e not in set(old[:room].split(b"\0")))
+            if len(add) > len(old) - room:
+                return
+            # An entry whose variable the worker has otherwise, or not at
+            # all, goes (NULs: no library may rely on one of those, which
+            # are not read at import).
+            at = 0
+            for e in old[:room].split(b"\0"):
+                if e and e not in kept:
+                    m.seek(env_start + at)
+                    m.write(b"\0" * len(e))
+                at += len(e) + 1
+            m.seek(env_start + room)
+            m.write(add.ljust(len(old) - room, b"\0"))
+            _trim(11, env_start + room + len(add))  # PR_SET_MM_ENV_END
+    except (OSError, ValueError):
+        pass
+
+
+def _trim(option, end):
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(35, option, ctypes.c_ulong(end), 0, 0)  # PR_SET_MM
+    except Exception:
+        pass
+
+
 def _become(job, mode, target):
     os.environ.clear()
     for kv in job["env"]:
         name, _, value = kv.partition("=")
         os.environ[name] = value
+    if job.get("shown"):
+        _show_as(job["shown"])
     if job.get("dir"):
         os.chdir(job["dir"])
     sys.argv = [target] + (job.get("args") or [])
@@ -235,6 +299,7 @@ def _main():
         _run(job, mode, target)
         return
     settings = json.loads(sys.argv[2])
+    os.environ.pop("GORUN_POOL_ROOM", None)  # room for the worker's own (_show_as), no variable of its
     # The environment as this interpreter has it once started (Python
     # may have set LC_CTYPE, coercing a C locale), which a worker's must
     # match.
