@@ -375,9 +375,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			if !mainGone {
 				_ = unix.Kill(r.main, syscall.SIGSTOP)
 			}
-			if n = a.relay.clients(); n > 0 {
-				a.relay.broadcast([]byte{tell, byte(sig)})
-			} else {
+			if n = a.relay.stop([]byte{tell, byte(sig)}); n == 0 {
 				n = signalLeft()
 			}
 			pollTicker = time.NewTicker(quickPoll)

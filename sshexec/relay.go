@@ -160,6 +160,11 @@ type relay struct {
 	// hungUp has a value once a client has hung up since it was last
 	// read: a stop looks at once whether torchrun is alone.
 	hungUp chan struct{}
+	// stopped is the stop's tell once one was made: a client that
+	// connects after it (a worker's supervisor that torchrun started just
+	// before it was frozen) gets it at once, or its worker would run on
+	// until the grace ran out.
+	stopped []byte
 
 	readers sync.WaitGroup
 
@@ -203,7 +208,11 @@ func (r *relay) accept() {
 		}
 		r.mu.Lock()
 		r.conns[c] = struct{}{}
+		stopped := r.stopped
 		r.mu.Unlock()
+		if stopped != nil {
+			_, _ = c.Write(stopped) // a client that is gone is gone
+		}
 		r.readers.Add(1)
 		go r.read(c)
 	}
@@ -306,14 +315,36 @@ func (r *relay) sendTells() {
 // broadcast sends msg to every connected client.
 func (r *relay) broadcast(msg []byte) {
 	r.mu.Lock()
+	conns := r.connList()
+	r.mu.Unlock()
+	send(conns, msg)
+}
+
+// connList lists the connected clients; r.mu is held.
+func (r *relay) connList() []*net.UnixConn {
 	conns := make([]*net.UnixConn, 0, len(r.conns))
 	for c := range r.conns {
 		conns = append(conns, c)
 	}
-	r.mu.Unlock()
+	return conns
+}
+
+func send(conns []*net.UnixConn, msg []byte) {
 	for _, c := range conns {
 		_, _ = c.Write(msg) // a client that is gone is gone
 	}
+}
+
+// stop tells every client, and every client that connects from now on,
+// that the job stops (msg: RelayStop or RelayHad and the signal), and
+// returns how many were connected.
+func (r *relay) stop(msg []byte) int {
+	r.mu.Lock()
+	r.stopped = msg // from here on accept tells, under the same lock: each client once
+	conns := r.connList()
+	r.mu.Unlock()
+	send(conns, msg)
+	return len(conns)
 }
 
 // clients reports how many clients are connected.

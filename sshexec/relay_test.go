@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -146,5 +147,41 @@ func TestRelayFlushesLineBufferedOutput(t *testing.T) {
 	(&relay{out: &out}).write(AppendFrame(nil, 'i', []byte{0, 0, 0, 1}))
 	if len(out.writes) != 1 {
 		t.Errorf("not line-buffered: %d writes, want the frame alone", len(out.writes))
+	}
+}
+
+// TestRelayStopReachesLateClients: a client that connects after the
+// stop's tell (a worker's supervisor that torchrun started just before it
+// was frozen) gets the tell once as it connects, and one connected before
+// gets it once too.
+func TestRelayStopReachesLateClients(t *testing.T) {
+	r, err := startRelay(&bytes.Buffer{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.close()
+	dial := func() net.Conn {
+		c, err := net.Dial("unix", r.path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	early := dial()
+	defer early.Close()
+	for deadline := time.Now().Add(5 * time.Second); r.clients() < 1 && time.Now().Before(deadline); {
+		time.Sleep(time.Millisecond)
+	}
+	if n := r.stop([]byte{RelayStop, 2}); n != 1 {
+		t.Fatalf("stop told %d clients, want 1", n)
+	}
+	late := dial()
+	defer late.Close()
+	for name, c := range map[string]net.Conn{"early": early, "late": late} {
+		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+		got, _ := io.ReadAll(c) // until the deadline: every byte told
+		if !bytes.Equal(got, []byte{RelayStop, 2}) {
+			t.Errorf("%s client was told %q, want the stop once", name, got)
+		}
 	}
 }
