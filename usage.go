@@ -130,8 +130,10 @@ gorun options:
                            done, while an attempt runs (default on)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
-  --prewarm MODULES|off    a pool of worker interpreters per node with MODULES
-                           (such as torch) imported ahead (opt-in; default off)
+  --prewarm auto|MODULES|off
+                           a pool of worker interpreters per node with MODULES
+                           (such as torch) imported ahead; auto (default):
+                           torch, for a script that imports it
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

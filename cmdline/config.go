@@ -115,10 +115,18 @@ type Options struct {
 	// signal of a stop from outside (SIGTERM or Ctrl-C to gorun, scancel,
 	// a pod's deletion), before what is left is killed.
 	StopGrace time.Duration
-	// Prewarm (--prewarm MODULES|off) names the modules that each node's
-	// pool of worker interpreters imports ahead, one interpreter per local
-	// rank; nil (off, the default): every worker starts its own.
-	Prewarm []string
+	// Prewarm (--prewarm auto|MODULES|off) names the modules that each
+	// node's pool of worker interpreters imports ahead, one interpreter
+	// per local rank; nil (off): every worker starts its own. auto, the
+	// default, is torch, where the workers are Python scripts (not
+	// --no-python, not --run-path), and PrewarmAuto is set: the launch
+	// then drops the pool for a script it can read that imports none of
+	// the modules (job.autoPrewarm).
+	Prewarm     []string
+	PrewarmAuto bool
+	// PrewarmSkipped says why auto left the pool out, for the plan: set
+	// by the launch (job.autoPrewarm), never by parsing.
+	PrewarmSkipped string
 	// Fanout (--fanout N) is how many nodes the head dials, asks (the
 	// checks, the teardown check) or starts at once; 0 (not given):
 	// DefaultFanout.

@@ -60,7 +60,7 @@ func gorunTable() []*optionSpec {
 		gorunText("summary", "--summary", func(o *Options) *string { return &o.Summary }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
-		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
+		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
 		gorunValue("fanout", "--fanout", setFanout),
 	}
 }
@@ -200,11 +200,18 @@ func setFanout(o *Options, typed string, _ int, value string) error {
 	return nil
 }
 
-// setPrewarm reads --prewarm: off, or the modules each pooled worker
-// interpreter imports ahead, comma-separated (torch, or torch,numpy).
+// setPrewarm reads --prewarm: auto (the default: torch, where the
+// workers are Python scripts that import it), off, or the modules each
+// pooled worker interpreter imports ahead, comma-separated (torch, or
+// torch,numpy).
 func setPrewarm(o *Options, typed string, _ int, value string) error {
-	if value == "off" {
+	o.PrewarmAuto = value == "auto"
+	switch value {
+	case "off":
 		o.Prewarm = nil
+		return nil
+	case "auto":
+		o.Prewarm = []string{"torch"}
 		return nil
 	}
 	var mods []string
@@ -212,7 +219,7 @@ func setPrewarm(o *Options, typed string, _ int, value string) error {
 		m = strings.TrimSpace(m)
 		if !pythonModuleName(m) {
 			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a Python module name", userr.Quote(m)),
-				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or off (the default)"}
+				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or auto (the default) or off"}
 		}
 		mods = append(mods, m)
 	}
@@ -317,6 +324,12 @@ func (p *parser) checkGorun() error {
 // --run-path runs it inside torchrun's agent.
 func (p *parser) checkPrewarm(cfg Config) error {
 	if len(p.gorun.Prewarm) == 0 {
+		return nil
+	}
+	if p.gorun.PrewarmAuto {
+		if cfg.RunPath || cfg.NoPython {
+			p.gorun.Prewarm = nil // no worker interpreter to warm: auto means none
+		}
 		return nil
 	}
 	var other string

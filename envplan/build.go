@@ -634,9 +634,16 @@ func (b *builder) closingNotes() {
 	} else {
 		b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
 	}
+	if why := b.spec.Gorun.PrewarmSkipped; why != "" {
+		b.note(NoteInfo, "no worker pool (--prewarm auto): %s, so each worker starts its own interpreter; --prewarm torch starts the pool anyway", why)
+	}
 	if mods := b.spec.Gorun.Prewarm; len(mods) > 0 {
-		b.note(NoteInfo, "--prewarm %s: each node's agent starts one interpreter per local rank beside torchrun, bound to that rank's CPUs, which imports %s and waits (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. Each interpreter holds its imports in host memory: about 0.5 GB per rank with torch%s",
-			strings.Join(mods, ","), strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])
+		given := "--prewarm " + strings.Join(mods, ",")
+		if b.spec.Gorun.PrewarmAuto {
+			given = "--prewarm auto (the default; off: --prewarm off; a node with fewer CPUs than its local ranks plus one starts no pool)"
+		}
+		b.note(NoteInfo, "%s: each node's agent starts one interpreter per local rank beside torchrun, bound to that rank's CPUs, which imports %s and waits (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. Each interpreter holds its imports in host memory: about 0.5 GB per rank with torch%s",
+			given, strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])
 	}
 	if b.cfg.MaxRestarts > 0 {
 		if b.spec.Gorun.WarmRestart == "off" {

@@ -154,7 +154,25 @@ type run struct {
 
 func startGorun(t *testing.T, env []string, args ...string) *run {
 	t.Helper()
-	return startCmd(t, exec.Command(gorunBin, args...), env)
+	return startCmd(t, exec.Command(gorunBin, prewarmArgs(args)...), env)
+}
+
+// prewarmArgs puts --prewarm $GORUN_E2E_PREWARM before args, where the
+// command is a launch whose workers are Python scripts, so the whole suite
+// can run with the worker pool forced on (GORUN_E2E_PREWARM=torch) where
+// --prewarm auto would leave it out (this machine's few CPUs, a script
+// without torch).
+func prewarmArgs(args []string) []string {
+	mods := os.Getenv("GORUN_E2E_PREWARM")
+	if mods == "" || len(args) == 0 || !strings.HasPrefix(args[0], "-") && !strings.Contains(args[0], ".") {
+		return args // a subcommand (preflight, hosts, ...)
+	}
+	for _, a := range args {
+		if a == "--no-python" || a == "--no_python" || a == "--run-path" || a == "--run_path" || strings.HasPrefix(a, "--prewarm") || a == "--version" || a == "--help" {
+			return args
+		}
+	}
+	return append([]string{"--prewarm", mods}, args...)
 }
 
 // startCmd starts cmd (gorun, perhaps behind a command such as `ip netns

@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 	if os.Getenv(testAgentOutputEnv) == "1" {
 		os.Exit(agentOutputHelper(os.Args[1:]))
 	}
+	if os.Getenv(testSSHServersEnv) != "" {
+		os.Exit(sshServersHelper())
+	}
 	os.Exit(m.Run())
 }
 

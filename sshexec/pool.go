@@ -45,6 +45,12 @@ type Pool struct {
 	// name ending in '*' stands for every name it begins. A difference
 	// in any other import-time variable keeps the worker out of the pool.
 	Late []string `json:"late,omitempty"`
+	// Auto (--prewarm auto): no interpreter starts on a node with fewer
+	// CPUs than the interpreters plus torchrun, where their imports would
+	// only share the CPUs with torchrun's own and with each other (a start
+	// or a restart then takes longer than cold); every worker there is
+	// told why and starts cold.
+	Auto bool `json:"auto,omitempty"`
 }
 
 // PoolSlot is one interpreter of a pool.
@@ -101,6 +107,7 @@ type pool struct {
 	dir    string
 	late   []string
 	logf   func(format string, args ...any)
+	off    string // why no interpreter was started (Pool.Auto); "": they were
 
 	mu    sync.Mutex
 	slots []*poolSlot
@@ -152,8 +159,17 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 		return nil, err
 	}
 	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, logf: logf, byPID: map[int]*poolSlot{}}
+	if n := len(job.Pool.Slots); job.Pool.Auto && n > 0 {
+		if cpus := usableCPUs(); cpus > 0 && cpus < n+1 {
+			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %d pooled imports and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, n)
+		}
+	}
 	p.mu.Lock() // the reaper waits until each interpreter is known
 	for i, s := range job.Pool.Slots {
+		if p.off != "" {
+			p.slots = append(p.slots, nil)
+			continue
+		}
 		sl, err := p.startSlot(job, base, s, dir, i)
 		if err != nil {
 			logf("pool: interpreter for slot %d: %v", i, err)
@@ -366,6 +382,10 @@ func (p *pool) serve(c *net.UnixConn) {
 // a slot whose worker went elsewhere is killed, freeing its memory.
 func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 	p.mu.Lock()
+	if p.off != "" {
+		p.mu.Unlock()
+		return nil, p.off
+	}
 	if take.Slot < 0 || take.Slot >= len(p.slots) || p.slots[take.Slot] == nil {
 		p.mu.Unlock()
 		return nil, fmt.Sprintf("no pooled interpreter for local rank %d", take.Slot)
@@ -606,4 +626,13 @@ func waitStatusWords(ws unix.WaitStatus) string {
 		return fmt.Sprintf("exit %d", ws.ExitStatus())
 	}
 	return fmt.Sprintf("signal %d", ws.Signal())
+}
+
+// usableCPUs is how many CPUs this process may run on; 0 when unknown.
+func usableCPUs() int {
+	var set unix.CPUSet
+	if unix.SchedGetaffinity(0, &set) != nil {
+		return 0
+	}
+	return set.Count()
 }

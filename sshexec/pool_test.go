@@ -370,3 +370,24 @@ func TestPoolTakeWithoutAgent(t *testing.T) {
 		t.Errorf("TakePooled without a pool: cold %q, err %v; want an error", cold, err)
 	}
 }
+
+// TestPoolAuto: under --prewarm auto a node with fewer CPUs than the
+// interpreters plus torchrun starts none, and each worker is told why and
+// starts cold; with CPUs to spare the pool starts as asked.
+func TestPoolAuto(t *testing.T) {
+	needPython(t)
+	cpus := usableCPUs()
+	if cpus < 2 {
+		t.Skipf("%d CPU: no room for one interpreter beside torchrun", cpus)
+	}
+	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py"}})
+	few.Pool.Auto = true
+	if out := runPool(t, few); !strings.Contains(out, fmt.Sprintf("take 0: cold: --prewarm auto: %d CPUs here for %d pooled imports", cpus, cpus)) {
+		t.Errorf("%d slots on %d CPUs: want no pool, said:\n%s", cpus, cpus, out)
+	}
+	enough, _ := poolJob(t, cpus-1, []testTake{{Slot: 0, Target: "job.py"}})
+	enough.Pool.Auto = true
+	if out := runPool(t, enough); !strings.Contains(out, "take 0: pooled pid") {
+		t.Errorf("%d slots on %d CPUs: want the pool:\n%s", cpus-1, cpus, out)
+	}
+}

@@ -5,7 +5,10 @@
 #   netns-cluster.sh down     # kill everything in the namespaces, delete all state
 #   netns-cluster.sh status
 #
-# Node i: netns ${PREFIX}-node$i, eth0 = ${SUBNET}.$((10+i))/24, hostname node$i
+# Node i: netns ${PREFIX}-node$i, eth0 = ${SUBNET}.$((10+i))/24, hostname node$i. Past 245
+# nodes (up to 1,000: a Linux bridge takes 1,024 ports) the net is the /16 around SUBNET and
+# the addresses run on: node i = the (10+i)th address after ${SUBNET}.0 (node246 =
+# ${SUBNET%.*}.1.0); the hosts file says which. That /16 must then be free on this machine.
 # (own UTS + PID + mount namespace, so `hostname`, `ps`, `kill` are per node),
 # sshd on port 22 with its own host key, root login with the generated key only.
 # The filesystem is shared: every node sees the same files (except /etc/hosts
@@ -17,7 +20,7 @@
 #   ssh_config    Host node* entries (User, IdentityFile, UserKnownHostsFile, HostName)
 #   id_ed25519    the client key every node accepts (root login, key only)
 #   known_hosts   every node's host key, as "nodeI,10.77.0.(10+I) ssh-ed25519 ..."
-#   hosts         "10.77.0.(10+I) nodeI" lines, one per node
+#   hosts         "10.77.0.(10+I) nodeI" lines, one per node (past 245 nodes, node_ip's)
 #   nodeI/        host key, sshd_config, sshd.log of node I
 # NODE_SSHD=0 (default 1): no SSH at all. Each node's pid 1 is then a placeholder init (a
 # bash that reaps orphans and exits on SIGTERM) instead of sshd, and the state dir holds only
@@ -28,7 +31,7 @@
 set -euo pipefail
 
 PREFIX=${PREFIX:-gorun}
-SUBNET=${SUBNET:-10.77.0}                 # /24; bridge gets .1, node i gets .(10+i)
+SUBNET=${SUBNET:-10.77.0}                 # /24 (/16 past 245 nodes); bridge gets .1, node i the (10+i)th
 STATE=${STATE:-${TMPDIR:-/tmp}/gorun-testcluster}         # keys, configs, logs
 BR=${PREFIX}-br0
 SSHD=${SSHD:-/usr/sbin/sshd}
@@ -37,6 +40,12 @@ NODE_SSHD=${NODE_SSHD:-1}
 MARK=.gorun-testcluster                   # only a dir holding this file is ever deleted
 
 log() { echo "netns-cluster: $*" >&2; }
+
+# node_ip I: node I's address, the (10+I)th after $SUBNET.0, carried into the third octet
+node_ip() {
+  local v=$((10 + $1)) c=${SUBNET##*.}
+  echo "${SUBNET%.*}.$((c + v / 256)).$((v % 256))"
+}
 
 need() {
   local c missing="" cmds=(ip unshare)
@@ -84,7 +93,17 @@ down() {
 
 up() {
   local n=${1:?usage: $0 up N} i ns ip hk
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { log "bad N: $n"; exit 2; }
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 1000 ] || { log "bad N: $n (1 to 1000)"; exit 2; }
+  local bits=24
+  if [ "$n" -gt 245 ]; then
+    bits=16
+    [ $((${SUBNET##*.} + (10 + n) / 256)) -le 255 ] || { log "SUBNET=$SUBNET leaves no room for $n nodes in its /16"; exit 2; }
+    # the root namespace's neighbour table holds an entry per node it talks to
+    local t
+    for t in 1 2 3; do
+      [ "$(cat /proc/sys/net/ipv4/neigh/default/gc_thresh$t)" -ge $((4 * n)) ] || echo $((4 * n)) >/proc/sys/net/ipv4/neigh/default/gc_thresh$t
+    done
+  fi
   case $NODE_SSHD in 0 | 1) ;; *) log "NODE_SSHD must be 0 or 1, not $NODE_SSHD"; exit 2 ;; esac
   need
   down                                    # idempotent: always start from a clean slate
@@ -99,7 +118,7 @@ up() {
   fi
 
   ip link add "$BR" type bridge
-  ip addr add "$SUBNET.1/24" dev "$BR"
+  ip addr add "$SUBNET.1/$bits" dev "$BR"
   ip link set "$BR" up
   # Docker hosts (e.g. GitHub runners) have br_netfilter + FORWARD policy DROP: allow our bridge.
   if command -v iptables >/dev/null 2>&1; then
@@ -107,7 +126,7 @@ up() {
   fi
 
   : >"$STATE/hosts"
-  for ((i = 0; i < n; i++)); do echo "$SUBNET.$((10 + i)) node$i" >>"$STATE/hosts"; done
+  for ((i = 0; i < n; i++)); do echo "$(node_ip "$i") node$i" >>"$STATE/hosts"; done
   if [ "$NODE_SSHD" = 1 ]; then
     : >"$STATE/known_hosts"
     {
@@ -124,13 +143,13 @@ up() {
   fi
 
   for ((i = 0; i < n; i++)); do
-    ns=${PREFIX}-node$i; ip=$SUBNET.$((10 + i)); hk=$STATE/node$i
+    ns=${PREFIX}-node$i; ip=$(node_ip "$i"); hk=$STATE/node$i
     mkdir -p "$hk"
     ip netns add "$ns"
     ip link add "${PREFIX}-v$i" type veth peer name eth0 netns "$ns"
     ip link set "${PREFIX}-v$i" master "$BR" up
     ip -n "$ns" link set lo up
-    ip -n "$ns" addr add "$ip/24" dev eth0
+    ip -n "$ns" addr add "$ip/$bits" dev eth0
     ip -n "$ns" link set eth0 up
 
     # per-node /etc/hosts + /etc/hostname (bind-mounted by `ip netns exec`)

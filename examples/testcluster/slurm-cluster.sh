@@ -23,7 +23,7 @@
 #   slurmctld  on the head (root namespace), SlurmctldHost=$(hostname -s)($SUBNET.1): the
 #              nodes reach it over the bridge, the head's clients on the same address.
 #   slurmd     one per node, run with nsenter inside the node's net + UTS + mount + PID
-#              namespaces (those of the node's pid 1), as -N node$i, NodeAddr=$SUBNET.$((10+i)).
+#              namespaces (those of the node's pid 1), as -N node$i, NodeAddr as in $STATE/hosts ($SUBNET.$((10+i)) up to 245 nodes).
 #              Jobs (slurmstepd and the tasks) therefore run inside the node: hostname is
 #              node$i, `ip netns pids ${PREFIX}-node$i` lists them, `down` kills them.
 #              An idle node holds exactly: unshare (outside the node's PID namespace, holding
@@ -209,14 +209,14 @@ MailProg=/bin/true
 SlurmdTimeout=60
 EOF
   for ((i = 0; i < n; i++)); do
-    echo "NodeName=node$i NodeAddr=$SUBNET.$((10 + i)) NodeHostname=node$i CPUs=$CPUS State=UNKNOWN" >>"$CONF"
+    echo "NodeName=node$i NodeAddr=$(awk -v n="node$i" '$2 == n {print $1}' "$STATE/hosts") NodeHostname=node$i CPUs=$CPUS State=UNKNOWN" >>"$CONF"
   done
   echo "PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP" >>"$CONF"
 }
 
 up() {
   local n=${1:?usage: $0 up N} i init t0 t1 states
-  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 200 ] || { log "bad N: $n"; exit 2; }
+  [[ $n =~ ^[0-9]+$ ]] && [ "$n" -ge 1 ] && [ "$n" -le 1000 ] || { log "bad N: $n (1 to 1000)"; exit 2; }
   [[ $CPUS =~ ^[0-9]+$ ]] && [ "$CPUS" -ge 1 ] || { log "bad CPUS: $CPUS"; exit 2; }
   [[ $MIN_JOB_AGE =~ ^[0-9]+$ ]] && [ "$MIN_JOB_AGE" -ge 2 ] || { log "bad MIN_JOB_AGE: $MIN_JOB_AGE (at least 2)"; exit 2; }
   local ifn

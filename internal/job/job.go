@@ -133,6 +133,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 	if err := checkScript(cl, len(nodes) > 0); err != nil {
 		return err
 	}
+	cl = autoPrewarm(cl)
 	transport, err := chooseTransport(cl, nodes, cfg)
 	if err != nil {
 		return err

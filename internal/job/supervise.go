@@ -149,6 +149,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		}
 		if len(js.prewarm) > 0 {
 			job.Pool = workerPool(n, js.prewarm)
+			job.Pool.Auto = js.prewarmAuto
 		}
 		nodes = append(nodes, launch.Node{
 			Name:    n.Host,
@@ -190,18 +191,19 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 
 // jobSettings are what every node's job of a run shares.
 type jobSettings struct {
-	dir, runID string
-	warm       bool
-	prewarm    []string // modules the worker pool imports; none: no pool
-	merged     bool     // UI.Merged
-	tty        string   // wire.TTYVar's value; "": no terminal
-	stdin      *os.File // local rank 0's stdin on a local node; nil: /dev/null
-	stopGrace  time.Duration
-	pass       []int // signals passed on to the workers (Job.PassSignals)
+	dir, runID  string
+	warm        bool
+	prewarm     []string // modules the worker pool imports; none: no pool
+	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (sshexec.Pool.Auto)
+	merged      bool     // UI.Merged
+	tty         string   // wire.TTYVar's value; "": no terminal
+	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
+	stopGrace   time.Duration
+	pass        []int // signals passed on to the workers (Job.PassSignals)
 }
 
 func (r *run) jobSettings() jobSettings {
-	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, merged: r.ui.Merged,
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
 		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace}
 	if r.ui.Stdin != nil && len(r.spec.Hosts) == 0 { // local: over ssh and srun the workers read /dev/null
 		if in, err := r.ui.Stdin(); err == nil {
