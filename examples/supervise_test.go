@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -878,5 +879,71 @@ func TestClusterHangCulprit(t *testing.T) {
 		"gorun: hang: stuck: "+n[2]+" rank 4 at hang.py:5 time.sleep(3600) — not in a collective",
 		waiting,
 		"gorun:       time.sleep(3600)")
+	noneLeft(t, mark, 10*time.Second)
+}
+
+// TestClusterPrewarmModuleSpawn: with the pool on, over ssh, a job run as
+// a module (-m) that spawns a multiprocessing worker runs pooled on every
+// node as under python, and a node whose torchrun hands its workers an
+// import-time variable the pool did not start with (PYTHONHASHSEED, set
+// by a wrapper on node1 only) starts them cold, says why once, and the
+// job still succeeds. Nothing is left on any node.
+func TestClusterPrewarmModuleSpawn(t *testing.T) {
+	c := needCluster(t, 3)
+	needTorch(t)
+	mark := marker(t)
+	dir := t.TempDir() // the nodes share this machine's filesystem
+	if err := os.MkdirAll(filepath.Join(dir, "pwjob"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	files := map[string]string{
+		"pwjob/__init__.py": "",
+		"pwjob/train.py": `import multiprocessing, os, socket, sys
+import torch
+
+
+def square(x):
+    return x * x
+
+
+if __name__ == "__main__":
+    rank = int(os.environ["RANK"])
+    with multiprocessing.get_context("spawn").Pool(1) as p:
+        got = p.map(square, [rank])
+    print(f"{socket.gethostname()} rank {rank} name {__name__} argv0 {os.path.basename(sys.argv[0])} spawn {got} hashseed {os.environ.get('PYTHONHASHSEED')} {sys.argv[1:]}", flush=True)
+`,
+		"torchrun-node1-hashseed": "#!/bin/sh\n# node1's workers get an import-time variable the pool did not start with\n[ \"$(hostname)\" = node1 ] && export PYTHONHASHSEED=7\nexec " + shim(t) + " \"$@\"\n",
+	}
+	for name, body := range files {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(body), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", filepath.Join(dir, "torchrun-node1-hashseed"),
+		// PYTHON_EXEC: the workers' interpreter, which a shell wrapper's
+		// #! line does not name (torchrun's own rule, and the pool's)
+		"--prewarm", "torch", "--env", "PYTHONPATH="+dir, "--env", "PYTHON_EXEC=/usr/bin/python3", "-m", "pwjob.train", "--tag", mark)
+	cmd := exec.Command(gorunBin, args...)
+	cmd.Dir = dir
+	r := startCmd(t, cmd, []string{"GORUN_MARK=" + mark})
+	if code := r.wait(t, 5*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	out := r.output()
+	for rank := range 6 {
+		node := fmt.Sprintf("node%d", rank/2)
+		seed := "None"
+		if node == "node1" {
+			seed = "7"
+		}
+		want := fmt.Sprintf("%s rank %d name __main__ argv0 train.py spawn [%d] hashseed %s ['--tag', '%s']", node, rank, rank*rank, seed, mark)
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	cold := "gorun: node1: local rank 0 starts without the worker pool: PYTHONHASHSEED, read at import time, differs from the pool's"
+	if n := strings.Count(out, "starts without the worker pool"); n != 1 || !strings.Contains(out, cold) {
+		t.Errorf("want node1's cold start said once (%q), got %d such lines:\n%s", cold, n, out)
+	}
 	noneLeft(t, mark, 10*time.Second)
 }

@@ -14,7 +14,8 @@
 #          [PRINT_LINES=1000000] [TORCHRUN=cmd] [KEEP=dir] [PTY=1] docs/bench/output-flood.sh
 # PTY=1 gives the workers pseudo-terminals, as when gorun's stdout and
 # stderr are a terminal (GORUN_TTY, which gorun sets then; here gorun's
-# stdout stays the pipe floodcheck reads).
+# stdout stays the pipe floodcheck reads), and the raw phases too (what a
+# worker under plain torchrun writes into, on a terminal).
 # STYLE chunk: ~64 KB writes cut inside lines (like seq or a buffered
 # stdout); print: one write per line (print() under python -u).
 # KEEP=dir keeps each phase's floodcheck JSON (every latency) and gorun's
@@ -61,14 +62,22 @@ gorun_phase() {
 }
 
 # raw_phase NAME LINES STYLE: the same workers, no gorun, each writing into a
-# pipe of its own that floodcheck reads.
+# pipe of its own that floodcheck reads; with PTY=1 into a pseudo-terminal of
+# its own (script(1), output processing and echo off, as gorun's), whose
+# master script copies into that pipe: the ceiling is then a pty's.
 raw_phase() {
   local name=$1 n=$2 style=$3 t0
   mkdir -p "$work/$name"
   t0=$(date +%s%N)
   export BENCH_DIR=$work/$name FLOOD_LINES=$n FLOOD_STYLE=$style
-  "$fc" read -name "$name" -flood-lines "$n" -out "$work/$name.json" \
-    <(LOCAL_RANK=0 exec "$py" "$worker") <(LOCAL_RANK=1 exec "$py" "$worker")
+  if [ "${PTY:-}" = 1 ]; then
+    "$fc" read -name "$name" -flood-lines "$n" -out "$work/$name.json" \
+      <(LOCAL_RANK=0 exec script -qfec "stty -opost -echo; exec $py $worker" /dev/null </dev/null) \
+      <(LOCAL_RANK=1 exec script -qfec "stty -opost -echo; exec $py $worker" /dev/null </dev/null)
+  else
+    "$fc" read -name "$name" -flood-lines "$n" -out "$work/$name.json" \
+      <(LOCAL_RANK=0 exec "$py" "$worker") <(LOCAL_RANK=1 exec "$py" "$worker")
+  fi
   unset BENCH_DIR FLOOD_LINES FLOOD_STYLE
   echo "phase $name: $(((($(date +%s%N) - t0) / 1000000)))ms"
 }
