@@ -308,19 +308,23 @@ func testAgent(t *testing.T, keys ...ed25519.PrivateKey) string {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { ln.Close() })
-	go func() {
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				sshagent.ServeAgent(ring, c)
-			}()
-		}
-	}()
+	go acceptEach(ln, func(c net.Conn) { sshagent.ServeAgent(ring, c) })
 	return sock
+}
+
+// acceptEach serves every connection ln accepts in a goroutine of its
+// own, closing it after, until ln is closed.
+func acceptEach(ln net.Listener, serve func(net.Conn)) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			serve(c)
+		}()
+	}
 }
 
 func TestConfigCheck(t *testing.T) {

@@ -69,30 +69,21 @@ func sshServersHelper() int {
 			return 2
 		}
 		ports[i] = ln.Addr().(*net.TCPAddr).Port
-		go func() {
-			for {
-				c, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				go func() {
-					defer c.Close()
-					sc, chans, reqs, err := ssh.NewServerConn(c, cfg)
-					if err != nil {
-						return
-					}
-					defer sc.Close()
-					go func() {
-						for ch := range chans {
-							ch.Reject(ssh.Prohibited, "nothing runs here")
-						}
-					}()
-					for r := range reqs {
-						r.Reply(true, nil) // keepalive@openssh.com
-					}
-				}()
+		go acceptEach(ln, func(c net.Conn) {
+			sc, chans, reqs, err := ssh.NewServerConn(c, cfg)
+			if err != nil {
+				return
 			}
-		}()
+			defer sc.Close()
+			go func() {
+				for ch := range chans {
+					ch.Reject(ssh.Prohibited, "nothing runs here")
+				}
+			}()
+			for r := range reqs {
+				r.Reply(true, nil) // keepalive@openssh.com
+			}
+		})
 	}
 	out, _ := json.Marshal(ports)
 	fmt.Printf("%s\n", out)
@@ -158,52 +149,56 @@ func startSSHServers(b *testing.B, n int) ([]string, Config) {
 // heap in use, after a GC, while every connection is open.
 func BenchmarkDialAllHandshake(b *testing.B) {
 	for _, n := range []int{32, 256, 1024, 4096} {
-		names, cfg := startSSHServers(b, n)
-		b.Run(fmt.Sprintf("nodes=%d/gorun", n), func(b *testing.B) {
-			var heap, goroutines float64
-			start := cpuTime()
-			for b.Loop() {
-				remotes, err := DialAll(context.Background(), names, cfg, DefaultFanout)
-				if err != nil || len(remotes) != n {
-					b.Fatalf("%d of %d connected: %v", len(remotes), n, err)
-				}
-				heap, goroutines = heapAndGoroutines(b, n)
-				for _, r := range remotes {
-					r.Close()
-				}
+		b.Run(fmt.Sprintf("nodes=%d", n), func(b *testing.B) { benchmarkHandshakes(b, n) })
+	}
+}
+
+func benchmarkHandshakes(b *testing.B, n int) {
+	names, cfg := startSSHServers(b, n)
+	b.Run("gorun", func(b *testing.B) {
+		var heap, goroutines float64
+		start := cpuTime()
+		for b.Loop() {
+			remotes, err := DialAll(context.Background(), names, cfg, DefaultFanout)
+			if err != nil || len(remotes) != n {
+				b.Fatalf("%d of %d connected: %v", len(remotes), n, err)
 			}
-			reportPerNode(b, n, cpuTime()-start, heap, goroutines)
-		})
-		b.Run(fmt.Sprintf("nodes=%d/bare", n), func(b *testing.B) {
-			signer := identitySigner(b, cfg.Identity)
-			known, err := knownhosts.New(cfg.KnownHosts)
+			heap, goroutines = heapAndGoroutines(b, n)
+			for _, r := range remotes {
+				r.Close()
+			}
+		}
+		reportPerNode(b, n, cpuTime()-start, heap, goroutines)
+	})
+	b.Run("bare", func(b *testing.B) {
+		signer := identitySigner(b, cfg.Identity)
+		known, err := knownhosts.New(cfg.KnownHosts)
+		if err != nil {
+			b.Fatal(err)
+		}
+		addrs := portsOf(b, cfg.SSHConfigFile)
+		var heap, goroutines float64
+		start := cpuTime()
+		for b.Loop() {
+			clients := make([]*ssh.Client, n)
+			err := ForEach(context.Background(), names, DefaultFanout, func(_ context.Context, h string) error {
+				var i int
+				fmt.Sscanf(h, "n%d", &i)
+				c, err := ssh.Dial("tcp", addrs[i], &ssh.ClientConfig{User: "u", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+					HostKeyCallback: known, Timeout: 10 * time.Second})
+				clients[i] = c
+				return err
+			})
 			if err != nil {
 				b.Fatal(err)
 			}
-			addrs := portsOf(b, cfg.SSHConfigFile)
-			var heap, goroutines float64
-			start := cpuTime()
-			for b.Loop() {
-				clients := make([]*ssh.Client, n)
-				err := ForEach(context.Background(), names, DefaultFanout, func(_ context.Context, h string) error {
-					var i int
-					fmt.Sscanf(h, "n%d", &i)
-					c, err := ssh.Dial("tcp", addrs[i], &ssh.ClientConfig{User: "u", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
-						HostKeyCallback: known, Timeout: 10 * time.Second})
-					clients[i] = c
-					return err
-				})
-				if err != nil {
-					b.Fatal(err)
-				}
-				heap, goroutines = heapAndGoroutines(b, n)
-				for _, c := range clients {
-					c.Close()
-				}
+			heap, goroutines = heapAndGoroutines(b, n)
+			for _, c := range clients {
+				c.Close()
 			}
-			reportPerNode(b, n, cpuTime()-start, heap, goroutines)
-		})
-	}
+		}
+		reportPerNode(b, n, cpuTime()-start, heap, goroutines)
+	})
 }
 
 func heapAndGoroutines(b *testing.B, n int) (heapKB, goroutines float64) {
