@@ -132,8 +132,8 @@ gorun options:
                            save their state before SIGKILL (default 30s)
   --prewarm auto|MODULES|off
                            a pool of worker interpreters per node with MODULES
-                           (such as torch) imported ahead; auto (default):
-                           torch, for a script that imports it
+                           (such as torch) imported ahead; auto: torch, for
+                           a script that imports it (opt-in; default off)
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

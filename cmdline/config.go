@@ -117,11 +117,12 @@ type Options struct {
 	StopGrace time.Duration
 	// Prewarm (--prewarm auto|MODULES|off) names the modules that each
 	// node's pool of worker interpreters imports ahead, one interpreter
-	// per local rank; nil (off): every worker starts its own. auto, the
-	// default, is torch, where the workers are Python scripts (not
-	// --no-python, not --run-path), and PrewarmAuto is set: the launch
-	// then drops the pool for a script it can read that imports none of
-	// the modules (job.autoPrewarm).
+	// per local rank; nil (off, the default): every worker starts its
+	// own. auto is torch where the workers are Python scripts (not
+	// --no-python, not --run-path), with PrewarmAuto set: the launch then
+	// drops the pool for a script it can read that imports none of the
+	// modules (job.autoPrewarm), and a node with too few CPUs starts none
+	// (sshexec.Pool.Auto).
 	Prewarm     []string
 	PrewarmAuto bool
 	// PrewarmSkipped says why auto left the pool out, for the plan: set

@@ -60,7 +60,7 @@ func gorunTable() []*optionSpec {
 		gorunText("summary", "--summary", func(o *Options) *string { return &o.Summary }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
-		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
+		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
 		gorunValue("fanout", "--fanout", setFanout),
 	}
 }
@@ -200,8 +200,8 @@ func setFanout(o *Options, typed string, _ int, value string) error {
 	return nil
 }
 
-// setPrewarm reads --prewarm: auto (the default: torch, where the
-// workers are Python scripts that import it), off, or the modules each
+// setPrewarm reads --prewarm: off (the default), auto (torch, where the
+// workers are Python scripts that import it), or the modules each
 // pooled worker interpreter imports ahead, comma-separated (torch, or
 // torch,numpy).
 func setPrewarm(o *Options, typed string, _ int, value string) error {
@@ -219,7 +219,7 @@ func setPrewarm(o *Options, typed string, _ int, value string) error {
 		m = strings.TrimSpace(m)
 		if !pythonModuleName(m) {
 			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a Python module name", userr.Quote(m)),
-				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or auto (the default) or off"}
+				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or auto, or off (the default)"}
 		}
 		mods = append(mods, m)
 	}

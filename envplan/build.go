@@ -640,7 +640,7 @@ func (b *builder) closingNotes() {
 	if mods := b.spec.Gorun.Prewarm; len(mods) > 0 {
 		given := "--prewarm " + strings.Join(mods, ",")
 		if b.spec.Gorun.PrewarmAuto {
-			given = "--prewarm auto (the default; off: --prewarm off; a node with fewer CPUs than its local ranks plus one starts no pool)"
+			given = "--prewarm auto (a node with fewer CPUs than its local ranks plus one starts no pool)"
 		}
 		b.note(NoteInfo, "%s: each node's agent starts one interpreter per local rank beside torchrun, bound to that rank's CPUs, which imports %s and waits (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. Each interpreter holds its imports in host memory: about 0.5 GB per rank with torch%s",
 			given, strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])

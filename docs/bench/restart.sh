@@ -6,10 +6,9 @@
 #   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [PREWARM=torch] [GORUN=path]
 #          [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
 #
-# "gorun" is gorun with its defaults: the worker pool on (--prewarm auto, torch: the worker
-# imports it), the warm standby torchrun on. With PREWARM=VALUE a third launcher takes its
-# turn in every round: gorun --prewarm VALUE (the "prewarm" rows; PREWARM=off: no pool, each
-# worker pays its own import).
+# "gorun" is gorun with its defaults (the warm standby torchrun on, the worker pool off). With
+# PREWARM=VALUE a third launcher takes its turn in every round: gorun --prewarm VALUE (the
+# "prewarm" rows: torch or auto, the pool; off, none).
 #
 # The job: docs/bench/restart_worker.py, NPROC ranks per node, --monitor_interval 0.1
 # --max_restarts 1 for both launchers. On attempt 0 (TORCHELASTIC_RESTART_COUNT) every rank

@@ -55,23 +55,26 @@ func TestAutoPrewarm(t *testing.T) {
 		}
 		return cl
 	}
-	if cl := autoPrewarm(parse(withTorch)); strings.Join(cl.Gorun.Prewarm, ",") != "torch" || cl.Gorun.PrewarmSkipped != "" {
+	if cl := autoPrewarm(parse("--prewarm", "auto", withTorch)); strings.Join(cl.Gorun.Prewarm, ",") != "torch" || cl.Gorun.PrewarmSkipped != "" {
 		t.Errorf("a script importing torch: pool %v (skipped %q), want torch", cl.Gorun.Prewarm, cl.Gorun.PrewarmSkipped)
 	}
-	cl := autoPrewarm(parse(without))
+	cl := autoPrewarm(parse("--prewarm", "auto", without))
 	if len(cl.Gorun.Prewarm) != 0 || !strings.Contains(cl.Gorun.PrewarmSkipped, "imports none of torch") {
 		t.Errorf("a script without torch: pool %v (skipped %q), want none, said", cl.Gorun.Prewarm, cl.Gorun.PrewarmSkipped)
 	}
 	if cl := autoPrewarm(parse("--prewarm", "torch", without)); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
 		t.Errorf("--prewarm torch given: pool %v, want torch", cl.Gorun.Prewarm)
 	}
-	if cl := autoPrewarm(parse(filepath.Join(dir, "elsewhere.py"))); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
+	if cl := autoPrewarm(parse(withTorch)); len(cl.Gorun.Prewarm) != 0 {
+		t.Errorf("the default (off): pool %v, want none", cl.Gorun.Prewarm)
+	}
+	if cl := autoPrewarm(parse("--prewarm", "auto", filepath.Join(dir, "elsewhere.py"))); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
 		t.Errorf("a script the head cannot read: pool %v, want torch (the nodes may have it)", cl.Gorun.Prewarm)
 	}
-	if cl := autoPrewarm(parse("-m", "mypkg.train")); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
+	if cl := autoPrewarm(parse("--prewarm", "auto", "-m", "mypkg.train")); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
 		t.Errorf("-m: pool %v, want torch", cl.Gorun.Prewarm)
 	}
-	if cl := autoPrewarm(parse("--no-python", "/bin/true")); len(cl.Gorun.Prewarm) != 0 {
+	if cl := autoPrewarm(parse("--prewarm", "auto", "--no-python", "/bin/true")); len(cl.Gorun.Prewarm) != 0 {
 		t.Errorf("--no-python: pool %v, want none", cl.Gorun.Prewarm)
 	}
 }
