@@ -257,8 +257,12 @@ func (a *agent) startPool(job Job) {
 	}
 	p, err := startPool(job, a.relay.dir, a.logf)
 	if err != nil {
-		a.logf("pool: %v; the workers start without it", err)
-		return
+		// Each worker's supervisor asks anyway (the job has the socket's
+		// name already): it is told why, and the node says so once.
+		if p = noPool(a.relay.poolPath(), "the node's pool did not start: "+err.Error(), a.logf); p == nil {
+			a.logf("pool: %v; the workers start without it", err)
+			return
+		}
 	}
 	a.pool = p
 }

@@ -164,22 +164,46 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %d pooled imports and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, n)
 		}
 	}
-	p.mu.Lock() // the reaper waits until each interpreter is known
+	p.mu.Lock()                  // the reaper waits until each interpreter is known
+	failed, started := "", false // the first interpreter's failure; whether one started
 	for i, s := range job.Pool.Slots {
 		if p.off != "" {
 			p.slots = append(p.slots, nil)
 			continue
 		}
 		sl, err := p.startSlot(job, base, s, dir, i)
-		if err != nil {
+		switch {
+		case err != nil && failed == "":
+			failed = err.Error()
+		case err != nil:
 			logf("pool: interpreter for slot %d: %v", i, err)
+		case sl != nil:
+			started = true
 		}
 		p.slots = append(p.slots, sl) // nil: none for this slot
+	}
+	if failed != "" && !started {
+		p.off = "the node's pool did not start: " + failed // each worker is told
+	} else if failed != "" {
+		logf("pool: interpreter for slot 0: %v", failed)
 	}
 	p.mu.Unlock()
 	p.conns.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// noPool answers every supervisor at path that its worker starts cold,
+// and why; nil when it cannot listen there.
+func noPool(path, why string, logf func(string, ...any)) *pool {
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil
+	}
+	p := &pool{ln: ln, off: why, logf: logf, byPID: map[int]*poolSlot{}}
+	p.conns.Add(1)
+	go p.accept()
+	return p
 }
 
 // startSlot forks slot i's interpreter, with a shim of its own in dir
@@ -239,6 +263,7 @@ func (p *pool) startSlot(job Job, base []string, s PoolSlot, dir string, i int) 
 	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
 	started, err := forkExec(p.interp, argv, withRoom, p.dir, nil, devnull, devnull, theirs)
 	if err != nil {
+		err = fmt.Errorf("start %s: %w", p.interp, err)
 		os.Remove(shim)
 		c.Close()
 		return nil, err

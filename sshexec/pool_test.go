@@ -391,3 +391,21 @@ func TestPoolAuto(t *testing.T) {
 		t.Errorf("%d slots on %d CPUs: want the pool:\n%s", cpus-1, cpus, out)
 	}
 }
+
+// TestPoolDidNotStart: where the pool cannot start (no interpreter to
+// run it), each worker is told why and starts cold.
+func TestPoolDidNotStart(t *testing.T) {
+	needPython(t)
+	job, _ := poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py"}})
+	job.Env["PYTHON_EXEC"] = "/nonexistent/python3"
+	if out := runPool(t, job); !strings.Contains(out, "take 0: cold: the node's pool did not start: ") || !strings.Contains(out, "/nonexistent/python3") {
+		t.Errorf("want the worker told why the pool did not start:\n%s", out)
+	}
+	// No PYTHON_EXEC, and a main process that is not a Python program:
+	// no interpreter to find for the pool at all.
+	job, _ = poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py"}})
+	delete(job.Env, "PYTHON_EXEC")
+	if out := runPool(t, job); !strings.Contains(out, "take 0: cold: the node's pool did not start: ") {
+		t.Errorf("want the worker told why the pool did not start:\n%s", out)
+	}
+}
