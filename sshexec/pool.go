@@ -164,8 +164,8 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %d pooled imports and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, n)
 		}
 	}
-	p.mu.Lock()                  // the reaper waits until each interpreter is known
-	failed, started := "", false // the first interpreter's failure; whether one started
+	p.mu.Lock()                               // the reaper waits until each interpreter is known
+	failed, failedAt, started := "", 0, false // the first interpreter's failure, its slot; whether one started
 	for i, s := range job.Pool.Slots {
 		if p.off != "" {
 			p.slots = append(p.slots, nil)
@@ -174,7 +174,7 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 		sl, err := p.startSlot(job, base, s, dir, i)
 		switch {
 		case err != nil && failed == "":
-			failed = err.Error()
+			failed, failedAt = err.Error(), i
 		case err != nil:
 			logf("pool: interpreter for slot %d: %v", i, err)
 		case sl != nil:
@@ -185,7 +185,7 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	if failed != "" && !started {
 		p.off = "the node's pool did not start: " + failed // each worker is told
 	} else if failed != "" {
-		logf("pool: interpreter for slot 0: %v", failed)
+		logf("pool: interpreter for slot %d: %v", failedAt, failed)
 	}
 	p.mu.Unlock()
 	p.conns.Add(1)

@@ -8,13 +8,13 @@ import (
 	"github.com/gorun/gorun/internal/inputfile"
 )
 
-// autoPrewarm applies --prewarm auto (the default) to cl: the worker pool
+// autoPrewarm applies --prewarm auto to cl: the worker pool
 // pre-imports torch for a script that imports it, and stays out of the
 // way of one that does not (a small CPU job, a shell-like script), where
 // it would cost each rank an interpreter's memory and an import for
 // nothing. Only a script the head can read is judged; a module (-m), or a
 // script only the nodes have, keeps the pool. It returns cl as the launch
-// runs it, and the note the plan gets, if any.
+// runs it; Gorun.PrewarmSkipped says why for the plan's note.
 func autoPrewarm(cl cmdline.CommandLine) cmdline.CommandLine {
 	g := cl.Gorun
 	if !g.PrewarmAuto || len(g.Prewarm) == 0 || cl.Torchrun.Module || cl.Torchrun.TrainingScript == "" {
