@@ -19,17 +19,23 @@ import (
 // (launch/lines.go).
 // The stream that carries the worker's stderr (capture) holds
 // faulthandler's dump back while one is asked for.
-func (w *worker) forward(kind byte, r io.Reader, echo io.Writer, capture bool) {
+func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture bool) {
 	buf := make([]byte, 64<<10)
 	frame := wire.AppendRank(nil, w.localRank)
-	tty, _ := r.(*os.File)
-	if tty != nil && !isTTY(tty) {
-		tty = nil
+	flood := pipeFlood
+	if isTTY(r) {
+		flood = ptyFlood
 	}
+	var last time.Time // when the previous read returned
 	for {
 		n, err := r.Read(buf)
-		if tty != nil && err == nil && n >= ptyFlood {
-			n, err = coalesce(tty, buf, n)
+		if err == nil {
+			now := time.Now()
+			if n >= flood || now.Sub(last) < coalesceWait {
+				n, err = coalesce(r, buf, n)
+				now = time.Now()
+			}
+			last = now
 		}
 		if n > 0 {
 			if echo != nil {
@@ -45,21 +51,26 @@ func (w *worker) forward(kind byte, r io.Reader, echo io.Writer, capture bool) {
 	}
 }
 
-// ptyCoalesce is how long a read of a pseudo-terminal that came back
-// with at least ptyFlood bytes (a flood: the terminal passes at most 4 KiB
-// a read where a pipe passes 64) waits for more of the worker's output
-// before it is sent, so a flood costs a frame per 64 KiB, not per 4. A
-// read of less, a line or a prompt, goes at once.
+// coalesceWait is how long a read waits for more of the worker's output
+// before it is sent, when the worker is writing fast: the read came back
+// with at least the stream's flood size (a pseudo-terminal passes at most
+// 4 KiB a read, a pipe 64 KiB), or within coalesceWait of the read before
+// (print() under python -u: a write, and without this a frame, per line).
+// A flood then costs a frame per 64 KiB, not per 4 KiB or per line: on a
+// pseudo-terminal, print() floods reach 0.74-0.80 of what the terminal
+// passes, against 0.45-0.53 without (docs/BENCHMARKS.md). A line or a
+// prompt after a quiet moment goes at once.
 const (
-	ptyCoalesce = 2 * time.Millisecond
-	ptyFlood    = 2 << 10
+	coalesceWait = 2 * time.Millisecond
+	ptyFlood     = 2 << 10
+	pipeFlood    = 16 << 10
 )
 
 // coalesce reads more of f into buf after its first n bytes, for up to
-// ptyCoalesce or until buf is full; it returns the bytes in buf, and an
+// coalesceWait or until buf is full; it returns the bytes in buf, and an
 // error of the stream's own (its end) to stop at after sending them.
 func coalesce(f *os.File, buf []byte, n int) (int, error) {
-	if err := f.SetReadDeadline(time.Now().Add(ptyCoalesce)); err != nil {
+	if err := f.SetReadDeadline(time.Now().Add(coalesceWait)); err != nil {
 		return n, nil
 	}
 	defer f.SetReadDeadline(time.Time{})
