@@ -22,6 +22,9 @@
 #   known_hosts   every node's host key, as "nodeI,10.77.0.(10+I) ssh-ed25519 ..."
 #   hosts         "10.77.0.(10+I) nodeI" lines, one per node (past 245 nodes, node_ip's)
 #   nodeI/        host key, sshd_config, sshd.log of node I
+# NODE_BASHRC=FILE: every node's sessions source FILE instead of the user's ~/.bashrc (bash
+# sources it for a command over ssh), bind-mounted in the node's own mount namespace: for
+# benchmarks of a launcher, apart from what the machine's rc files cost each session.
 # NODE_SSHD=0 (default 1): no SSH at all. Each node's pid 1 is then a placeholder init (a
 # bash that reaps orphans and exits on SIGTERM) instead of sshd, and the state dir holds only
 # hosts and nodeI/ (no keys, no ssh_config, no known_hosts): for clusters reached some other
@@ -36,6 +39,7 @@ STATE=${STATE:-${TMPDIR:-/tmp}/gorun-testcluster}         # keys, configs, logs
 BR=${PREFIX}-br0
 SSHD=${SSHD:-/usr/sbin/sshd}
 NODE_SSHD=${NODE_SSHD:-1}
+NODE_BASHRC=${NODE_BASHRC:-}              # a file bind-mounted over ~/.bashrc in every node
 
 MARK=.gorun-testcluster                   # only a dir holding this file is ever deleted
 
@@ -111,6 +115,11 @@ up() {
     log "STATE=$STATE exists and is not a cluster state dir; refusing to use it"; exit 1
   fi
   mkdir -p "$STATE"; chmod 700 "$STATE"; : >"$STATE/$MARK"
+  local rc=""
+  if [ -n "$NODE_BASHRC" ]; then
+    [ -f "$NODE_BASHRC" ] && [ -f ~/.bashrc ] || { log "NODE_BASHRC=$NODE_BASHRC: it and ~/.bashrc must both be files"; exit 2; }
+    rc="mount --bind $(printf %q "$(realpath "$NODE_BASHRC")") $(printf %q ~/.bashrc) &&"
+  fi
   if [ "$NODE_SSHD" = 1 ]; then
     ssh-keygen -q -t ed25519 -N '' -C "${PREFIX}-ci" -f "$STATE/id_ed25519"
     cp "$STATE/id_ed25519.pub" "$STATE/authorized_keys"; chmod 600 "$STATE/authorized_keys"
@@ -190,7 +199,7 @@ EOF
     "$SSHD" -t -f "$hk/sshd_config"
     # own UTS (hostname), PID (ps/kill only see this node) and mount (/proc) namespaces
     setsid ip netns exec "$ns" unshare --uts --pid --fork --kill-child --mount-proc \
-      sh -c "hostname node$i && exec $SSHD -D -e -f $hk/sshd_config" \
+      sh -c "hostname node$i && $rc exec $SSHD -D -e -f $hk/sshd_config" \
       </dev/null >>"$hk/sshd.log" 2>&1 &
   done
 
