@@ -148,7 +148,7 @@ func launchers(t *testing.T, nproc string) map[string][]string {
 
 // ttyScript says what each rank's streams are, then waits up to 30 s for
 // a resize (SIGWINCH) and says the new size.
-const ttyScript = `import os, signal, sys, threading
+const ttyScript = `import os, signal, sys
 def size():
     try:
         return os.get_terminal_size()
@@ -158,10 +158,12 @@ rank = os.environ["LOCAL_RANK"]
 print(f"rank {rank}: stdout tty {sys.stdout.isatty()}, size {size()}", flush=True)
 print(f"rank {rank}: stderr tty {sys.stderr.isatty()}", file=sys.stderr, flush=True)
 if os.environ.get("RESIZE") == "1":
-    resized = threading.Event()
-    signal.signal(signal.SIGWINCH, lambda *_: resized.set())
+    # Blocked, then waited for: a handler that set a threading.Event could
+    # deadlock on the Event's own lock when the signal came while the main
+    # thread held it in wait() (seen under torchrun: twice in about a dozen runs; gorun sends the signal the same way).
+    signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGWINCH])
     print(f"rank {rank}: waiting for a resize", flush=True)
-    resized.wait(30)
+    signal.sigtimedwait([signal.SIGWINCH], 30)
     print(f"rank {rank}: resized to {size()}", flush=True)
 `
 
