@@ -56,10 +56,10 @@ func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture bool) {
 // with at least the stream's flood size (a pseudo-terminal passes at most
 // 4 KiB a read, a pipe 64 KiB), or within coalesceWait of the read before
 // (print() under python -u: a write, and without this a frame, per line).
-// A flood then costs a frame per 64 KiB, not per 4 KiB or per line: on a
-// pseudo-terminal, print() floods reach 0.74-0.80 of what the terminal
-// passes, against 0.45-0.53 without (docs/BENCHMARKS.md). A line or a
-// prompt after a quiet moment goes at once.
+// A flood then costs a frame per 64 KiB, not per 4 KiB or per line:
+// print() floods reach 0.78-0.92 of what a bare pseudo-terminal passes
+// (0.50-0.57 without) and 0.64-0.80 of a bare pipe (0.37-0.47 without;
+// docs/BENCHMARKS.md). A line or a prompt after a quiet moment goes at once.
 const (
 	coalesceWait = 2 * time.Millisecond
 	ptyFlood     = 2 << 10
