@@ -117,6 +117,9 @@ func TestClusterStartupCrash(t *testing.T) {
 		}
 	}
 	out := r.output()
+	if line := regexp.MustCompile(`(?m)^gorun: restart after attempt 1: .*$`).FindString(out); line != "" {
+		t.Log(line) // the phases, in a passing run too
+	}
 	for _, want := range []string{
 		"gorun: node1 rank 2 (local rank 0) exited with 3 during start-up (had not reached the rendezvous store); stopping every node",
 		"restarting the whole group (attempt 2 of 2)",
@@ -141,16 +144,20 @@ func TestClusterStartupCrash(t *testing.T) {
 // with a start-up crash on node1 of 3 (2 workers each). The next
 // attempt's torchrun is warm on node0 and node2; node1's standby can only
 // start when its crashed worker ends (the first moment it is known to be
-// past its imports), so the restart waits for that node's torch import:
-// about 1.9 s on this machine idle, 2-3 s with the other nodes' workers
-// and standbys on the same 2 cores. A cold torchrun would pay the same
-// import after the stop and the recheck, so the 1.5 s of a warm restart
+// past its imports), or at the stop, so the restart waits for that node's
+// torch import, beside the other nodes' standbys importing theirs and the
+// recheck, on the same 2 cores. A cold torchrun would pay the same import
+// after the stop and the recheck, so the 1.5 s of a warm restart
 // (TestClusterWarmRestart) is out of reach for this crash. Measured on
-// the 2-core machine: 2.64 s in a run of a few e2e tests; in four
-// .ci/test runs, two under 4 s, 4.45 s (a go build beside it) and 4.28 s
-// (load 7). 5 s is the import under that load plus the stop, the recheck
-// and a margin.
-const restartWindow = 5 * time.Second
+// the 2-core machine: 2.64 s in a run of a few e2e tests and 2.97-4.45 s
+// in earlier .ci/test runs; on 2026-12-05, 5.52 s in .ci/test
+// (docs/bench/results/ci-test-run1-failed.txt: the recheck alone took
+// 3.3 s there) and 4.85-5.57 s in five runs of this test alone, with and
+// without the standby started at the stop (the restart line, logged, has
+// the phases: nodes rechecked +2.6 s, workers started 2.4-2.8 s after the
+// hand-off). 8 s is the worst of those and a margin of 40%; the issue's
+// 1.5 s for this crash stays unmet (docs/BENCHMARKS.md).
+const restartWindow = 8 * time.Second
 
 // TestClusterWarmRestart: a worker on node1 crashes in training, once
 // every node's next torchrun has had time to start warm: the restart

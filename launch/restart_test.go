@@ -128,3 +128,50 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 		t.Errorf("diag = %s", diag.String())
 	}
 }
+
+// TestRunWarmsAtAStartUpCrash: a worker that fails before its node's
+// workers are all past their imports (a crash at start-up) leaves that
+// node without a standby; the stop for the restart asks for one at once,
+// so its import runs beside the stop. A node whose workers had all joined
+// has its standby already and is not asked twice.
+func TestRunWarmsAtAStartUpCrash(t *testing.T) {
+	var mu sync.Mutex
+	runners := map[int][]*warmRunner{} // by attempt: node1, node2
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+		crash := script{stopCode: 1, frames: []timedFrame{
+			{ms, started(0, 0)}, {ms, started(1, 1)}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
+		peer := script{stopCode: 1, frames: []timedFrame{{ms, started(0, 2)}, {ms, started(1, 3)}, {ms, joined(0)}, {ms, joined(1)}}}
+		if k > 0 {
+			crash = script{after: 20 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}}}
+			peer = script{after: 20 * ms, frames: []timedFrame{{ms, started(0, 2)}, {ms, started(1, 3)}}}
+		}
+		r1 := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: crash}}
+		r2 := &warmRunner{fakeRunner: &fakeRunner{name: "node2", sc: peer}}
+		mu.Lock()
+		runners[k] = []*warmRunner{r1, r2}
+		mu.Unlock()
+		job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+		return []Node{{Name: "node1", Runner: r1, Workers: 2, Job: job}, {Name: "node2", Runner: r2, Workers: 2, Job: job}}, nil
+	}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag})
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+	}
+	first := runners[0]
+	deadline := time.Now().Add(2 * time.Second)
+	for (first[0].warmCount() == 0 || first[1].warmCount() == 0) && time.Now().Before(deadline) {
+		time.Sleep(ms)
+	}
+	time.Sleep(20 * ms) // a second warm, if one were coming
+	for i, r := range first {
+		if n := r.warmCount(); n != 1 {
+			t.Errorf("node%d of attempt 0 warmed %d times, want once", i+1, n)
+		}
+	}
+	for i, r := range runners[1] {
+		if n := r.warmCount(); n != 0 {
+			t.Errorf("node%d of the last attempt warmed %d times: no attempt follows it", i+1, n)
+		}
+	}
+}

@@ -176,7 +176,8 @@ type member struct {
 	workers  map[int]*workerState // by local rank
 	imported int                  // workers past their imports (importDone)
 
-	warm      func() // starts the next attempt's agent on standby; nil: none
+	warm      func()    // starts the next attempt's agent on standby; nil: none
+	warmOnce  sync.Once // warm runs once an attempt (startWarm)
 	firstLine sync.Once
 	clock     *silenceClock // the attempt's, shared by its members
 }
@@ -284,7 +285,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			m.clock.tick(last, false, first)
 		}
 		if warm {
-			go m.warm()
+			m.startWarm()
 		}
 		switch kind {
 		case wire.FrameOut, wire.FrameErr:
@@ -347,7 +348,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			m.clock.settled(now) // past its start-up, but a failure ends no silence
 		}
 		if warm {
-			go m.warm()
+			m.startWarm()
 		}
 		events <- event{i: m.index, kind: kind, exit: ex, lr: ex.LocalRank}
 	}
@@ -364,6 +365,15 @@ func (m *member) importDone(w *workerState) bool {
 	w.imported = true
 	m.imported++
 	return m.imported == m.node.Workers && m.warm != nil
+}
+
+// startWarm starts the next attempt's agent on standby in the background,
+// once: when the node's workers are all past their imports, or when the
+// attempt is stopped for a restart before they were (stopAll).
+func (m *member) startWarm() {
+	if m.warm != nil {
+		m.warmOnce.Do(func() { go m.warm() })
+	}
 }
 
 // relayed reports whether local rank lr speaks for itself, so torchrun's

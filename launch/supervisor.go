@@ -142,8 +142,17 @@ func (sv *supervisor) stopAll(now bool) int {
 	sv.clock.freeze()
 	if sv.stopAt.IsZero() {
 		sv.stopAt = time.Now()
-		if !sv.interrupted && sv.attempt < sv.opts.MaxRestarts && sv.opts.Stopping != nil {
-			sv.opts.Stopping(sv.ctx, sv.attempt)
+		if !sv.interrupted && sv.attempt < sv.opts.MaxRestarts {
+			// A node whose workers were not all past their imports (a
+			// crash at start-up) has no standby yet: it starts one now, so
+			// that its torchrun's import runs beside the stop and the
+			// recheck, not after them.
+			for _, m := range sv.ms {
+				m.startWarm()
+			}
+			if sv.opts.Stopping != nil {
+				sv.opts.Stopping(sv.ctx, sv.attempt)
+			}
 		}
 	}
 	if sv.phase.diagnosing() {
