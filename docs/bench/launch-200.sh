@@ -36,8 +36,8 @@ else
   echo "   the nodes' shell: every session sources ~/.bashrc, which has $(grep -c '^[^#]*pyenv init' ~/.bashrc 2>/dev/null || echo 0) 'pyenv init' line(s) (a rehash under one lock in ~/.pyenv, which the nodes share)"
 fi
 "${gorun[@]}" >/dev/null 2>&1 || { echo "gorun's first launch failed:"; "${gorun[@]}" 2>&1 | tail -5; exit 1; }
-# run NAME CMD...: one launch, timed; appends to $work/NAME "wall_ms head_cpu_ms all_cpu_ms":
-# head_cpu is the launcher's own CPU and its children's (pdsh's ssh clients) on this machine;
+# run NAME CMD...: one launch, timed; appends to $work/data-NAME "wall_ms head_cpu_ms all_cpu_ms"
+# (not $work/NAME: $work/gorun is the binary); head_cpu is the launcher's own CPU and its children's (pdsh's ssh clients) on this machine;
 # all_cpu is every CPU of the machine over the launch (/proc/stat), the nodes' sshd, shells
 # and agents included: on one machine the nodes share the head's cores.
 ticks() { awk '/^cpu /{print $2+$3+$4+$6+$7+$8}' /proc/stat; }
