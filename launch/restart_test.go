@@ -2,6 +2,7 @@ package launch
 
 import (
 	"context"
+	"io"
 	"slices"
 	"strings"
 	"sync"
@@ -172,6 +173,37 @@ func TestRunWarmsAtAStartUpCrash(t *testing.T) {
 	for i, r := range runners[1] {
 		if n := r.warmCount(); n != 0 {
 			t.Errorf("node%d of the last attempt warmed %d times: no attempt follows it", i+1, n)
+		}
+	}
+}
+
+// TestRunWarmsEarly: a node with CPUs to spare (Node.WarmEarly) is asked
+// to warm the next attempt as soon as its workers have all started, before
+// any has joined the store; one without waits for the joins.
+func TestRunWarmsEarly(t *testing.T) {
+	for _, early := range []bool{true, false} {
+		// Started, then 300 ms of imports before the joins, then the end.
+		sc := script{after: 400 * ms, frames: []timedFrame{
+			{ms, started(0, 0)}, {ms, started(1, 1)}, {300 * ms, joined(0)}, {ms, joined(1)}}}
+		r := &warmRunner{fakeRunner: &fakeRunner{name: "node0", sc: sc}}
+		job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+		attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+			return []Node{{Name: "node0", Runner: r, Workers: 2, WarmEarly: early, Job: job}}, nil
+		}
+		done := make(chan error, 1)
+		go func() {
+			_, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: io.Discard})
+			done <- err
+		}()
+		time.Sleep(150 * ms) // started, not joined
+		if n, want := r.warmCount(), map[bool]int{true: 1, false: 0}[early]; n != want {
+			t.Errorf("WarmEarly %v: warmed %d times while the workers import, want %d", early, n, want)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if n := r.warmCount(); n != 1 {
+			t.Errorf("WarmEarly %v: warmed %d times in all, want once", early, n)
 		}
 	}
 }

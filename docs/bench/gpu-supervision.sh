@@ -9,10 +9,12 @@
 #         hang      examples/gpu/hang_demo.py under gorun --hang-timeout 10s
 #         ras       NCCL's RAS asked while examples/gpu/nccl_loop.py runs under
 #                   gorun (needs the launch test binary in LAUNCH_TEST)
+#   PREWARM=VALUE runs gorun with --prewarm VALUE (the worker pool: torch, auto) in every part.
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 part=$1 rounds=${2:-10} dir=${3:-${OUT:-.}}
 gorun=${GORUN:?set GORUN to the gorun binary}
+pool=(${PREWARM:+--prewarm "$PREWARM"})
 torchrun=$(command -v torchrun)
 ngpu=$(nvidia-smi -L | wc -l)
 mkdir -p "$dir"
@@ -25,7 +27,7 @@ overhead)
   bash docs/bench/start-overhead.sh "$rounds" "$torchrun" | tee "$dir/overhead.txt"
   for i in 1 2 3; do
     for l in torchrun gorun; do
-      if [ $l = torchrun ]; then cmd=("$torchrun"); else cmd=("$gorun" --torchrun "$torchrun"); fi
+      if [ $l = torchrun ]; then cmd=("$torchrun"); else cmd=("$gorun" --torchrun "$torchrun" "${pool[@]}"); fi
       printf '%s round %d: ' $l "$i"
       "${cmd[@]}" --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py 2>&1 | grep -E 'ALLREDUCE|MATMUL' | tr '\n' ' ' ; echo
     done
@@ -35,7 +37,7 @@ restart)
   for l in torchrun gorun; do
     ok=0
     for i in $(seq "$rounds"); do
-      if [ $l = torchrun ]; then cmd=("$torchrun"); else cmd=("$gorun" --torchrun "$torchrun"); fi
+      if [ $l = torchrun ]; then cmd=("$torchrun"); else cmd=("$gorun" --torchrun "$torchrun" "${pool[@]}"); fi
       t0=$(date +%s%N)
       timeout 150 "${cmd[@]}" --nproc_per_node "$ngpu" --max-restarts 1 examples/gpu/nccl_restart.py >"$dir/restart-$l-$i.log" 2>&1
       rc=$? t=$((($(date +%s%N) - t0) / 1000000))
@@ -49,12 +51,12 @@ restart)
   ;;
 hang)
   t0=$(date +%s%N)
-  "$gorun" --torchrun "$torchrun" --nproc_per_node 2 --hang-timeout 10s examples/gpu/hang_demo.py >"$dir/hang.txt" 2>&1
+  "$gorun" --torchrun "$torchrun" "${pool[@]}" --nproc_per_node 2 --hang-timeout 10s examples/gpu/hang_demo.py >"$dir/hang.txt" 2>&1
   rc=$?
   echo "exit $rc after $((($(date +%s%N) - t0) / 1000000)) ms" | tee -a "$dir/hang.txt"
   ;;
 ras)
-  DURATION=40 "$gorun" --torchrun "$torchrun" --nproc_per_node "$ngpu" examples/gpu/nccl_loop.py >"$dir/ras-job.txt" 2>&1 &
+  DURATION=40 "$gorun" --torchrun "$torchrun" "${pool[@]}" --nproc_per_node "$ngpu" examples/gpu/nccl_loop.py >"$dir/ras-job.txt" 2>&1 &
   job=$!
   sleep 15
   GORUN_RAS_LIVE=default "${LAUNCH_TEST:?set LAUNCH_TEST to a launch test binary}" -test.run TestRASLive -test.v >"$dir/ras.txt" 2>&1

@@ -152,13 +152,28 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 			job.Pool.Auto = js.prewarmAuto
 		}
 		nodes = append(nodes, launch.Node{
-			Name:    n.Host,
-			Runner:  runners[n.Host],
-			Job:     job,
-			Workers: len(n.Ranks),
+			Name:      n.Host,
+			Runner:    runners[n.Host],
+			Job:       job,
+			Workers:   len(n.Ranks),
+			WarmEarly: js.warm && warmEarly(js.cpus[n.Host], len(n.Ranks), job.Pool != nil),
 		})
 	}
 	return nodes
+}
+
+// warmEarly reports whether a node with cpus CPUs (0: not known) has room
+// for the next attempt's standby torchrun, and its worker pool, to import
+// while the node's workers import theirs, without slowing them: a CPU for
+// each worker, for the standby, for each pooled interpreter and one more
+// for torchrun and the agent. Then the standby starts with the workers
+// (launch.Node.WarmEarly), and a crash during start-up restarts warm.
+func warmEarly(cpus, workers int, pool bool) bool {
+	need := workers + 1 + 1
+	if pool {
+		need += workers
+	}
+	return cpus > 0 && workers > 0 && cpus >= need
 }
 
 // workerPool asks node n's agent for one interpreter per local rank,
@@ -200,6 +215,9 @@ type jobSettings struct {
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace   time.Duration
 	pass        []int // signals passed on to the workers (Job.PassSignals)
+	// cpus is how many CPUs the job may use on each node, by host, as
+	// preflight found them (none: not known).
+	cpus map[string]int
 }
 
 func (r *run) jobSettings() jobSettings {
@@ -214,6 +232,12 @@ func (r *run) jobSettings() jobSettings {
 	}
 	for _, sig := range r.cl.Torchrun.PassSignals() {
 		js.pass = append(js.pass, int(sig))
+	}
+	js.cpus = make(map[string]int, len(r.facts))
+	for host, f := range r.facts {
+		if cpus, err := cpuset.Parse(f.CPUs); err == nil {
+			js.cpus[host] = len(cpus)
+		}
 	}
 	return js
 }

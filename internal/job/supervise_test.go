@@ -42,3 +42,31 @@ func TestJobsWaitForNode0sStore(t *testing.T) {
 		}
 	}
 }
+
+// TestJobsWarmEarly: the next attempt's standby starts with the workers
+// only on a node whose CPUs, as preflight found them, leave one for it
+// (and for each pooled interpreter) beside every worker, torchrun and the
+// agent; never where the CPUs are not known or warm restarts are off.
+func TestJobsWarmEarly(t *testing.T) {
+	cl := parse(t, "--hosts", "big:2,small:2,unknown:2", "x.py")
+	nodes := []hosts.Host{{Name: "big", Slots: 2}, {Name: "small", Slots: 2}, {Name: "unknown", Slots: 2}}
+	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name string
+		js   jobSettings
+		want []bool // big, small, unknown
+	}{
+		{"warm", jobSettings{warm: true, cpus: map[string]int{"big": 4, "small": 3}}, []bool{true, false, false}},
+		{"warm with a pool", jobSettings{warm: true, prewarm: []string{"torch"}, cpus: map[string]int{"big": 6, "small": 5}}, []bool{true, false, false}},
+		{"cold", jobSettings{cpus: map[string]int{"big": 64, "small": 64, "unknown": 64}}, []bool{false, false, false}},
+	} {
+		for i, n := range jobs(plan, nil, 0, tc.js) {
+			if n.WarmEarly != tc.want[i] {
+				t.Errorf("%s: %s WarmEarly = %v, want %v", tc.name, n.Name, n.WarmEarly, tc.want[i])
+			}
+		}
+	}
+}
