@@ -178,13 +178,14 @@ func TestRunWarmsAtAStartUpCrash(t *testing.T) {
 }
 
 // TestRunWarmsEarly: a node with CPUs to spare (Node.WarmEarly) is asked
-// to warm the next attempt as soon as its workers have all started, before
-// any has joined the store; one without waits for the joins.
+// to warm the next attempt as soon as its attempt has started, before its
+// workers have joined the store, or even started; one without waits for
+// the joins.
 func TestRunWarmsEarly(t *testing.T) {
 	for _, early := range []bool{true, false} {
-		// Started, then 300 ms of imports before the joins, then the end.
+		// torchrun's import, the workers' start, their imports, the joins.
 		sc := script{after: 400 * ms, frames: []timedFrame{
-			{ms, started(0, 0)}, {ms, started(1, 1)}, {300 * ms, joined(0)}, {ms, joined(1)}}}
+			{100 * ms, started(0, 0)}, {ms, started(1, 1)}, {200 * ms, joined(0)}, {ms, joined(1)}}}
 		r := &warmRunner{fakeRunner: &fakeRunner{name: "node0", sc: sc}}
 		job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 		attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
@@ -195,7 +196,7 @@ func TestRunWarmsEarly(t *testing.T) {
 			_, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: io.Discard})
 			done <- err
 		}()
-		time.Sleep(150 * ms) // started, not joined
+		time.Sleep(50 * ms) // the agent started, no worker yet
 		if n, want := r.warmCount(), map[bool]int{true: 1, false: 0}[early]; n != want {
 			t.Errorf("WarmEarly %v: warmed %d times while the workers import, want %d", early, n, want)
 		}

@@ -312,12 +312,8 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		}
 		m.mu.Lock()
 		m.workers[st.LocalRank] = w
-		early := m.node.WarmEarly && len(m.workers) == m.node.Workers
 		m.mu.Unlock()
 		m.clock.tick(w.last, true, false)
-		if early {
-			m.startWarm()
-		}
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
 	case sshexec.FrameLost, wire.FrameExit:
 		var ex wire.WorkerExit
@@ -372,9 +368,10 @@ func (m *member) importDone(w *workerState) bool {
 }
 
 // startWarm starts the next attempt's agent on standby in the background,
-// once: when the node's workers are all past their imports (all started,
-// where the node has CPUs to spare: Node.WarmEarly), or when the attempt
-// is stopped for a restart before that (stopAll).
+// once: when the node's workers are all past their imports, or when the
+// attempt is stopped for a restart before they were (stopAll); as soon as
+// the node's attempt has started where it has CPUs to spare
+// (Node.WarmEarly).
 func (m *member) startWarm() {
 	if m.warm != nil {
 		m.warmOnce.Do(func() { go m.warm() })
@@ -701,6 +698,9 @@ func startAll(ctx context.Context, ms []*member, fanout int) {
 				return
 			}
 			m.proc = p
+			if m.node.WarmEarly {
+				m.startWarm()
+			}
 		}()
 	}
 	for range ms {

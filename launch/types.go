@@ -25,9 +25,10 @@ type Node struct {
 	// when the runner can and the job asks for it (Job.Preimport).
 	Workers int
 	// WarmEarly starts the next attempt's agent on standby as soon as
-	// the node's workers have all started, instead of once they are past
-	// their imports: the node has CPUs to spare for the standby's import
-	// beside theirs, and a crash during start-up then restarts warm too.
+	// the node's attempt has started, instead of once its workers are
+	// past their imports: the node has CPUs to spare for the standby's
+	// imports (and its worker pool's) beside the attempt's own, and a
+	// crash during start-up then restarts warm too.
 	WarmEarly bool
 	// Standby are more runners on which the next attempt's agent is
 	// started on standby with this node's job, at the same moment as the
