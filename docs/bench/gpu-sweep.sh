@@ -3,7 +3,8 @@
 # with "sweep": true kills every process of the run (GORUN_RUN_ID=sweeptest
 # in its environment), on the GPU or not, and leaves the others.
 #   usage (on the GPU machine, gorun built as .dev/gorun, OUT a folder for the logs): bash docs/bench/gpu-sweep.sh
-# Not run yet: no GPU machine was lent when it was written.
+# Run on the 1-GPU kind on 2026-12-05: docs/device/h200-1gpu/restart/gpu-sweep.txt (the swept
+# worker, its environment gone as it died, was then listed as not the job's: fixed since).
 set -u
 py=$(command -v python3)
 hold='import sys, time, torch; x = torch.empty(1 << 30, dtype=torch.uint8, device="cuda"); print(sys.argv[1], "holds 1 GiB", flush=True); time.sleep(600)'

@@ -192,16 +192,19 @@ func escapeCommand(s string) string {
 // the job on the node is killed first, on a GPU or not, NVML or not.
 func gpuFree(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, p procs) wire.GPUFreeAnswer {
 	if !req.Sweep {
-		return gpuCheck(ctx, req, lib, p)
+		return gpuCheck(ctx, req, lib, p, nil)
 	}
 	swept, errs := sweep(req, p)
-	ans := gpuCheck(ctx, req, lib, p)
+	ans := gpuCheck(ctx, req, lib, p, swept)
 	ans.Swept, ans.Errors = swept, append(errs, ans.Errors...)
 	return ans
 }
 
 // gpuCheck is the teardown check of the GPUs (gpuFree without a sweep).
-func gpuCheck(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, p procs) wire.GPUFreeAnswer {
+// swept are the job's processes the sweep has just killed: the job's
+// while they last, though a dying process's environment can no longer be
+// read, so the check waits for their memory too.
+func gpuCheck(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, p procs, swept []wire.GPUProcess) wire.GPUFreeAnswer {
 	if ret := nvmlDo(lib.Init); ret != nvml.SUCCESS {
 		return wire.GPUFreeAnswer{NoGPUs: true, Reason: "NVML does not load: " + ret.Error(), Free: true}
 	}
@@ -214,6 +217,9 @@ func gpuCheck(ctx context.Context, req wire.GPUFreeRequest, lib nvml.Interface, 
 		return wire.GPUFreeAnswer{NoGPUs: true, Reason: "NVML sees no GPU", Free: true}
 	}
 	c := &teardown{req: req, procs: p, lib: lib, judged: map[int]bool{}, kills: map[int]bool{}}
+	for _, s := range swept {
+		c.judged[s.PID], c.kills[s.PID] = true, true
+	}
 	for i := range n {
 		d, ret := nvmlGet(func() (nvml.Device, nvml.Return) { return lib.DeviceGetHandleByIndex(i) })
 		if ret != nvml.SUCCESS {

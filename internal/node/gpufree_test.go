@@ -32,6 +32,9 @@ type fakeProc struct {
 	// listed as a graphics process.
 	gpus, graphics map[int]uint64
 	stubborn       bool // survives SIGKILL (stuck in the driver)
+	// lingers: once killed, its environment and command line cannot be
+	// read, and it is still listed on its GPUs for this many looks.
+	lingers int
 	killErr        error
 }
 
@@ -69,10 +72,16 @@ func (m *machine) list(gpu int, graphics bool) []nvml.ProcessInfo {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if gpu == 0 && !graphics { // a look starts: the killed have died since
+		var still []int
 		for _, pid := range m.dying {
+			if p := m.procs[pid]; p.lingers > 0 {
+				p.lingers--
+				still = append(still, pid)
+				continue
+			}
 			delete(m.procs, pid)
 		}
-		m.dying = nil
+		m.dying = still
 	}
 	var ps []nvml.ProcessInfo
 	for pid := range 1000 { // in PID order, as NVML's lists are not
@@ -124,6 +133,9 @@ func (m *machine) procsFor(self int) procs {
 				return false, p.killErr
 			}
 			m.killed = append(m.killed, pid)
+			if p.lingers > 0 {
+				p.environ, p.cmdline = "", ""
+			}
 			if !p.stubborn {
 				m.dying = append(m.dying, pid)
 			}
@@ -451,5 +463,33 @@ func TestGPUFreeSweep(t *testing.T) {
 	m.killed = nil
 	if a := gpuFree(t.Context(), req, noNVML(), m.procsFor(99)); len(m.killed) != 0 || len(a.Swept) != 0 {
 		t.Errorf("no sweep asked, yet killed %v, swept %+v", m.killed, a.Swept)
+	}
+}
+
+// TestGPUFreeSweepWaitsForTheSwept: a process the sweep killed still holds
+// its GPU memory for a while, and its environment can no longer be read
+// (as on the H200: docs/device/h200-1gpu/restart/gpu-sweep.txt); it is
+// still the job's, so the check waits until it is gone.
+func TestGPUFreeSweepWaitsForTheSwept(t *testing.T) {
+	m := &machine{ngpus: 1, procs: map[int]*fakeProc{
+		10: {environ: jobEnv, cmdline: "python\x00train.py", gpus: map[int]uint64{0: 1024 * mib}, lingers: 2},
+		11: {environ: "GORUN_RUN_ID=run2\x00", cmdline: "python\x00other.py", gpus: map[int]uint64{0: 512 * mib}},
+	}}
+	sw := req
+	sw.Sweep, sw.TimeoutSeconds = true, 5
+	a := gpuFree(t.Context(), sw, m.lib(), m.procsFor(99))
+	if !a.Free || a.Waited == 0 {
+		t.Errorf("free %v after %v, want free after waiting for PID 10 to go", a.Free, a.Waited)
+	}
+	if fmt.Sprint(m.killed) != "[10]" {
+		t.Errorf("killed %v, want [10] once", m.killed)
+	}
+	if len(a.GPUs) != 1 || len(a.GPUs[0].Processes) != 2 {
+		t.Fatalf("GPUs = %+v", a.GPUs)
+	}
+	for _, p := range a.GPUs[0].Processes {
+		if want := p.PID == 10; p.Job != want || p.Killed != want {
+			t.Errorf("PID %d: job %v, killed %v, want %v", p.PID, p.Job, p.Killed, want)
+		}
 	}
 }
