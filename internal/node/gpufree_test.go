@@ -35,7 +35,7 @@ type fakeProc struct {
 	// lingers: once killed, its environment and command line cannot be
 	// read, and it is still listed on its GPUs for this many looks.
 	lingers int
-	killErr        error
+	killErr error
 }
 
 // machine is a fake node: NVML's mock over its processes, and a /proc
