@@ -3,8 +3,10 @@
 # output goes under DIR; a line per check on stdout.
 #   usage: GORUN=path [ROUNDS=3] docs/bench/gpu-pool-checks.sh DIR
 #   1. CUDA and NCCL in pooled workers: examples/gpu/nccl_allreduce.py under gorun --prewarm
-#      torch (its --summary says how many workers were pooled) and under plain torchrun
-#   2. NCCL restart: gpu-supervision.sh restart ROUNDS with PREWARM=torch
+#      torch (each rank prints its interpreter's command line: the pool's shim when pooled)
+#      and under plain torchrun
+#   2. NCCL restart: gpu-supervision.sh restart ROUNDS with PREWARM=torch, and gorun's restart
+#      lines (how many workers were pooled)
 #   3. a hang's stacks: gpu-supervision.sh hang with PREWARM=torch
 #   4. nothing left: the GPU's compute processes and every python process, after
 set -uo pipefail
@@ -18,11 +20,11 @@ echo "== $(date -u +%FT%TZ) $(nvidia-smi --query-gpu=name,driver_version --forma
 for i in 1 2; do
   "$torchrun" --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py >"$dir/allreduce-torchrun-$i.txt" 2>&1
   echo "torchrun allreduce $i: exit $? $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-torchrun-$i.txt" | tr '\n' ' ')"
-  "$gorun" --torchrun "$torchrun" --prewarm torch --summary "$dir/allreduce-pool-$i.json" \
-    --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py >"$dir/allreduce-pool-$i.txt" 2>&1
-  echo "gorun --prewarm torch allreduce $i: exit $? pooled_workers=$(grep -o '"pooled_workers": *[0-9]*' "$dir/allreduce-pool-$i.json" | grep -o '[0-9]*$') $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-pool-$i.txt" | tr '\n' ' ')"
+  "$gorun" --torchrun "$torchrun" --prewarm torch --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py >"$dir/allreduce-pool-$i.txt" 2>&1
+  echo "gorun --prewarm torch allreduce $i: exit $? ranks in a pooled interpreter: $(grep -c 'interpreter=.*warm-[0-9]*\.py pool' "$dir/allreduce-pool-$i.txt") of $ngpu; $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-pool-$i.txt" | tr '\n' ' ')"
 done
 PREWARM=torch bash docs/bench/gpu-supervision.sh restart "$rounds" "$dir" | sed 's/^/restart: /'
+tar xzf "$dir/restart-logs.tgz" -O $(tar tzf "$dir/restart-logs.tgz" | grep gorun) | grep 'restart after' | sed 's/^/restart: /'
 PREWARM=torch bash docs/bench/gpu-supervision.sh hang 1 "$dir"
 echo "hang: $(tail -1 "$dir/hang.txt"); stacks named: $(grep -cE 'in (stall|all_reduce)' "$dir/hang.txt")"
 sleep 1

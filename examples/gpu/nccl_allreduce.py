@@ -2,7 +2,7 @@
 # (to compare with gorun's plan), checks an all_reduce, and times a large
 # one (bus bandwidth as nccl-tests defines it: algbw * 2(n-1)/n), then times
 # bf16 matmuls on its GPU.
-import os, socket, time
+import os, socket, sys, time
 import torch, torch.distributed as dist
 
 local = int(os.environ["LOCAL_RANK"])
@@ -16,7 +16,8 @@ print(f"RANK {rank}/{world} local={local} host={socket.gethostname()} "
       f"CUDA_VISIBLE_DEVICES={os.environ.get('CUDA_VISIBLE_DEVICES')} device={torch.cuda.current_device()} "
       f"name={props.name} pci_bus={bus} cpus={cpus[0]}-{cpus[-1]}({len(cpus)}) "
       f"OMP_NUM_THREADS={os.environ.get('OMP_NUM_THREADS')} NCCL_SOCKET_IFNAME={os.environ.get('NCCL_SOCKET_IFNAME')} "
-      f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')}", flush=True)
+      f"NCCL_NVLS_ENABLE={os.environ.get('NCCL_NVLS_ENABLE')} "
+      f"interpreter={' '.join(getattr(sys, 'orig_argv', sys.argv)[:4])}", flush=True)
 
 t = torch.full((1 << 20,), float(rank + 1), device="cuda")
 dist.all_reduce(t)
