@@ -48,7 +48,7 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 			// prints what it found as JSON.
 			Name: wire.GPUFreeCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
-				return node.RunGPUFree(ctx, c.Args().First(), c.App.Writer)
+				return node.RunGPUFree(ctx, c.Args().First(), os.Stdin, c.App.Writer)
 			},
 		},
 		{

@@ -1,6 +1,7 @@
 package sshexec
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -12,6 +13,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -587,6 +589,20 @@ func agentOutputHelper(args []string) int {
 		}
 		os.Rename(args[1]+".tmp", args[1])
 		select {}
+	case "_ahead": // started ahead ("-"): its argument on stdin
+		if len(args) == 2 && args[1] == "-" {
+			if f := os.Getenv("GORUN_TEST_AHEAD_PID"); f != "" {
+				os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600)
+			}
+			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
+			if err != nil {
+				return 3
+			}
+			fmt.Println("ahead", strings.TrimSuffix(line, "\n"))
+			return 0
+		}
+		fmt.Println("direct", strings.Join(args[1:], " "))
+		return 0
 	case "_killself":
 		syscall.Kill(os.Getpid(), syscall.SIGKILL)
 		select {}

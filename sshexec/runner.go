@@ -64,6 +64,14 @@ type Job struct {
 	// that its own first connect succeeds instead of waiting out the
 	// client's retry delay (one second in torch's TCPStore).
 	WaitFor string `json:"wait_for,omitempty"`
+	// AskAhead, for a job started on standby (Standby), names gorun
+	// subcommands the head is to ask of the agent there (AgentOutput with
+	// that subcommand and one argument): each is started ahead as
+	// `gorun CMD -`, which loads what it needs first (NVML, for the GPU
+	// teardown check) and then reads its argument from stdin, so that an
+	// ask costs no process start and no load. Each serves one ask; those
+	// not asked end when the job comes.
+	AskAhead []string `json:"ask_ahead,omitempty"`
 	// Pool, for a relayed job, asks for its workers' interpreters to be
 	// started beside it (pool.go).
 	Pool *Pool `json:"pool,omitempty"`

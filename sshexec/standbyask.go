@@ -107,51 +107,139 @@ func (a *agent) answer(ctx context.Context, line []byte) {
 type asks struct {
 	mu    sync.Mutex
 	byPID map[int]chan unix.WaitStatus
+	ahead map[string]*askChild // started ahead (Job.AskAhead), by subcommand, until asked
 }
 
-// run runs this gorun with args, in a session of its own, dying with the
-// agent (Pdeathsig), for at most askLimit or until ctx ends, and returns
-// its stdout, the end of its stderr and how it ended.
-func (s *asks) run(ctx context.Context, args []string) ([]byte, string, unix.WaitStatus, error) {
+// askChild is a gorun started for an ask.
+type askChild struct {
+	child  *startedJob
+	done   chan unix.WaitStatus
+	stdout *bytes.Buffer
+	stderr *tailWriter
+	stdin  *os.File // its stdin's write end, for a child started ahead; nil otherwise
+}
+
+// start starts this gorun with args, in a session of its own, dying with
+// the agent (Pdeathsig); with stdin, its stdin is a pipe whose write end
+// the child's stdin field holds.
+func (s *asks) start(args []string, stdin bool) (*askChild, error) {
 	self, err := os.Executable()
 	if err != nil {
-		return nil, "", 0, err
+		return nil, err
 	}
-	ctx, cancel := context.WithTimeout(ctx, askLimit)
-	defer cancel()
-	var stdout bytes.Buffer
-	stderr := &tailWriter{max: stderrTail}
+	c := &askChild{stdout: &bytes.Buffer{}, stderr: &tailWriter{max: stderrTail}, done: make(chan unix.WaitStatus, 1)}
+	var in *os.File
+	if stdin {
+		r, w, err := os.Pipe()
+		if err != nil {
+			return nil, err
+		}
+		defer r.Close()
+		in, c.stdin = r, w
+	}
 	s.mu.Lock() // the reaper may not hand over the child before it is listed
-	child, err := forkExec(self, append([]string{self}, args...), os.Environ(), "", nil, &stdout, stderr)
+	c.child, err = forkExec(self, append([]string{self}, args...), os.Environ(), "", in, c.stdout, c.stderr)
 	if err != nil {
 		s.mu.Unlock()
-		return nil, "", 0, err
+		if c.stdin != nil {
+			c.stdin.Close()
+		}
+		return nil, err
 	}
-	done := make(chan unix.WaitStatus, 1)
 	if s.byPID == nil {
 		s.byPID = map[int]chan unix.WaitStatus{}
 	}
-	s.byPID[child.pid] = done
+	s.byPID[c.child.pid] = c.done
 	s.mu.Unlock()
 	go func() {
 		for {
 			var ws unix.WaitStatus
-			_, err := unix.Wait4(child.pid, &ws, unix.WALL, nil)
+			_, err := unix.Wait4(c.child.pid, &ws, unix.WALL, nil)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
 			if err == nil {
-				s.reaped(child.pid, ws)
+				s.reaped(c.child.pid, ws)
 			}
 			return // ECHILD: the agent's reaper has it
 		}
 	}()
+	return c, nil
+}
+
+// startAhead starts `gorun CMD -` for each subcommand (Job.AskAhead), to
+// take its argument on stdin when asked. One that fails to start is
+// started when asked, as any other.
+func (s *asks) startAhead(cmds []string) {
+	for _, cmd := range cmds {
+		c, err := s.start([]string{cmd, "-"}, true)
+		if err != nil {
+			continue
+		}
+		s.mu.Lock()
+		if s.ahead == nil {
+			s.ahead = map[string]*askChild{}
+		}
+		if old := s.ahead[cmd]; old != nil {
+			old.stdin.Close()
+		}
+		s.ahead[cmd] = c
+		s.mu.Unlock()
+	}
+}
+
+// endAhead closes the stdin of every child started ahead and not asked:
+// each ends, having no argument.
+func (s *asks) endAhead() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for cmd, c := range s.ahead {
+		c.stdin.Close()
+		delete(s.ahead, cmd)
+	}
+}
+
+// takeAhead hands args to the child started ahead for args[0], if there
+// is one: its argument on its stdin, which is then closed.
+func (s *asks) takeAhead(args []string) *askChild {
+	if len(args) != 2 {
+		return nil
+	}
+	s.mu.Lock()
+	c := s.ahead[args[0]]
+	delete(s.ahead, args[0])
+	s.mu.Unlock()
+	if c == nil {
+		return nil
+	}
+	_, err := c.stdin.Write([]byte(args[1] + "\n"))
+	c.stdin.Close()
+	if err != nil { // it ended before the ask: start one afresh
+		return nil
+	}
+	return c
+}
+
+// run runs this gorun with args (through the child started ahead for
+// args[0], if any), for at most askLimit or until ctx ends, and returns
+// its stdout, the end of its stderr and how it ended.
+func (s *asks) run(ctx context.Context, args []string) ([]byte, string, unix.WaitStatus, error) {
+	ctx, cancel := context.WithTimeout(ctx, askLimit)
+	defer cancel()
+	c := s.takeAhead(args)
+	if c == nil {
+		var err error
+		if c, err = s.start(args, false); err != nil {
+			return nil, "", 0, err
+		}
+	}
+	child := c.child
 	var ws unix.WaitStatus
 	select {
-	case ws = <-done:
+	case ws = <-c.done:
 	case <-ctx.Done():
 		_ = unix.Kill(-child.pid, unix.SIGKILL)
-		ws = <-done
+		ws = <-c.done
 	}
 	// The pipes close once nothing holds them: a grandchild left holding
 	// them is killed with the child's session after a moment.
@@ -163,7 +251,7 @@ func (s *asks) run(ctx context.Context, args []string) ([]byte, string, unix.Wai
 		_ = unix.Kill(-child.pid, unix.SIGKILL)
 		<-copied
 	}
-	return stdout.Bytes(), strings.TrimSpace(stderr.String()), ws, nil
+	return c.stdout.Bytes(), strings.TrimSpace(c.stderr.String()), ws, nil
 }
 
 // reaped hands a reaped child's status to its ask; false when pid is not

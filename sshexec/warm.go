@@ -361,6 +361,8 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	}
 	hb := time.NewTimer(heartbeat)
 	defer hb.Stop()
+	a.asks.startAhead(sj.AskAhead)
+	defer a.asks.endAhead() // not asked by the time the job came: not needed
 	a.sayReady()
 	var job Job
 	for waiting := true; waiting; {

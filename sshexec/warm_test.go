@@ -10,8 +10,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -451,4 +453,53 @@ func waitAskReady(t *testing.T, s *warmSlot) {
 		}
 	}
 	t.Fatal("the agent on standby never said it reads asks")
+}
+
+// TestAskAhead: a subcommand named in Job.AskAhead is started by the agent
+// on standby before it is asked, and serves the first ask with its
+// argument on stdin; a second ask starts one afresh. One not asked ends
+// when the job is handed over, so the job's agent ends with its job.
+func TestAskAhead(t *testing.T) {
+	l := newTestLocal(t)
+	l.agentEnv = append(l.agentEnv, testAgentOutputEnv+"=1")
+	ctx := context.Background()
+	job := Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}, AskAhead: []string{"_ahead"}}
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitAskReady(t, &l.warm)
+	for _, want := range []string{"ahead x y\n", "direct x y\n"} {
+		if out, err := l.AgentOutput(ctx, "_ahead", "x y"); err != nil || string(out) != want {
+			t.Errorf("_ahead through the standby: %q, %v; want %q", out, err, want)
+		}
+	}
+	// Not asked: it ends once the job is handed over, while the job runs.
+	pidFile := filepath.Join(t.TempDir(), "ahead-pid")
+	l.agentEnv = append(l.agentEnv, "GORUN_TEST_AHEAD_PID="+pidFile)
+	job.Argv = []string{"sh", "-c", "sleep 2; echo the job ran"}
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitAskReady(t, &l.warm)
+	var pid int
+	for deadline := time.Now().Add(5 * time.Second); pid == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		b, _ := os.ReadFile(pidFile)
+		pid, _ = strconv.Atoi(string(b))
+	}
+	if pid == 0 {
+		t.Fatal("the ask was not started ahead")
+	}
+	done := make(chan int, 1)
+	var f frames
+	go func() { done <- runWarm(t, l, job, &f) }()
+	gone := false
+	for deadline := time.Now().Add(time.Second); !gone && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		gone = syscall.Kill(pid, 0) != nil
+	}
+	if !gone {
+		t.Errorf("the ask started ahead (PID %d) still runs 1 s after the hand-off", pid)
+	}
+	if code := <-done; code != 0 || f.out.String() != "the job ran\n" {
+		t.Errorf("the job handed over: exit %d, output %q", code, f.out.String())
+	}
 }

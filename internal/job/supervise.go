@@ -140,6 +140,11 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass, Stdin: js.stdin}
 		if js.warm {
 			job.Preimport = []string{torchrunModule}
+			if gpus, known := js.gpus[n.Host]; !known || gpus > 0 {
+				// The teardown check before the restart asks the standby;
+				// started ahead, it has NVML loaded by then.
+				job.AskAhead = []string{wire.GPUFreeCommand}
+			}
 			if haveStore && i > 0 {
 				// Handed over at the same moment, the other nodes' torchruns
 				// would reach node 0's store before it listens, and wait out
@@ -215,9 +220,10 @@ type jobSettings struct {
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace   time.Duration
 	pass        []int // signals passed on to the workers (Job.PassSignals)
-	// cpus is how many CPUs the job may use on each node, by host, as
-	// preflight found them (none: not known).
-	cpus map[string]int
+	// cpus and gpus are how many CPUs the job may use and how many GPUs
+	// there are on each node, by host, as preflight found them (none:
+	// not known).
+	cpus, gpus map[string]int
 }
 
 func (r *run) jobSettings() jobSettings {
@@ -233,11 +239,12 @@ func (r *run) jobSettings() jobSettings {
 	for _, sig := range r.cl.Torchrun.PassSignals() {
 		js.pass = append(js.pass, int(sig))
 	}
-	js.cpus = make(map[string]int, len(r.facts))
+	js.cpus, js.gpus = make(map[string]int, len(r.facts)), make(map[string]int, len(r.facts))
 	for host, f := range r.facts {
 		if cpus, err := cpuset.Parse(f.CPUs); err == nil {
 			js.cpus[host] = len(cpus)
 		}
+		js.gpus[host] = len(f.GPUs)
 	}
 	return js
 }

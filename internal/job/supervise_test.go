@@ -5,6 +5,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestJobsWaitForNode0sStore: with warm restarts, every node but node 0
@@ -67,6 +68,30 @@ func TestJobsWarmEarly(t *testing.T) {
 			if n.WarmEarly != tc.want[i] {
 				t.Errorf("%s: %s WarmEarly = %v, want %v", tc.name, n.Name, n.WarmEarly, tc.want[i])
 			}
+		}
+	}
+}
+
+// TestJobsAskAhead: with warm restarts, the standby starts the GPU
+// teardown check ahead, except on a node preflight found without GPUs
+// (never asked there); without warm restarts there is no standby to ask.
+func TestJobsAskAhead(t *testing.T) {
+	cl := parse(t, "--hosts", "gpu:1,cpu:1,unknown:1", "x.py")
+	nodes := []hosts.Host{{Name: "gpu", Slots: 1}, {Name: "cpu", Slots: 1}, {Name: "unknown", Slots: 1}}
+	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	gpus := map[string]int{"gpu": 8, "cpu": 0}
+	for i, n := range jobs(plan, nil, 0, jobSettings{warm: true, gpus: gpus}) {
+		want := []bool{true, false, true}[i]
+		if got := len(n.Job.AskAhead) == 1 && n.Job.AskAhead[0] == wire.GPUFreeCommand; got != want {
+			t.Errorf("%s: AskAhead %v, want the GPU check: %v", n.Name, n.Job.AskAhead, want)
+		}
+	}
+	for _, n := range jobs(plan, nil, 0, jobSettings{gpus: gpus}) {
+		if len(n.Job.AskAhead) != 0 {
+			t.Errorf("cold: %s asks ahead %v", n.Name, n.Job.AskAhead)
 		}
 	}
 }

@@ -1,6 +1,7 @@
 package node
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -31,9 +32,23 @@ const maxCommand = 200
 
 // RunGPUFree answers `gorun _gpufree REQUEST` on a node (the teardown
 // check before a restart): the request is a wire.GPUFreeRequest as JSON,
-// the answer a wire.GPUFreeAnswer as JSON on stdout.
-func RunGPUFree(ctx context.Context, arg string, stdout io.Writer) error {
-	return runGPUFree(ctx, arg, stdout, nvml.New(), hostProcs())
+// the answer a wire.GPUFreeAnswer as JSON on stdout. With "-" for the
+// request, NVML is loaded and initialised first and the request is read
+// from stdin, one line: an agent on standby starts it so ahead of the ask
+// (sshexec.Job.AskAhead), and the check then costs only its listing.
+func RunGPUFree(ctx context.Context, arg string, stdin io.Reader, stdout io.Writer) error {
+	lib := nvml.New()
+	if arg == "-" {
+		if nvmlDo(lib.Init) == nvml.SUCCESS {
+			defer nvmlDo(lib.Shutdown) // gpuCheck's own Init and Shutdown count on this one
+		}
+		line, err := bufio.NewReader(stdin).ReadString('\n')
+		if err != nil {
+			return fmt.Errorf("%s -: no request on stdin: %w", wire.GPUFreeCommand, err)
+		}
+		arg = line
+	}
+	return runGPUFree(ctx, arg, stdout, lib, hostProcs())
 }
 
 func runGPUFree(ctx context.Context, arg string, stdout io.Writer, lib nvml.Interface, p procs) error {

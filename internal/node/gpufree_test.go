@@ -344,7 +344,7 @@ func TestGPUFreeCancelled(t *testing.T) {
 func TestRunGPUFree(t *testing.T) {
 	var out bytes.Buffer
 	for _, arg := range []string{"", "{", `{"var": 3}`} {
-		if err := RunGPUFree(t.Context(), arg, &out); err == nil || !strings.HasPrefix(err.Error(), wire.GPUFreeCommand+": bad request: ") {
+		if err := RunGPUFree(t.Context(), arg, nil, &out); err == nil || !strings.HasPrefix(err.Error(), wire.GPUFreeCommand+": bad request: ") {
 			t.Errorf("RunGPUFree(%q) = %v, want a bad request", arg, err)
 		}
 	}
@@ -354,12 +354,21 @@ func TestRunGPUFree(t *testing.T) {
 	// The real NVML, on whatever this machine has: no process carries
 	// this marker.
 	arg, _ := json.Marshal(wire.GPUFreeRequest{Var: wire.RunIDVar, Value: "no-such-run", TimeoutSeconds: 1})
-	if err := RunGPUFree(t.Context(), string(arg), &out); err != nil {
+	if err := RunGPUFree(t.Context(), string(arg), nil, &out); err != nil {
 		t.Fatal(err)
 	}
 	var a wire.GPUFreeAnswer
 	if err := json.Unmarshal(out.Bytes(), &a); err != nil || !a.Free {
 		t.Errorf("answer %s (%v), want free", out.Bytes(), err)
+	}
+	// Started ahead ("-"): the request comes on stdin; none is an error.
+	out.Reset()
+	if err := RunGPUFree(t.Context(), "-", strings.NewReader(string(arg)+"\n"), &out); err != nil || !strings.Contains(out.String(), `"free":true`) {
+		t.Errorf("RunGPUFree - with the request on stdin: %v, %s", err, out.Bytes())
+	}
+	out.Reset()
+	if err := RunGPUFree(t.Context(), "-", strings.NewReader(""), &out); err == nil || out.Len() != 0 {
+		t.Errorf("RunGPUFree - with nothing on stdin: %v, printed %q", err, out.String())
 	}
 	m := &machine{ngpus: 1, procs: map[int]*fakeProc{}}
 	out.Reset()
