@@ -43,7 +43,7 @@ func defaultConfig(script string, args ...string) Config {
 }
 
 func defaultOptions() Options {
-	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace}
+	return Options{Torchrun: "torchrun", Format: "table", Preflight: "on", Launcher: "auto", HangTimeout: DefaultHangTimeout, HangTimeoutFloor: DefaultHangTimeoutFloor, TelemetryInterval: DefaultTelemetryInterval, WarmRestart: "on", StopGrace: DefaultStopGrace, Prewarm: []string{"torch"}, PrewarmAuto: true}
 }
 
 func envOf(m map[string]string) func(string) string {
@@ -214,6 +214,7 @@ func TestParseAccepts(t *testing.T) {
 				c.SignalsToHandle, c.VirtualLocalRank = "SIGTERM,SIGUSR1", true
 				c.TrainingScript, c.TrainingScriptArgs = "./run.sh", []string{"a"}
 			},
+			opts: func(o *Options) { o.Prewarm = nil }, // --prewarm auto: no Python worker to warm
 		},
 		{name: "monitor interval with exponent", argv: []string{"--monitor-interval=1e-1", "train.py"}, cfg: func(c *Config) { c.MonitorInterval = 0.1 }},
 		{name: "monitor interval integer", argv: []string{"--monitor_interval", "2", "train.py"}, cfg: func(c *Config) { c.MonitorInterval = 2 }},
@@ -221,6 +222,7 @@ func TestParseAccepts(t *testing.T) {
 			name: "run-path takes precedence over no-python with module",
 			argv: []string{"--run-path", "--no-python", "-m", "/abs/t.py"},
 			cfg:  func(c *Config) { c.RunPath, c.NoPython, c.Module, c.TrainingScript = true, true, true, "/abs/t.py" },
+			opts: func(o *Options) { o.Prewarm = nil },
 		},
 		{
 			name:  "options after the script belong to the script",
@@ -321,6 +323,7 @@ func TestParseAccepts(t *testing.T) {
 					SSHConfig: "cfg", SSHUser: "me", SSHPort: 2222, SSHIdentity: "id", KnownHosts: "kh",
 					SSHAcceptNew: true, RemoteGorun: "/opt/gorun", Launcher: "srun", HangTimeout: 90 * time.Second, HangTimeoutFloor: DefaultHangTimeoutFloor,
 					Telemetry: "t.jsonl", TelemetryInterval: 500 * time.Millisecond, Report: "r.html", WarmRestart: "off", StopGrace: DefaultStopGrace,
+					Prewarm: []string{"torch"}, PrewarmAuto: true,
 				}
 			},
 			given: []Arg{{Name: "--nnodes", Dest: "nnodes", Value: "2"}},
@@ -334,10 +337,10 @@ func TestParseAccepts(t *testing.T) {
 			given: []Arg{},
 		},
 		{name: "fanout", argv: []string{"--fanout", "128", "train.py"}, opts: func(o *Options) { o.Fanout = 128 }},
-		{name: "prewarm modules", argv: []string{"--prewarm", "torch, numpy.linalg", "train.py"}, opts: func(o *Options) { o.Prewarm = []string{"torch", "numpy.linalg"} }},
+		{name: "prewarm modules", argv: []string{"--prewarm", "torch, numpy.linalg", "train.py"}, opts: func(o *Options) { o.Prewarm, o.PrewarmAuto = []string{"torch", "numpy.linalg"}, false }},
 		{name: "prewarm auto", argv: []string{"--prewarm", "auto", "train.py"}, opts: func(o *Options) { o.Prewarm, o.PrewarmAuto = []string{"torch"}, true }},
-		{name: "prewarm auto with no-python", argv: []string{"--prewarm", "auto", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) { o.PrewarmAuto = true }},
-		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) {}},
+		{name: "prewarm auto with no-python", argv: []string{"--prewarm", "auto", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) { o.Prewarm = nil }},
+		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) { o.Prewarm, o.PrewarmAuto = nil, false }},
 		{name: "hang timeout learned", argv: []string{"--hang-timeout", "auto", "--hang-timeout-floor", "90s", "train.py"}, opts: func(o *Options) { o.HangAuto, o.HangTimeoutFloor = true, 90*time.Second }},
 		{name: "hang timeout given after auto", argv: []string{"--hang-timeout", "auto", "--hang-timeout", "1h", "train.py"}, opts: func(o *Options) { o.HangTimeout = time.Hour }},
 		{name: "gorun repeated: last wins", argv: []string{"--dry-run", "--format", "json", "--format", "table", "train.py"}, opts: func(o *Options) { o.DryRun = true }},
@@ -1226,7 +1229,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--summary":             {"s.json", "Summary"},
 		"--warm-restart":        {"off", "WarmRestart"},
 		"--stop-grace":          {"2m", "StopGrace"},
-		"--prewarm":             {"torch,numpy", "Prewarm"},
+		"--prewarm":             {"torch,numpy", "Prewarm PrewarmAuto"},
 		"--fanout":              {"64", "Fanout"},
 	}
 	for _, name := range GorunOptionNames() {

@@ -60,7 +60,7 @@ func gorunTable() []*optionSpec {
 		gorunText("summary", "--summary", func(o *Options) *string { return &o.Summary }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
-		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("off"),
+		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
 		gorunValue("fanout", "--fanout", setFanout),
 	}
 }

@@ -642,14 +642,14 @@ func (b *builder) closingNotes() {
 		if b.spec.Gorun.PrewarmAuto {
 			given = "--prewarm auto (a node with fewer CPUs than its local ranks plus one starts no pool)"
 		}
-		b.note(NoteInfo, "%s: each node's agent starts one interpreter per local rank beside torchrun, bound to that rank's CPUs, which imports %s and waits (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. Each interpreter holds its imports in host memory: about 0.5 GB per rank with torch%s",
+		b.note(NoteInfo, "%s: each node's agent starts one interpreter per local rank beside torchrun, bound to that rank's CPUs, which imports %s and waits (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. Each interpreter holds its imports in host memory: about 0.5 GB per rank with torch%s (--prewarm off: no pool)",
 			given, strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])
 	}
 	if b.cfg.MaxRestarts > 0 {
 		if b.spec.Gorun.WarmRestart == "off" {
 			b.note(NoteInfo, "--warm-restart off: each restart starts torchrun cold, paying its import of torch")
 		} else {
-			b.note(NoteInfo, "warm restarts: once a node's workers are past their imports (joined the store, or ended), it starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
+			b.note(NoteInfo, "warm restarts: once a node's workers are past their imports (joined the store, or ended), or with the attempt where preflight found CPUs to spare, it starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
 		}
 	}
 }

@@ -65,8 +65,11 @@ func TestAutoPrewarm(t *testing.T) {
 	if cl := autoPrewarm(parse("--prewarm", "torch", without)); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
 		t.Errorf("--prewarm torch given: pool %v, want torch", cl.Gorun.Prewarm)
 	}
-	if cl := autoPrewarm(parse(withTorch)); len(cl.Gorun.Prewarm) != 0 {
-		t.Errorf("the default (off): pool %v, want none", cl.Gorun.Prewarm)
+	if cl := autoPrewarm(parse(withTorch)); strings.Join(cl.Gorun.Prewarm, ",") != "torch" || !cl.Gorun.PrewarmAuto {
+		t.Errorf("the default (auto): pool %v (auto %v), want torch, auto", cl.Gorun.Prewarm, cl.Gorun.PrewarmAuto)
+	}
+	if cl := autoPrewarm(parse("--prewarm", "off", withTorch)); len(cl.Gorun.Prewarm) != 0 {
+		t.Errorf("--prewarm off: pool %v, want none", cl.Gorun.Prewarm)
 	}
 	if cl := autoPrewarm(parse("--prewarm", "auto", filepath.Join(dir, "elsewhere.py"))); strings.Join(cl.Gorun.Prewarm, ",") != "torch" {
 		t.Errorf("a script the head cannot read: pool %v, want torch (the nodes may have it)", cl.Gorun.Prewarm)
