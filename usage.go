@@ -133,7 +133,8 @@ gorun options:
   --prewarm auto|MODULES|off
                            a pool of worker interpreters per node with MODULES
                            (such as torch) imported ahead; auto: torch, for
-                           a script that imports it (opt-in; default off)
+                           a script that imports it, on nodes with a CPU
+                           to spare (default auto; off: none)
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

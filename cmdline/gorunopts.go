@@ -200,7 +200,7 @@ func setFanout(o *Options, typed string, _ int, value string) error {
 	return nil
 }
 
-// setPrewarm reads --prewarm: off (the default), auto (torch, where the
+// setPrewarm reads --prewarm: off, auto (the default: torch, where the
 // workers are Python scripts that import it), or the modules each
 // pooled worker interpreter imports ahead, comma-separated (torch, or
 // torch,numpy).
@@ -219,7 +219,7 @@ func setPrewarm(o *Options, typed string, _ int, value string) error {
 		m = strings.TrimSpace(m)
 		if !pythonModuleName(m) {
 			return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a Python module name", userr.Quote(m)),
-				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or auto, or off (the default)"}
+				Fix: "give the modules each worker's interpreter imports ahead, comma-separated, such as torch or torch,numpy; or auto (the default), or off"}
 		}
 		mods = append(mods, m)
 	}
