@@ -126,8 +126,12 @@ gorun options:
                            timelines, attempts and failures, preflight, plan
   --summary FILE.json      the run as JSON at the end, whatever its end: outcome,
                            each attempt's failure, each restart's phases in ms
-  --warm-restart on|off    start each node's next torchrun ahead, its imports
-                           done, while an attempt runs (default on)
+  --warm-restart on|early|off
+                           start each node's next torchrun ahead, its imports
+                           done, while an attempt runs (default on: once the
+                           workers are past their imports, or with the attempt
+                           on nodes with CPUs to spare; early: with the
+                           attempt on every node)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
   --prewarm auto|MODULES|off

@@ -341,6 +341,7 @@ func TestParseAccepts(t *testing.T) {
 		{name: "prewarm auto", argv: []string{"--prewarm", "auto", "train.py"}, opts: func(o *Options) { o.Prewarm, o.PrewarmAuto = []string{"torch"}, true }},
 		{name: "prewarm auto with no-python", argv: []string{"--prewarm", "auto", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) { o.Prewarm = nil }},
 		{name: "prewarm off after modules", argv: []string{"--prewarm", "torch", "--prewarm", "off", "--no-python", "true"}, cfg: func(c *Config) { c.NoPython, c.TrainingScript = true, "true" }, opts: func(o *Options) { o.Prewarm, o.PrewarmAuto = nil, false }},
+		{name: "warm restart early", argv: []string{"--warm-restart", "early", "train.py"}, opts: func(o *Options) { o.WarmRestart = "early" }},
 		{name: "hang timeout learned", argv: []string{"--hang-timeout", "auto", "--hang-timeout-floor", "90s", "train.py"}, opts: func(o *Options) { o.HangAuto, o.HangTimeoutFloor = true, 90*time.Second }},
 		{name: "hang timeout given after auto", argv: []string{"--hang-timeout", "auto", "--hang-timeout", "1h", "train.py"}, opts: func(o *Options) { o.HangTimeout = time.Hour }},
 		{name: "gorun repeated: last wins", argv: []string{"--dry-run", "--format", "json", "--format", "table", "train.py"}, opts: func(o *Options) { o.DryRun = true }},

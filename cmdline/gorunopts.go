@@ -58,7 +58,7 @@ func gorunTable() []*optionSpec {
 		gorunValue("telemetry_interval", "--telemetry-interval", setTelemetryInterval).byDefault(DefaultTelemetryInterval.String()),
 		gorunText("report", "--report", func(o *Options) *string { return &o.Report }),
 		gorunText("summary", "--summary", func(o *Options) *string { return &o.Summary }),
-		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "off").byDefault("on"),
+		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "early", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
 		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
 		gorunValue("fanout", "--fanout", setFanout),

@@ -646,10 +646,13 @@ func (b *builder) closingNotes() {
 			given, strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])
 	}
 	if b.cfg.MaxRestarts > 0 {
-		if b.spec.Gorun.WarmRestart == "off" {
+		switch b.spec.Gorun.WarmRestart {
+		case "off":
 			b.note(NoteInfo, "--warm-restart off: each restart starts torchrun cold, paying its import of torch")
-		} else {
-			b.note(NoteInfo, "warm restarts: once a node's workers are past their imports (joined the store, or ended), or with the attempt where preflight found CPUs to spare, it starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart off: always cold)")
+		case "early":
+			b.note(NoteInfo, "--warm-restart early: every node starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported) as its attempt starts, so that a crash at start-up restarts warm too; its import shares the CPUs with the attempt's own where the node has none to spare, and may slow its start. A torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once")
+		default:
+			b.note(NoteInfo, "warm restarts: once a node's workers are past their imports (joined the store, or ended), or with the attempt where preflight found CPUs to spare, it starts the next attempt's torchrun ahead (its interpreter, with torch.distributed.run imported), which a restart hands its command line; a torchrun that is not a Python script, or an import-time variable that changed, starts cold, and the node says why once (--warm-restart early: with the attempt on every node; off: always cold)")
 		}
 	}
 }

@@ -161,7 +161,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 			Runner:    runners[n.Host],
 			Job:       job,
 			Workers:   len(n.Ranks),
-			WarmEarly: js.warm && warmEarly(js.cpus[n.Host], len(n.Ranks), job.Pool != nil),
+			WarmEarly: js.warm && (js.early || warmEarly(js.cpus[n.Host], len(n.Ranks), job.Pool != nil)),
 		})
 	}
 	return nodes
@@ -213,6 +213,7 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 type jobSettings struct {
 	dir, runID  string
 	warm        bool
+	early       bool // --warm-restart early: the standby starts with the attempt on every node
 	prewarm     []string // modules the worker pool imports; none: no pool
 	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (sshexec.Pool.Auto)
 	merged      bool     // UI.Merged
@@ -227,7 +228,7 @@ type jobSettings struct {
 }
 
 func (r *run) jobSettings() jobSettings {
-	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
+	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", early: r.cl.Gorun.WarmRestart == "early", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
 		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace}
 	if r.ui.Stdin != nil && len(r.spec.Hosts) == 0 { // local: over ssh and srun the workers read /dev/null
 		if in, err := r.ui.Stdin(); err == nil {

@@ -63,6 +63,7 @@ func TestJobsWarmEarly(t *testing.T) {
 		{"warm", jobSettings{warm: true, cpus: map[string]int{"big": 4, "small": 3}}, []bool{true, false, false}},
 		{"warm with a pool", jobSettings{warm: true, prewarm: []string{"torch"}, cpus: map[string]int{"big": 6, "small": 5}}, []bool{true, false, false}},
 		{"cold", jobSettings{cpus: map[string]int{"big": 64, "small": 64, "unknown": 64}}, []bool{false, false, false}},
+		{"--warm-restart early", jobSettings{warm: true, early: true, cpus: map[string]int{"big": 4, "small": 3}}, []bool{true, true, true}},
 	} {
 		for i, n := range jobs(plan, nil, 0, tc.js) {
 			if n.WarmEarly != tc.want[i] {
