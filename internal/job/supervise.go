@@ -213,7 +213,7 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 type jobSettings struct {
 	dir, runID  string
 	warm        bool
-	early       bool // --warm-restart early: the standby starts with the attempt on every node
+	early       bool     // --warm-restart early: the standby starts with the attempt on every node
 	prewarm     []string // modules the worker pool imports; none: no pool
 	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (sshexec.Pool.Auto)
 	merged      bool     // UI.Merged
