@@ -166,7 +166,9 @@ func startupCrash(t *testing.T, window time.Duration, extra ...string) {
 // the phases: nodes rechecked +2.6 s, workers started 2.4-2.8 s after the
 // hand-off). 8 s is the worst of those and a margin of 40%. With
 // --warm-restart early the standby is ready before the crash, and the
-// restart is as quick as a warm one (warmRestartWindow).
+// restart is as quick as a warm one (warmRestartWindow): 539, 610 and 538
+// ms in three runs on 2026-12-05, against 5.68 s for the default in the
+// first of them.
 const restartWindow = 8 * time.Second
 
 // TestClusterWarmRestart: a worker on node1 crashes in training, once
