@@ -196,7 +196,9 @@ func TestRunWarmsEarly(t *testing.T) {
 			_, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: io.Discard})
 			done <- err
 		}()
-		time.Sleep(50 * ms) // the agent started, no worker yet
+		// The agent started, no worker yet (the first comes at 100 ms).
+		for start := time.Now(); r.warmCount() == 0 && time.Since(start) < 80*ms; time.Sleep(ms) {
+		}
 		if n, want := r.warmCount(), map[bool]int{true: 1, false: 0}[early]; n != want {
 			t.Errorf("WarmEarly %v: warmed %d times while the workers import, want %d", early, n, want)
 		}

@@ -592,7 +592,8 @@ func agentOutputHelper(args []string) int {
 	case "_ahead": // started ahead ("-"): its argument on stdin
 		if len(args) == 2 && args[1] == "-" {
 			if f := os.Getenv("GORUN_TEST_AHEAD_PID"); f != "" {
-				os.WriteFile(f, []byte(strconv.Itoa(os.Getpid())), 0o600)
+				os.WriteFile(f+".tmp", []byte(strconv.Itoa(os.Getpid())+" "+strconv.Itoa(os.Getppid())), 0o600)
+				os.Rename(f+".tmp", f)
 			}
 			line, err := bufio.NewReader(os.Stdin).ReadString('\n')
 			if err != nil {

@@ -351,6 +351,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	// The standby and its pool go together: a cold job starts a pool of
 	// its own.
 	drop := func() {
+		a.asks.endAhead() // before waiting for every child to go: they end on it
 		if sb != nil {
 			sb.kill()
 			a.dropPool()
@@ -398,6 +399,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 			return Job{}, nil, nil, AgentExitBadSpec
 		case <-mainDone:
 			mainDone = nil
+			a.asks.endAhead() // before waiting for every child to go (waitWords); asked now, such a check starts afresh
 			cold = fmt.Sprintf("the warm interpreter ended before the job came (%s)", waitWords(r))
 			a.dropPool()
 			<-r.allGone

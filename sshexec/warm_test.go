@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -481,11 +480,14 @@ func TestAskAhead(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitAskReady(t, &l.warm)
-	var pid int
-	for deadline := time.Now().Add(5 * time.Second); pid == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
-		b, _ := os.ReadFile(pidFile)
-		pid, _ = strconv.Atoi(string(b))
+	aheadPIDs := func() (pid, agent int) {
+		for deadline := time.Now().Add(5 * time.Second); pid == 0 && time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+			b, _ := os.ReadFile(pidFile)
+			fmt.Sscan(string(b), &pid, &agent)
+		}
+		return pid, agent
 	}
+	pid, _ := aheadPIDs()
 	if pid == 0 {
 		t.Fatal("the ask was not started ahead")
 	}
@@ -501,5 +503,27 @@ func TestAskAhead(t *testing.T) {
 	}
 	if code := <-done; code != 0 || f.out.String() != "the job ran\n" {
 		t.Errorf("the job handed over: exit %d, output %q", code, f.out.String())
+	}
+	// A warm interpreter's standby stopped (its node leaves the job): its
+	// agent ends, and the ask started ahead with it (the agent waits for
+	// every child to go).
+	needPython(t)
+	os.Remove(pidFile)
+	job, _ = warmJob(t)
+	job.Relay, job.AskAhead = true, []string{"_ahead"}
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitAskReady(t, &l.warm)
+	pid, agent := aheadPIDs()
+	start := time.Now()
+	l.Cool()
+	for _, p := range []int{pid, agent} {
+		for p > 0 && syscall.Kill(p, 0) == nil && time.Since(start) < 3*time.Second {
+			time.Sleep(5 * time.Millisecond)
+		}
+		if p <= 0 || syscall.Kill(p, 0) == nil {
+			t.Errorf("PID %d (the ask started ahead %d, the standby's agent %d) still runs 3 s after Cool", p, pid, agent)
+		}
 	}
 }
