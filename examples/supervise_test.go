@@ -164,12 +164,15 @@ func startupCrash(t *testing.T, window time.Duration, extra ...string) {
 // 3.3 s there) and 4.85-5.57 s in five runs of this test alone, with and
 // without the standby started at the stop (the restart line, logged, has
 // the phases: nodes rechecked +2.6 s, workers started 2.4-2.8 s after the
-// hand-off). 8 s is the worst of those and a margin of 40%. With
+// hand-off). It asserted 8 s, the worst of those and a margin of 40%,
+// until .ci/test took 8.09 s on 2026-12-05 (the recheck 6.0 s there, under
+// the race detector's load: docs/bench/results/ci-test-run2-failed-2026-12-05.txt);
+// 12 s is that and a margin of 50%. With
 // --warm-restart early the standby is ready before the crash, and the
 // restart is as quick as a warm one (warmRestartWindow): 539, 610 and 538
 // ms in three runs on 2026-12-05, against 5.68 s for the default in the
 // first of them.
-const restartWindow = 8 * time.Second
+const restartWindow = 12 * time.Second
 
 // TestClusterWarmRestart: a worker on node1 crashes in training, once
 // every node's next torchrun has had time to start warm: the restart
