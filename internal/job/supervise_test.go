@@ -1,6 +1,8 @@
 package job
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/gorun/gorun/envplan"
@@ -13,12 +15,7 @@ import (
 // runs (Job.WaitFor), at the attempt's own port; node 0 waits for
 // nothing, and without warm restarts nobody does.
 func TestJobsWaitForNode0sStore(t *testing.T) {
-	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1", "x.py")
-	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
-	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := testPlan(t, 1, "node0", "node1", "node2")
 	plan = plan.WithMasterPort(29611)
 	store, ok := plan.StoreAddr()
 	if !ok {
@@ -44,17 +41,12 @@ func TestJobsWaitForNode0sStore(t *testing.T) {
 	}
 }
 
-// TestJobsWarmEarly: the next attempt's standby starts with the workers
+// TestJobsWarmEarly: the next attempt's standby starts with the attempt
 // only on a node whose CPUs, as preflight found them, leave one for it
 // (and for each pooled interpreter) beside every worker, torchrun and the
 // agent; never where the CPUs are not known or warm restarts are off.
 func TestJobsWarmEarly(t *testing.T) {
-	cl := parse(t, "--hosts", "big:2,small:2,unknown:2", "x.py")
-	nodes := []hosts.Host{{Name: "big", Slots: 2}, {Name: "small", Slots: 2}, {Name: "unknown", Slots: 2}}
-	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := testPlan(t, 2, "big", "small", "unknown")
 	for _, tc := range []struct {
 		name string
 		js   jobSettings
@@ -77,12 +69,7 @@ func TestJobsWarmEarly(t *testing.T) {
 // teardown check ahead, except on a node preflight found without GPUs
 // (never asked there); without warm restarts there is no standby to ask.
 func TestJobsAskAhead(t *testing.T) {
-	cl := parse(t, "--hosts", "gpu:1,cpu:1,unknown:1", "x.py")
-	nodes := []hosts.Host{{Name: "gpu", Slots: 1}, {Name: "cpu", Slots: 1}, {Name: "unknown", Slots: 1}}
-	plan, err := envplan.Build(envplan.Spec{CommandLine: cl, Hosts: nodes}, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
+	plan := testPlan(t, 1, "gpu", "cpu", "unknown")
 	gpus := map[string]int{"gpu": 8, "cpu": 0}
 	for i, n := range jobs(plan, nil, 0, jobSettings{warm: true, gpus: gpus}) {
 		want := []bool{true, false, true}[i]
@@ -95,4 +82,21 @@ func TestJobsAskAhead(t *testing.T) {
 			t.Errorf("cold: %s asks ahead %v", n.Name, n.Job.AskAhead)
 		}
 	}
+}
+
+// testPlan is the plan of x.py on the named nodes, slots processes each,
+// without preflight facts.
+func testPlan(t *testing.T, slots int, names ...string) envplan.Plan {
+	t.Helper()
+	var spec []string
+	var nodes []hosts.Host
+	for _, n := range names {
+		spec = append(spec, fmt.Sprintf("%s:%d", n, slots))
+		nodes = append(nodes, hosts.Host{Name: n, Slots: slots})
+	}
+	plan, err := envplan.Build(envplan.Spec{CommandLine: parse(t, "--hosts", strings.Join(spec, ","), "x.py"), Hosts: nodes}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return plan
 }
