@@ -323,7 +323,7 @@ func TestLocalSignals(t *testing.T) {
 	needTorch(t)
 	start := func(t *testing.T, env ...string) (*run, string, string) {
 		mark, dir := marker(t), markDir(t)
-		env = append(env, "GORUN_MARK="+mark, "MARK_DIR="+dir, "CKPT_SECS=0")
+		env = append([]string{"CKPT_SECS=0"}, append(env, "GORUN_MARK="+mark, "MARK_DIR="+dir)...)
 		r := startGorun(t, env, "--torchrun", shim(t), "--nproc-per-node", "2", "--preflight", "off", ckptScript(t), mark)
 		waitMarkers(t, r, dir, "ready", 2, 2*time.Minute)
 		return r, mark, dir
@@ -364,9 +364,15 @@ func TestLocalSignals(t *testing.T) {
 		noneLeft(t, mark, 5*time.Second)
 	})
 	t.Run("SIGTERM to every process", func(t *testing.T) {
-		r, mark, dir := start(t)
+		// Workers still saving when a late copy would come.
+		r, mark, dir := start(t, "CKPT_SECS=0.5")
 		pids := runPids(r, mark)
-		for _, pid := range pids {
+		// gorun first, the rest 30 ms later: on a loaded machine a
+		// signal to every process spreads out, and gorun's own word of
+		// it can reach the workers' supervisors before their copies.
+		syscall.Kill(pids[0], syscall.SIGTERM)
+		time.Sleep(30 * time.Millisecond)
+		for _, pid := range pids[1:] {
 			syscall.Kill(pid, syscall.SIGTERM)
 		}
 		if code := r.wait(t, 15*time.Second); code != 143 {

@@ -293,10 +293,10 @@ func (a *agent) logf(format string, args ...any) {
 
 // control is one message the head sent after the job line.
 type control struct {
-	b     byte           // ctlTerm, ctlKill, ctlHeartbeat, ctlTell, ctlSignal, ctlAsk
+	b     byte           // ctlTerm, ctlInterrupt, ctlKill, ctlHeartbeat, ctlTell, ctlSignal, ctlAsk
 	arg   byte           // ctlTell's byte
 	line  []byte         // ctlAsk's request
-	sig   syscall.Signal // ctlTerm's (0: SIGTERM) or ctlSignal's signal
+	sig   syscall.Signal // ctlTerm's, ctlInterrupt's (0: SIGTERM) or ctlSignal's signal
 	grace time.Duration  // ctlTerm's grace (0: Job.Grace)
 }
 
@@ -463,12 +463,16 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 				if a.relay != nil && !killing {
 					a.relay.tell([]byte{RelaySignal, byte(c.sig)})
 				}
-			case ctlTerm:
+			case ctlTerm, ctlInterrupt:
 				grace := c.grace
 				if grace <= 0 {
 					grace = shortGrace
 				}
-				stop(c.sig, grace, "", RelayStop)
+				tell := RelayStop
+				if c.b == ctlInterrupt {
+					tell = RelayHad
+				}
+				stop(c.sig, grace, "", tell)
 			case ctlKill:
 				kill("")
 			}
@@ -558,7 +562,7 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- control, done
 				return
 			}
 			c.line = line
-		case ctlTerm:
+		case ctlTerm, ctlInterrupt:
 			var m [termLen - 1]byte
 			if _, err := io.ReadFull(br, m[:]); err != nil {
 				return

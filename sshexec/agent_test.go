@@ -355,7 +355,7 @@ func TestAgentHeadLost(t *testing.T) {
 		},
 		{
 			name: "graceful stop",
-			act:  func(t *testing.T, a *rawAgent) { a.send(t, appendTerm(nil, 0, 0)...) },
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, appendTerm(nil, false, 0, 0)...) },
 			min:  grace, max: grace + time.Second, want: 143,
 		},
 		{
@@ -366,7 +366,7 @@ func TestAgentHeadLost(t *testing.T) {
 		{
 			name: "kill during grace",
 			act: func(t *testing.T, a *rawAgent) {
-				a.send(t, appendTerm(nil, 0, 0)...)
+				a.send(t, appendTerm(nil, false, 0, 0)...)
 				time.Sleep(grace / 4)
 				a.send(t, ctlKill)
 			},

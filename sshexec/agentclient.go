@@ -101,11 +101,11 @@ func (p *agentProcess) Wait() (int, error) {
 func (p *agentProcess) Tell(msg ...byte) { p.ctl.relay(msg) }
 
 // Stop implements Process. It never blocks.
-func (p *agentProcess) Stop(now bool) { p.ctl.stop(now, 0, 0) }
+func (p *agentProcess) Stop(now bool) { p.ctl.stop(now, false, 0, 0) }
 
 // Interrupt implements Process. It never blocks.
 func (p *agentProcess) Interrupt(sig syscall.Signal, grace time.Duration) {
-	p.ctl.stop(false, sig, grace)
+	p.ctl.stop(false, true, sig, grace)
 }
 
 // Signal implements Process. It never blocks.

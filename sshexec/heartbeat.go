@@ -15,20 +15,30 @@ const (
 	// milliseconds (uint32, big endian; 0: Job.Grace) follow. Each worker
 	// gets the signal once, and what is left after the grace is killed.
 	ctlTerm = 't'
-	ctlKill = 'k' // SIGKILL the job's whole tree now
-	ctlTell = 'r' // the next byte goes to every relay client
-	ctlJob  = 'j' // a job line follows, for an agent on standby
+	// ctlInterrupt is ctlTerm for a signal the head itself got from outside
+	// (a Ctrl-C, a scheduler's SIGTERM): the same payload, but the workers'
+	// supervisors hear of it as of a signal gorun got (RelayHad), so a
+	// worker that had its own copy (the signal went to every process of
+	// the job) gets no second.
+	ctlInterrupt = 'i'
+	ctlKill      = 'k' // SIGKILL the job's whole tree now
+	ctlTell      = 'r' // the next byte goes to every relay client
+	ctlJob       = 'j' // a job line follows, for an agent on standby
 	// ctlSignal passes a signal to every worker once, stopping nothing: the
 	// signal's number follows in one byte.
 	ctlSignal = 's'
 )
 
-// termLen is the length of a ctlTerm message.
+// termLen is the length of a ctlTerm or ctlInterrupt message.
 const termLen = 1 + 1 + 4
 
-// appendTerm appends a ctlTerm message.
-func appendTerm(dst []byte, sig syscall.Signal, grace time.Duration) []byte {
-	dst = append(dst, ctlTerm, byte(sig), 0, 0, 0, 0)
+// appendTerm appends a ctlTerm message, or with outside set a ctlInterrupt.
+func appendTerm(dst []byte, outside bool, sig syscall.Signal, grace time.Duration) []byte {
+	b := byte(ctlTerm)
+	if outside {
+		b = ctlInterrupt
+	}
+	dst = append(dst, b, byte(sig), 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(min(grace.Milliseconds(), 1<<32-1)))
 	return dst
 }
@@ -51,6 +61,7 @@ type controlWriter struct {
 	requested int            // highest stop level asked for
 	sig       syscall.Signal // the stop's signal, for stopTerm
 	grace     time.Duration  // the stop's grace, for stopTerm
+	outside   bool           // the stop's signal came to the head from outside
 
 	wake chan struct{} // capacity 1: a stop level was raised
 	tell chan []byte   // messages for the relay clients; full means dropped
@@ -78,10 +89,11 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 
 // stop asks the agent to stop the job, without waiting: each worker gets
 // sig (0: SIGTERM) and what is left after grace (0: Job.Grace) is killed;
-// with now set, the whole tree is killed at once. The first stop's signal
-// and grace hold: asking again sends nothing, but a kill after a stop
-// still goes out.
-func (c *controlWriter) stop(now bool, sig syscall.Signal, grace time.Duration) {
+// with now set, the whole tree is killed at once; outside says the head
+// got sig from outside (ctlInterrupt). The first stop's signal and grace
+// hold: asking again sends nothing, but a kill after a stop still goes
+// out.
+func (c *controlWriter) stop(now, outside bool, sig syscall.Signal, grace time.Duration) {
 	level := stopTerm
 	if now {
 		level = stopKill
@@ -90,7 +102,7 @@ func (c *controlWriter) stop(now bool, sig syscall.Signal, grace time.Duration) 
 	raised := level > c.requested
 	if raised {
 		if c.requested == stopNone {
-			c.sig, c.grace = sig, grace
+			c.sig, c.grace, c.outside = sig, grace, outside
 		}
 		c.requested = level
 	}
@@ -169,14 +181,14 @@ func (c *controlWriter) run() {
 			return
 		case <-c.wake:
 			c.mu.Lock()
-			level, sig, grace := c.requested, c.sig, c.grace
+			level, sig, grace, outside := c.requested, c.sig, c.grace, c.outside
 			c.mu.Unlock()
 			if level <= sent {
 				continue
 			}
 			msg := []byte{ctlKill}
 			if level == stopTerm {
-				msg = appendTerm(nil, sig, grace)
+				msg = appendTerm(nil, outside, sig, grace)
 			}
 			if _, err := c.w.Write(msg); err != nil {
 				return // agent gone; Wait reports it

@@ -459,7 +459,7 @@ func TestAttachAgentControlBytes(t *testing.T) {
 		t.Fatalf("no job line in %q", sent)
 	}
 	// A stop with the job's own signal and grace (zeros), then the kill.
-	if want := "hh" + string(appendTerm(nil, 0, 0)) + "k"; ctl != want {
+	if want := "hh" + string(appendTerm(nil, false, 0, 0)) + "k"; ctl != want {
 		t.Errorf("control bytes = %q, want %q", ctl, want)
 	}
 	if !closed {

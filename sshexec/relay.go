@@ -277,10 +277,11 @@ const (
 	RelayStop byte = 'T'
 	// RelaySignal: give your worker the signal, once; nothing stops.
 	RelaySignal byte = 'S'
-	// RelayHad: the agent itself got the signal, and stops the job. A
-	// signal that reached the agent and you both was sent to every
-	// process of the job (Slurm signalling a step, say), and your worker
-	// has its own copy; otherwise give it the signal, once.
+	// RelayHad: gorun itself got the signal from outside (this agent, or
+	// the head, which passed it on as a ctlInterrupt), and stops the job.
+	// A signal that reached gorun and you both was sent to every process
+	// of the job (Slurm signalling a step, say), and your worker has its
+	// own copy; otherwise give it the signal, once.
 	RelayHad byte = 'H'
 )
 

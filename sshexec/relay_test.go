@@ -9,6 +9,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -183,5 +184,58 @@ func TestRelayStopReachesLateClients(t *testing.T) {
 		if !bytes.Equal(got, []byte{RelayStop, 2}) {
 			t.Errorf("%s client was told %q, want the stop once", name, got)
 		}
+	}
+}
+
+// TestRelayStopOrInterrupt: a stop the head asks for reaches the workers'
+// supervisors as RelayStop, one the head got from outside (Interrupt) as
+// RelayHad, so a supervisor whose worker had its own copy of a signal sent
+// to every process of the job does not give it a second.
+func TestRelayStopOrInterrupt(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		stop func(Process)
+		want string
+	}{
+		{"stop", func(p Process) { p.Stop(false) }, "t:T"},
+		{"interrupt", func(p Process) { p.Interrupt(syscall.SIGTERM, 5*time.Second) }, "t:H"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := NewLocal(os.Args[0])
+			l.agentEnv = append(os.Environ(), testAgentEnv+"=1")
+			var mu sync.Mutex
+			var frames []string
+			hello := make(chan struct{})
+			dec := NewFrameDecoder(func(kind byte, p []byte) {
+				mu.Lock()
+				defer mu.Unlock()
+				frames = append(frames, string(kind)+":"+string(p))
+				if kind == 'x' {
+					close(hello)
+				}
+			})
+			var stderr bytes.Buffer
+			// The client is the main process's child: a stop freezes the main one.
+			p, err := l.Start(context.Background(), Job{Argv: []string{"sh", "-c", `"$0" & wait`, os.Args[0]}, Relay: true, Grace: 5 * time.Second,
+				Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, &stderr)
+			if err != nil {
+				t.Fatal(err)
+			}
+			select {
+			case <-hello:
+			case <-time.After(10 * time.Second):
+				t.Fatal("the client's frame never arrived")
+			}
+			tc.stop(p)
+			if _, err := p.Wait(); err != nil {
+				t.Fatalf("%v; stderr %s", err, stderr.String())
+			}
+			mu.Lock()
+			got := strings.Join(frames, "|")
+			mu.Unlock()
+			if !strings.Contains(got, tc.want) {
+				t.Errorf("frames %q lack %q: the client heard the wrong stop", got, tc.want)
+			}
+		})
 	}
 }

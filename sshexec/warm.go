@@ -377,7 +377,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 			job, waiting = jr.job, false
 		case c, ok := <-ctl:
 			switch {
-			case !ok || c.b == ctlTerm || c.b == ctlKill:
+			case !ok || c.b == ctlTerm || c.b == ctlInterrupt || c.b == ctlKill:
 				drop() // the head went away, or wants no job after all
 				return Job{}, nil, nil, AgentExitBadSpec
 			case c.b == ctlAsk:

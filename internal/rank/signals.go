@@ -42,7 +42,7 @@ func isPassSignal(s os.Signal) bool {
 // What a signal decision hears of, for one signal.
 const (
 	heardOwn = 1 << iota // the signal reached this supervisor itself
-	heardHad             // the agent got it itself (sshexec.RelayHad)
+	heardHad             // gorun got it from outside, the agent or the head (sshexec.RelayHad)
 	heardAsk             // the head asks for it (sshexec.RelayStop, RelaySignal)
 )
 
@@ -67,8 +67,9 @@ const (
 // decideAfter is one event, decided then:
 //
 //   - the worker already has its own copy when the signal reached this
-//     supervisor and, for a stop signal, the agent too (a stop signal
-//     reaching this supervisor alone is torchrun's); then nothing is sent;
+//     supervisor and, for a stop signal, gorun too: the agent, or the head,
+//     which says so (a stop signal reaching this supervisor alone is
+//     torchrun's); then nothing is sent;
 //   - otherwise the worker's process group gets the signal, once; a
 //     stop the head asks for before anything else is heard of it goes at
 //     once, without waiting decideAfter.
