@@ -34,6 +34,10 @@ type Request struct {
 	// Bandwidth, when set (BandwidthNode or BandwidthAll), makes the node
 	// also run the bandwidth measurement after collecting its facts.
 	Bandwidth string `json:"bandwidth,omitempty"`
+	// SkipTorch: the head knows this node's torch facts from an earlier
+	// check of the run (RunOptions.KnownTorch), so the node does not start
+	// an interpreter to find them again.
+	SkipTorch bool `json:"skip_torch,omitempty"`
 }
 
 // Budget is how long the collector may take; zero means no bound beyond
@@ -90,6 +94,11 @@ type RunOptions struct {
 	Master *MasterProbe
 	// Fanout is how many nodes are asked at once (0: sshexec.DefaultFanout).
 	Fanout int
+	// KnownTorch holds torch facts an earlier check of this run found,
+	// by host: those hosts are not asked for them again (Request.SkipTorch)
+	// and are checked with these. Finding them starts an interpreter,
+	// the largest part of a recheck before a restart.
+	KnownTorch map[string]TorchFacts
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -121,6 +130,8 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	}
 	req.BudgetSeconds = max(timeout-collectorMargin, timeout/2).Seconds()
 	arg, _ := json.Marshal(req) // plain strings and numbers: cannot fail
+	req.SkipTorch = true
+	argKnown, _ := json.Marshal(req)
 
 	hosts := make([]string, len(targets))
 	index := make(map[string]int, len(targets))
@@ -137,7 +148,11 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	done := 0
 	_ = sshexec.ForEach(ctx, hosts, opts.Fanout, func(ctx context.Context, host string) error {
 		t := targets[index[host]]
-		reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout)
+		if tf, ok := opts.KnownTorch[host]; ok {
+			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(argKnown), timeout, &tf)
+		} else {
+			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout, nil)
+		}
 		if opts.Progress != nil {
 			mu.Lock()
 			done++
@@ -180,7 +195,9 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 const BandwidthNodeTime = 90 * time.Second
 
 // checkTarget collects one node's facts and checks them.
-func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {
+// checkTarget collects t's facts and checks them; known, when set, are
+// its torch facts, which req did not ask for.
+func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration, known *TorchFacts) NodeReport {
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := t.Agent.AgentOutput(nctx, CollectCommand, req)
@@ -202,6 +219,9 @@ func checkTarget(ctx context.Context, t Target, want Want, req string, timeout t
 			"run `gorun preflight` on the node itself; the gorun there may be a different version")
 	}
 	facts.Host = t.Host
+	if known != nil {
+		facts.Torch = *known
+	}
 	want.GPUIDs = t.GPUs
 	return NodeReport{Host: t.Host, Facts: facts, Findings: Check(facts, want)}
 }

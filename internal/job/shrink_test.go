@@ -3,6 +3,7 @@ package job
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"slices"
 	"strings"
@@ -299,5 +300,38 @@ func TestSpareThroughRealChecks(t *testing.T) {
 		if !strings.Contains(diag.String(), w) {
 			t.Errorf("diag lacks %q:\n%s", w, diag.String())
 		}
+	}
+}
+
+// TestRecheckKeepsTorch: the run's checks ask a node for its torch once:
+// the next check takes what was found (and the plan's interpreter with
+// it), until the node is dialled again.
+func TestRecheckKeepsTorch(t *testing.T) {
+	cl := parse(t, "--hosts", "node0:1", "x.py")
+	var asked []bool
+	node0 := &fakeRunner{name: "node0", agent: func(args []string) ([]byte, error) {
+		var req preflight.Request
+		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
+			return nil, err
+		}
+		asked = append(asked, !req.SkipTorch)
+		f := preflight.Facts{Hostname: "node0"}
+		if !req.SkipTorch {
+			f.Torch = preflight.TorchFacts{Python: "/venv/bin/python3", Version: "2.11.0", Found: true}
+		}
+		return json.Marshal(f)
+	}}
+	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, conns: map[string]sshexec.Runner{"node0": node0}}
+	nodes := []hosts.Host{{Name: "node0", Slots: 1}}
+	for i := range 2 {
+		rep := r.check(context.Background(), nodes)
+		if got := planFacts(rep)["node0"].Python; got != "/venv/bin/python3" {
+			t.Errorf("check %d: the plan's interpreter is %q, want the one found first", i, got)
+		}
+	}
+	r.torch.forget("node0")
+	r.check(context.Background(), nodes)
+	if want := []bool{true, false, true}; !slices.Equal(asked, want) {
+		t.Errorf("torch asked for in the three checks: %v, want %v", asked, want)
 	}
 }

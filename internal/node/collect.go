@@ -56,6 +56,9 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 			return tf
 		},
 	}
+	if req.SkipTorch {
+		src.Torch = nil // the head has them
+	}
 	facts := preflight.Collect(ctx, src, req.Options())
 	facts.Gorun, _ = os.Executable()
 	if req.Bandwidth != "" && ctx.Err() == nil {

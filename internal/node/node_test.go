@@ -122,6 +122,24 @@ func TestRunCollect(t *testing.T) {
 	}
 }
 
+// TestRunCollectSkipTorch: with the head knowing the node's torch, the
+// collector starts no interpreter and reports none.
+func TestRunCollectSkipTorch(t *testing.T) {
+	torchrun, _ := fakeTorchrun(t)
+	req, _ := json.Marshal(preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, SkipTorch: true})
+	var out bytes.Buffer
+	if err := runCollect(t.Context(), string(req), &out, noNVML()); err != nil {
+		t.Fatal(err)
+	}
+	var f preflight.Facts
+	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+		t.Fatalf("not JSON facts: %v\n%s", err, out.Bytes())
+	}
+	if f.Torch != (preflight.TorchFacts{}) {
+		t.Errorf("torch = %+v: the interpreter was started though the head knows it", f.Torch)
+	}
+}
+
 // TestCollectCancelled: a collection whose context has ended skips the
 // bandwidth run and still returns what it has.
 func TestCollectCancelled(t *testing.T) {
