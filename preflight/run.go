@@ -99,6 +99,9 @@ type RunOptions struct {
 	// and are checked with these. Finding them starts an interpreter,
 	// the largest part of a recheck before a restart.
 	KnownTorch map[string]TorchFacts
+	// SkipTorch: no node is asked for its torch (a recheck of a run
+	// without preflight, which checks reach and routes only).
+	SkipTorch bool
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -148,7 +151,7 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	done := 0
 	_ = sshexec.ForEach(ctx, hosts, opts.Fanout, func(ctx context.Context, host string) error {
 		t := targets[index[host]]
-		if tf, ok := opts.KnownTorch[host]; ok {
+		if tf, ok := opts.KnownTorch[host]; ok || opts.SkipTorch {
 			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(argKnown), timeout, &tf)
 		} else {
 			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout, nil)

@@ -4,11 +4,13 @@
 # the columns of one run, not runs).
 #
 #   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [PREWARM=torch] [GORUN=path]
-#          [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
+#          [BEFORE=path] [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
 #
-# "gorun" is gorun with its defaults (the warm standby torchrun on, the worker pool off). With
-# PREWARM=VALUE a third launcher takes its turn in every round: gorun --prewarm VALUE (the
-# "prewarm" rows: torch or auto, the pool; off, none).
+# "gorun" is gorun with its defaults (the warm standby torchrun on, the worker pool where
+# --prewarm auto starts one). With PREWARM=VALUE another launcher takes its turn in every
+# round: gorun --prewarm VALUE (the "prewarm" rows: torch or auto, the pool; off, none). With
+# BEFORE=path another: that gorun binary (an older build, say) with gorun's arguments (the
+# "before" rows), so a change is measured against what it changes in the same run.
 #
 # The job: docs/bench/restart_worker.py, NPROC ranks per node, --monitor_interval 0.1
 # --max_restarts 1 for both launchers. On attempt 0 (TORCHELASTIC_RESTART_COUNT) every rank
@@ -138,12 +140,13 @@ free_port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1
 cmd() {
   local tool=$1 dir=$2
   world=$nproc
-  local extra=()
+  local extra=() bin=$gorun
   if [ "$tool" = prewarm ]; then tool=gorun extra=(--prewarm "$PREWARM"); fi
+  if [ "$tool" = before ]; then tool=gorun bin=$BEFORE; fi
   case $tool in
   torchrun) c=("$torchrun" "${job[@]}" --master_port "$(free_port)" "$work/worker.py" "$dir") ;;
   gorun)
-    c=("$gorun" --torchrun "$torchrun" --preflight "$preflight" "${extra[@]}")
+    c=("$bin" --torchrun "$torchrun" --preflight "$preflight" "${extra[@]}")
     case $mode in
     local | device) c+=("${job[@]}" --master_port "$(free_port)") ;;
     ssh) c+=(--ssh-config "$STATE/ssh_config" --hosts "$hosts" --env "PYTHON_EXEC=$python" --env "CRASH_AFTER=$CRASH_AFTER" "${job[@]}"); world=$((nproc * nodes)) ;;
@@ -227,6 +230,7 @@ echo "== restart.sh $mode: $(date -u +%FT%TZ) $rev, $(nproc) cores, load $(cut -
 echo "   ROUNDS=$rounds NPROC=$nproc PREFLIGHT=$preflight RUN_TIMEOUT=$limit${cluster:+ NODES=$nodes STATE=$STATE PREFIX=$PREFIX}"
 echo "   torchrun: $torchrun; python: $python, torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 echo "   gorun: $gorun ($("$gorun" version 2>&1 | head -1))"
+[ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))"
 case $mode in
 local | device) echo "   gorun: gorun --torchrun TORCHRUN --preflight $preflight, local mode; both: ${job[*]}" ;;
 ssh) echo "   gorun: --hosts $hosts over ssh (netns cluster; brought up by this run: $([ $brought = 1 ] && echo yes || echo no)); torchrun: local" ;;
@@ -237,6 +241,7 @@ echo "   ms from the earliest crash; start_all = every worker of the next attemp
 
 tools=(torchrun gorun)
 [ -z "${PREWARM:-}" ] || tools+=(prewarm)
+[ -z "${BEFORE:-}" ] || tools+=(before)
 for tool in "${tools[@]}"; do measure warmup "$tool" >/dev/null; done
 # not in a pipeline: the trap must see the running child
 for r in $(seq "$rounds"); do
@@ -245,7 +250,7 @@ done
 
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 col() { awk -v t="$1" -v k="$2" '$2 == t { for (i = 3; i <= NF; i++) { split($i, kv, "="); if (kv[1] == k && kv[2] != "-") print kv[2] } }' "$work/rows"; }
-echo "== summary over $rounds rounds (ms; ratio = gorun median / torchrun median${PREWARM:+, prewarm_ratio = prewarm median / torchrun median})"
+echo "== summary over $rounds rounds (ms; ratio = gorun median / torchrun median${PREWARM:+, prewarm_ratio = prewarm median / torchrun median}${BEFORE:+, before_ratio = before median / torchrun median})"
 for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_ms torchrun_up_ms launch_import_all_ms total_ms; do
   line="$k"
   for tool in "${tools[@]}"; do
@@ -254,8 +259,10 @@ for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_
   done
   if [ -n "$(col torchrun $k)" ] && [ -n "$(col gorun $k)" ]; then
     t=$(col torchrun $k | median) g=$(col gorun $k | median) line+=" ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
-  if [ -n "${PREWARM:-}" ] && [ -n "$(col torchrun $k)" ] && [ -n "$(col prewarm $k)" ]; then
-    t=$(col torchrun $k | median) g=$(col prewarm $k | median) line+=" prewarm_ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
+  for other in prewarm before; do
+    if [ -n "$(col torchrun $k)" ] && [ -n "$(col $other $k)" ]; then
+      t=$(col torchrun $k | median) g=$(col $other $k | median) line+=" ${other}_ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
+  done
   echo "$line"
 done
 echo "load after: $(cut -d' ' -f1-3 /proc/loadavg)"

@@ -45,12 +45,12 @@ const maxScriptBytes = 16 << 20
 // Check runs preflight on every node (preflight.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
 func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
-	return check(ctx, cl, nodes, runners, cfg, ui, nil)
+	return check(ctx, cl, nodes, runners, cfg, ui, nil, false)
 }
 
 // check is Check, with the torch facts an earlier check of the run found
-// (nil: none).
-func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, known map[string]preflight.TorchFacts) (report preflight.Report) {
+// (nil: none), or asking no node for its torch (skipTorch).
+func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, known map[string]preflight.TorchFacts, skipTorch bool) (report preflight.Report) {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	var unconnected []preflight.NodeReport // a spare that could not be reached: nothing to ask
 	if len(nodes) > 0 {
@@ -79,6 +79,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		Fanout:  cl.Gorun.Fanout,
 
 		KnownTorch: known,
+		SkipTorch:  skipTorch,
 	}
 	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
 		opts.Bandwidth = bw
@@ -144,9 +145,11 @@ func hasWarnings(r preflight.Report) bool {
 
 // check checks nodes again during the run, quietly: the nodes' torch
 // facts found before are taken as they were, and those found now are
-// kept for the next check.
+// kept for the next check. Without preflight no node is asked for its
+// torch: such a check is about reach and routes, and the plan was made
+// without it.
 func (r *run) check(ctx context.Context, nodes []hosts.Host) preflight.Report {
-	report := check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard}, r.torch.known())
+	report := check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard}, r.torch.known(), r.cl.Gorun.Preflight == "off")
 	r.torch.learn(report)
 	return report
 }

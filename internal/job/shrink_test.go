@@ -305,7 +305,7 @@ func TestSpareThroughRealChecks(t *testing.T) {
 
 // TestRecheckKeepsTorch: the run's checks ask a node for its torch once:
 // the next check takes what was found (and the plan's interpreter with
-// it), until the node is dialled again.
+// it), until the node is dialled again; without preflight, never.
 func TestRecheckKeepsTorch(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1", "x.py")
 	var asked []bool
@@ -333,5 +333,12 @@ func TestRecheckKeepsTorch(t *testing.T) {
 	r.check(context.Background(), nodes)
 	if want := []bool{true, false, true}; !slices.Equal(asked, want) {
 		t.Errorf("torch asked for in the three checks: %v, want %v", asked, want)
+	}
+	off := parse(t, "--hosts", "node0:1", "--preflight", "off", "x.py")
+	asked = nil
+	r = &run{cl: off, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, conns: map[string]sshexec.Runner{"node0": node0}}
+	r.check(context.Background(), nodes)
+	if !slices.Equal(asked, []bool{false}) {
+		t.Errorf("--preflight off: torch asked for in the recheck: %v", asked)
 	}
 }
