@@ -2,9 +2,9 @@ package cmdline
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/gorun/gorun/internal/lazyre"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -90,7 +90,7 @@ type match struct {
 
 // argparse treats these as arguments, not options, when no option looks like
 // a negative number (torchrun has none).
-var negativeNumber = regexp.MustCompile(`^-(?:\d+|\d*\.\d+)\n?$`)
+var negativeNumber = lazyre.New(`^-(?:\d+|\d*\.\d+)\n?$`)
 
 // classify follows argparse's _parse_optional and _get_option_tuples, except
 // that candidates are counted per option, not per spelling.
@@ -153,7 +153,7 @@ func (t *table) classify(tok string) (match, tokenKind) {
 			m.candidates = append(m.candidates, f.spec)
 		}
 		return m, tokAmbiguous
-	case negativeNumber.MatchString(tok), strings.Contains(tok, " "):
+	case negativeNumber().MatchString(tok), strings.Contains(tok, " "):
 		return match{}, tokArg
 	}
 	return match{typed: tok}, tokUnknown

@@ -902,7 +902,7 @@ func FuzzParse(f *testing.F) {
 			t.Errorf("%q: master port %d", argv, c.MasterPort)
 		}
 		for _, kv := range cl.Gorun.Env {
-			if key, _, _ := strings.Cut(kv, "="); !envKey.MatchString(key) {
+			if key, _, _ := strings.Cut(kv, "="); !envKey().MatchString(key) {
 				t.Errorf("%q: --env %q accepted", argv, key)
 			} else if _, set := torchrunWorkerVar(key); set {
 				t.Errorf("%q: --env %s accepted, which torchrun sets", argv, key)

@@ -2,13 +2,13 @@ package cmdline
 
 import (
 	"fmt"
-	"regexp"
 	"strings"
 
+	"github.com/gorun/gorun/internal/lazyre"
 	"github.com/gorun/gorun/internal/userr"
 )
 
-var envKey = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+var envKey = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 
 // checkEnvFlag checks one --env value, at where ("--env (argument 3)").
 // Nothing after the first '=' is ever shown: the value may be a secret.
@@ -21,7 +21,7 @@ func checkEnvFlag(where, value string) error {
 			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
 		}
 	}
-	if !envKey.MatchString(key) {
+	if !envKey().MatchString(key) {
 		return &userr.InputError{
 			Where:   where,
 			Problem: fmt.Sprintf("expected KEY=VALUE, and %s is not a valid variable name", userr.Quote(key)),

@@ -3,13 +3,13 @@ package cmdline
 import (
 	"fmt"
 	"math"
-	"regexp"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 
+	"github.com/gorun/gorun/internal/lazyre"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -107,12 +107,12 @@ func parseInterval(s setting) (float64, error) {
 // Std.from_str (torch/distributed/elastic/multiprocessing/api.py). Python's
 // '$' also matches before a final newline.
 var (
-	stdValue   = regexp.MustCompile(`^[0123]\n?$`)
-	stdMapping = regexp.MustCompile(`^(?:[0-9]:[0123],)*[0-9]:[0123]\n?$`)
+	stdValue   = lazyre.New(`^[0123]\n?$`)
+	stdMapping = lazyre.New(`^(?:[0-9]:[0123],)*[0-9]:[0123]\n?$`)
 )
 
 func checkStd(s setting) error {
-	if stdValue.MatchString(s.value) || stdMapping.MatchString(s.value) {
+	if stdValue().MatchString(s.value) || stdMapping().MatchString(s.value) {
 		return nil
 	}
 	return &userr.InputError{

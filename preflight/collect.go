@@ -11,12 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"time"
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // CommandRunner runs a program on the node and returns its standard output.
@@ -278,17 +278,17 @@ func topologyMatrix(t Topology, n int) [][]string {
 }
 
 var (
-	smiDriverRE = regexp.MustCompile(`Driver Version:\s*(\d+\.\d+(?:\.\d+)?)`)
-	smiCUDARE   = regexp.MustCompile(`CUDA Version:\s*(\d+)\.(\d+)`)
+	smiDriverRE = lazyre.New(`Driver Version:\s*(\d+\.\d+(?:\.\d+)?)`)
+	smiCUDARE   = lazyre.New(`CUDA Version:\s*(\d+)\.(\d+)`)
 )
 
 // parseSMIBanner reads the driver version and the CUDA version (encoded as
 // NVML does, 1000*major+10*minor) from plain `nvidia-smi` output.
 func parseSMIBanner(out []byte) (driver string, cuda int) {
-	if m := smiDriverRE.FindSubmatch(out); m != nil {
+	if m := smiDriverRE().FindSubmatch(out); m != nil {
 		driver = string(m[1])
 	}
-	if m := smiCUDARE.FindSubmatch(out); m != nil {
+	if m := smiCUDARE().FindSubmatch(out); m != nil {
 		maj, _ := strconv.Atoi(string(m[1]))
 		minr, _ := strconv.Atoi(string(m[2]))
 		cuda = maj*1000 + minr*10

@@ -4,24 +4,26 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // Script lint patterns. They run on the script with comments removed and
 // triple-quoted strings (docstrings) blanked, so prose does not trigger
 // them; one-line string literals stay, since backend="gloo" is one.
 var (
-	lintFindUnused = regexp.MustCompile(`\bfind_unused_parameters\s*=\s*True\b`)
-	lintGloo       = regexp.MustCompile(`\binit_process_group\s*\(\s*["']gloo["']|\bbackend\s*=\s*["']gloo["']`)
-	lintCUDAUse    = regexp.MustCompile(`\.cuda\s*\(|\bdevice\s*=\s*["']cuda|\.to\s*\(\s*["']cuda|\btorch\.device\s*\(\s*["']cuda`)
-	lintCVDSet     = regexp.MustCompile(`\benviron\s*\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=(?:[^=]|$)|` +
+	lintFindUnused = lazyre.New(`\bfind_unused_parameters\s*=\s*True\b`)
+	lintGloo       = lazyre.New(`\binit_process_group\s*\(\s*["']gloo["']|\bbackend\s*=\s*["']gloo["']`)
+	lintCUDAUse    = lazyre.New(`\.cuda\s*\(|\bdevice\s*=\s*["']cuda|\.to\s*\(\s*["']cuda|\btorch\.device\s*\(\s*["']cuda`)
+	lintCVDSet     = lazyre.New(`\benviron\s*\[\s*["']CUDA_VISIBLE_DEVICES["']\s*\]\s*=(?:[^=]|$)|` +
 		`\benviron\.setdefault\s*\(\s*["']CUDA_VISIBLE_DEVICES["']|\bputenv\s*\(\s*["']CUDA_VISIBLE_DEVICES["']|` +
 		`\benviron\.update\s*\(.*CUDA_VISIBLE_DEVICES`)
-	lintInitPG   = regexp.MustCompile(`\binit_process_group\s*\(`)
-	lintNCCL     = regexp.MustCompile(`["'](?:[a-z]+:)?nccl(?:,[a-z:]+)?["']|\binit_process_group\s*\(\s*\)`)
-	lintSetDev   = regexp.MustCompile(`\bset_device\s*\(|\bdevice_id\s*=|\bdevice_ids\s*=`)
-	lintRankDev  = regexp.MustCompile(`(?i)local_rank`)
-	lintDevUse   = regexp.MustCompile(`(?i)cuda|device|\.to\s*\(`)
-	lintFramewrk = regexp.MustCompile(`^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed|transformers)\b`)
+	lintInitPG   = lazyre.New(`\binit_process_group\s*\(`)
+	lintNCCL     = lazyre.New(`["'](?:[a-z]+:)?nccl(?:,[a-z:]+)?["']|\binit_process_group\s*\(\s*\)`)
+	lintSetDev   = lazyre.New(`\bset_device\s*\(|\bdevice_id\s*=|\bdevice_ids\s*=`)
+	lintRankDev  = lazyre.New(`(?i)local_rank`)
+	lintDevUse   = lazyre.New(`(?i)cuda|device|\.to\s*\(`)
+	lintFramewrk = lazyre.New(`^\s*(?:from|import)\s+(?:accelerate|lightning|pytorch_lightning|deepspeed|transformers)\b`)
 )
 
 // LintScript reads a training script (name is for evidence) and warns about
@@ -56,7 +58,7 @@ func LintScript(name string, src []byte) []Finding {
 	}
 
 	var out []Finding
-	if l := matches(lintFindUnused); l != nil {
+	if l := matches(lintFindUnused()); l != nil {
 		out = append(out, Finding{
 			ID:       "script.find-unused-parameters",
 			Severity: SeverityWarn,
@@ -65,7 +67,7 @@ func LintScript(name string, src []byte) []Finding {
 			Remedy:   "drop it unless some parameters really get no gradient (DDP then raises an error that says so); for a fixed graph consider static_graph=True",
 		})
 	}
-	if g, c := matches(lintGloo), matches(lintCUDAUse); g != nil && c != nil {
+	if g, c := matches(lintGloo()), matches(lintCUDAUse()); g != nil && c != nil {
 		out = append(out, Finding{
 			ID:       "script.gloo-cuda",
 			Severity: SeverityWarn,
@@ -74,7 +76,7 @@ func LintScript(name string, src []byte) []Finding {
 			Remedy:   `use backend="nccl" for GPU training (or "cpu:gloo,cuda:nccl" when CPU tensors are also reduced)`,
 		})
 	}
-	if l := matches(lintCVDSet); l != nil {
+	if l := matches(lintCVDSet()); l != nil {
 		out = append(out, Finding{
 			ID:       "script.cuda-visible-devices",
 			Severity: SeverityWarn,
@@ -92,12 +94,12 @@ func LintScript(name string, src []byte) []Finding {
 // lintNoSetDevice warns when NCCL is used but nothing pins a GPU per rank.
 // Frameworks that place ranks on GPUs themselves are trusted.
 func lintNoSetDevice(code []string, matches func(*regexp.Regexp) []int, evidence func([]int) string) (Finding, bool) {
-	init := matches(lintInitPG)
-	if init == nil || matches(lintNCCL) == nil || matches(lintSetDev) != nil || matches(lintFramewrk) != nil {
+	init := matches(lintInitPG())
+	if init == nil || matches(lintNCCL()) == nil || matches(lintSetDev()) != nil || matches(lintFramewrk()) != nil {
 		return Finding{}, false
 	}
-	for _, i := range matches(lintRankDev) {
-		if lintDevUse.MatchString(code[i]) {
+	for _, i := range matches(lintRankDev()) {
+		if lintDevUse().MatchString(code[i]) {
 			return Finding{}, false // a device built from local_rank
 		}
 	}

@@ -4,10 +4,11 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // ErrBadCapture marks nvidia-smi output (or a pasted copy of it) that gorun
@@ -33,13 +34,13 @@ func QueryGPUArgs() []string {
 
 // ansiEscape matches terminal colour and style sequences; nvidia-smi
 // underlines the topology header with them.
-var ansiEscape = regexp.MustCompile(`\x1b\[[0-9;?]*[A-Za-z]`)
+var ansiEscape = lazyre.New(`\x1b\[[0-9;?]*[A-Za-z]`)
 
 // captureLines strips ANSI sequences and splits text into lines, accepting
 // LF, CRLF and a mix of both; a lone CR also ends a line. Line i of the
 // result is line i+1 of the capture.
 func captureLines(text []byte) []string {
-	text = ansiEscape.ReplaceAll(text, nil)
+	text = ansiEscape().ReplaceAll(text, nil)
 	text = bytes.ReplaceAll(text, []byte("\r\n"), []byte("\n"))
 	text = bytes.ReplaceAll(text, []byte("\r"), []byte("\n"))
 	return strings.Split(string(text), "\n")
@@ -212,7 +213,7 @@ var p2pStatuses = map[string]bool{
 	P2PTopologyNotSupported: true, P2PNotSupported: true, P2PDisabledByRegkey: true, P2PUnknown: true,
 }
 
-var gpuLabel = regexp.MustCompile(`^GPU[0-9]+$`)
+var gpuLabel = lazyre.New(`^GPU[0-9]+$`)
 
 // ParseP2PMatrix reads the output of `nvidia-smi topo -p2p r|w|n|a` (read,
 // write, NVLink, atomics). The result is indexed [row][column] in the order
@@ -238,14 +239,14 @@ func ParseP2PMatrix(text []byte) ([][]string, error) {
 			continue
 		}
 		if cols == nil {
-			if !gpuLabel.MatchString(fields[0].text) {
+			if !gpuLabel().MatchString(fields[0].text) {
 				continue // command echo, prompt
 			}
 			if len(fields) > 1 && p2pStatuses[fields[1].text] {
 				return nil, badCapture(name, lineNo, fields[0].col, "matrix row %s before any header", fields[0].text)
 			}
 			for _, f := range fields {
-				if !gpuLabel.MatchString(f.text) {
+				if !gpuLabel().MatchString(f.text) {
 					return nil, badCapture(name, lineNo, f.col, "header cell %q is not a GPU name", f.text)
 				}
 				if _, dup := colIndex[f.text]; dup {

@@ -2,6 +2,7 @@ package preflight
 
 import (
 	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/lazyre"
 	"github.com/gorun/gorun/internal/secret"
 
 	"bufio"
@@ -13,7 +14,6 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"regexp"
 	"runtime"
 	"sort"
 	"strconv"
@@ -32,7 +32,7 @@ var watchedModules = []string{
 // procVersionRE finds the driver version in /proc/driver/nvidia/version,
 // both the proprietary ("Kernel Module  535.104.05") and the open
 // ("Open Kernel Module for x86_64  580.159.04") forms.
-var procVersionRE = regexp.MustCompile(`Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)`)
+var procVersionRE = lazyre.New(`Kernel Module(?: for \w+)?\s+(\d+\.\d+(?:\.\d+)?)`)
 
 // sysReader reads files below a filesystem root ("/" on a node, a testdata
 // tree in tests).
@@ -143,7 +143,7 @@ func nvmlLibraryVersion(r sysReader) string {
 func parseProcVersion(s string) (line, version, flavor string) {
 	line, _, _ = strings.Cut(s, "\n")
 	line = strings.TrimSpace(line)
-	if m := procVersionRE.FindStringSubmatch(line); m != nil {
+	if m := procVersionRE().FindStringSubmatch(line); m != nil {
 		version = m[1]
 	}
 	switch {

@@ -3,10 +3,11 @@ package preflight
 import (
 	"fmt"
 	"io"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // Topology is a parsed `nvidia-smi topo -m` matrix. Its JSON form is part of
@@ -47,11 +48,11 @@ type TopoReport struct {
 // is nearer than any PCIe path. SOC is the pre-2017 spelling of SYS.
 var pathRank = map[string]int{"PIX": 1, "PXB": 2, "PHB": 3, "NODE": 4, "SYS": 5, "SOC": 5}
 
-var nvlinkToken = regexp.MustCompile(`^NV[0-9]{1,3}$`)
+var nvlinkToken = lazyre.New(`^NV[0-9]{1,3}$`)
 
 // pathDistance orders path tokens: NV# 0, PIX 1 ... SYS 5; -1 for unknown.
 func pathDistance(tok string) int {
-	if nvlinkToken.MatchString(tok) {
+	if nvlinkToken().MatchString(tok) {
 		return 0
 	}
 	if r, ok := pathRank[tok]; ok {
@@ -67,7 +68,7 @@ const (
 	colGPUNUMAID    = "GPU NUMA ID"
 )
 
-var nicLegendLine = regexp.MustCompile(`^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$`)
+var nicLegendLine = lazyre.New(`^\s*(NIC[0-9]+)\s*:\s*(\S+)\s*$`)
 
 // ParseTopoMatrix reads `nvidia-smi topo -m` output. See ExplainTopology for
 // what it accepts and refuses; errors wrap ErrBadCapture.
@@ -95,7 +96,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 		lineNo := i + 1
 		fields := fieldsWithColumns(line)
 		if devices == nil {
-			if len(fields) == 0 || !gpuLabel.MatchString(fields[0].text) {
+			if len(fields) == 0 || !gpuLabel().MatchString(fields[0].text) {
 				continue // prompt, command echo, blank
 			}
 			if len(fields) > 1 && (fields[1].text == "X" || pathDistance(fields[1].text) >= 0) {
@@ -129,7 +130,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 		}
 		cells := fields[1:]
 		extra := len(cells) - len(devices)
-		isGPU := gpuLabel.MatchString(label.text)
+		isGPU := gpuLabel().MatchString(label.text)
 		// GPU rows carry every affinity column; NIC rows carry none (their
 		// cells are blank) or, in some versions, all of them.
 		if extra != len(affCols) && (isGPU || extra != 0) {
@@ -171,7 +172,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 	legend := map[string]string{}
 	sawLegend, sawNV := false, false
 	for _, line := range lines[end:] {
-		if m := nicLegendLine.FindStringSubmatch(line); m != nil {
+		if m := nicLegendLine().FindStringSubmatch(line); m != nil {
 			legend[m[1]] = m[2]
 		}
 		t := strings.TrimSpace(line)
@@ -181,7 +182,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 
 	topo := Topology{GPUs: []TopoGPU{}, NICs: []TopoNIC{}, Matrix: map[string]map[string]string{}, PCIeOnly: sawLegend && !sawNV}
 	for i, d := range devices {
-		if gpuLabel.MatchString(d) {
+		if gpuLabel().MatchString(d) {
 			g := TopoGPU{Name: d}
 			for k, col := range affCols {
 				v := aff[i][k]
@@ -198,7 +199,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 			topo.GPUs = append(topo.GPUs, g)
 		} else {
 			dev, ok := legend[d]
-			if !ok && !nicName.MatchString(d) {
+			if !ok && !nicName().MatchString(d) {
 				dev = d // older captures name the NIC column by its device
 			}
 			topo.NICs = append(topo.NICs, TopoNIC{Name: d, Device: dev})
@@ -214,7 +215,7 @@ func parseTopo(name string, text []byte) (Topology, error) {
 	return topo, nil
 }
 
-var nicName = regexp.MustCompile(`^NIC[0-9]+$`)
+var nicName = lazyre.New(`^NIC[0-9]+$`)
 
 // parseTopoHeader splits the header into device columns and the trailing
 // affinity columns, whose names contain spaces.
@@ -248,7 +249,7 @@ func parseTopoHeader(name string, lineNo int, fields []field) (devices, affCols 
 		if affCols != nil {
 			return nil, nil, badCapture(name, lineNo, f.col, "unknown header column %q after the affinity columns", f.text)
 		}
-		if !deviceColumn.MatchString(f.text) {
+		if !deviceColumn().MatchString(f.text) {
 			return nil, nil, badCapture(name, lineNo, f.col, "header cell %q is not a GPU or NIC name", f.text)
 		}
 		if seen[f.text] {
@@ -262,7 +263,7 @@ func parseTopoHeader(name string, lineNo int, fields []field) (devices, affCols 
 
 // deviceColumn accepts GPU#, NIC# and the RDMA device names older captures
 // print in place of NIC# (mlx5_0, mlx5_bond_0, bnxt_re0, irdma0, efa_0 ...).
-var deviceColumn = regexp.MustCompile(`^(GPU[0-9]+|NIC[0-9]+|[a-z][a-z0-9_]*[0-9])$`)
+var deviceColumn = lazyre.New(`^(GPU[0-9]+|NIC[0-9]+|[a-z][a-z0-9_]*[0-9])$`)
 
 // ExplainTopology parses a pasted `nvidia-smi topo -m` (name is the file
 // name, for messages) and explains it: GPU pairs that cross sockets or lack

@@ -5,8 +5,9 @@ import (
 	"context"
 	"fmt"
 	"path"
-	"regexp"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // torchLocateScript prints torch's package directory, then the names of
@@ -37,7 +38,7 @@ type TorchVersionFile struct {
 
 // versionAssign matches one assignment of version.py, with or without a
 // type annotation: `cuda = '12.8'`, `cuda: Optional[str] = '12.8'`.
-var versionAssign = regexp.MustCompile(`^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=\s*(.*?)\s*(?:#.*)?$`)
+var versionAssign = lazyre.New(`^([A-Za-z_][A-Za-z0-9_]*)\s*(?::[^=]*)?=\s*(.*?)\s*(?:#.*)?$`)
 
 // ParseTorchVersionFile reads torch/version.py without running it. Values
 // may be quoted strings or None, True and False; other lines are ignored.
@@ -46,7 +47,7 @@ func ParseTorchVersionFile(src []byte) (TorchVersionFile, error) {
 	var v TorchVersionFile
 	seen := false
 	for _, line := range strings.Split(string(src), "\n") {
-		m := versionAssign.FindStringSubmatch(strings.TrimSpace(line))
+		m := versionAssign().FindStringSubmatch(strings.TrimSpace(line))
 		if m == nil {
 			continue
 		}
@@ -86,7 +87,7 @@ func pyLiteral(s string) (val string, isString bool) {
 
 // ncclDistInfo matches the NCCL wheel's metadata directory,
 // nvidia_nccl_cu12-2.27.3.dist-info, and captures the version.
-var ncclDistInfo = regexp.MustCompile(`^nvidia_nccl_cu[0-9]+-([0-9]+(?:\.[0-9]+)+)[^/]*\.dist-info$`)
+var ncclDistInfo = lazyre.New(`^nvidia_nccl_cu[0-9]+-([0-9]+(?:\.[0-9]+)+)[^/]*\.dist-info$`)
 
 // FindTorch locates the torch package of the given interpreter (the one
 // torchrun uses; see TorchrunPython) without importing torch: run executes
@@ -124,7 +125,7 @@ func FindTorch(ctx context.Context, python string, run func(ctx context.Context,
 	}
 	tf.Found, tf.Version, tf.CUDA = true, v.Version, v.CUDA
 	for _, l := range lines[1:] {
-		if m := ncclDistInfo.FindStringSubmatch(strings.TrimSpace(l)); m != nil {
+		if m := ncclDistInfo().FindStringSubmatch(strings.TrimSpace(l)); m != nil {
 			tf.NCCL = m[1]
 		}
 	}

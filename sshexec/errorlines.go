@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"regexp"
 	"strings"
 	"syscall"
 
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // collapseAbove is how many failing nodes a fan-out's error lists one line
@@ -97,7 +97,7 @@ func collapse(errs []error, lines []string) []string {
 
 // addrPattern matches what differs from node to node in the same failure:
 // an IPv4 or bracketed address with an optional port, or a lone port.
-var addrPattern = regexp.MustCompile(`\[[0-9A-Fa-f:.%a-zA-Z]*\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|:\d+\b`)
+var addrPattern = lazyre.New(`\[[0-9A-Fa-f:.%a-zA-Z]*\](:\d+)?|\b\d{1,3}(\.\d{1,3}){3}(:\d+)?\b|:\d+\b`)
 
 // failureKind names how a node failed, for the line it shares with others
 // that failed alike, and returns the key that groups them: a known cause
@@ -125,5 +125,5 @@ func failureKind(err error, host string) (phrase, key string) {
 	if host != "" {
 		msg = strings.ReplaceAll(msg, host, "\x00")
 	}
-	return "failed alike", "other\x00" + addrPattern.ReplaceAllString(msg, "\x01")
+	return "failed alike", "other\x00" + addrPattern().ReplaceAllString(msg, "\x01")
 }

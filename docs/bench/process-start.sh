@@ -4,7 +4,8 @@
 # every node check is such a start. Prints microseconds a run (wall, through bash's fork and
 # exec) and the package initialisers' own time (GODEBUG=inittrace=1, summed: ours, third
 # party, standard library).
-#   usage: [ROUNDS=3] [N=200] [GORUN=path] docs/bench/process-start.sh
+# With BEFORE=path, that gorun binary (an older build) takes its turn in every round too.
+#   usage: [ROUNDS=3] [N=200] [GORUN=path] [BEFORE=path] docs/bench/process-start.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 rounds=${ROUNDS:-3} n=${N:-200}
@@ -25,9 +26,16 @@ us() { # us CMD...: microseconds a run, over $n runs
 }
 echo "== process start: $(git rev-parse --short HEAD), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $(date -u +%FT%TZ)"
 echo "   gorun: $gorun ($(stat -c %s "$gorun") bytes); hello: a Go hello-world ($(stat -c %s "$work/hello-bin") bytes)"
+[ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($(stat -c %s "$BEFORE") bytes)"
 for ((r = 1; r <= rounds; r++)); do
-  echo "round=$r gorun_version_us=$(us "$gorun" version) hello_us=$(us "$work/hello-bin") true_us=$(us /bin/true)"
+  row="round=$r gorun_version_us=$(us "$gorun" version)"
+  [ -z "${BEFORE:-}" ] || row+=" before_version_us=$(us "$BEFORE" version)"
+  echo "$row hello_us=$(us "$work/hello-bin") true_us=$(us /bin/true)"
 done
+inits() { # inits LABEL BINARY
+  GODEBUG=inittrace=1 "$2" version 2>&1 >/dev/null | awk -v r="$r" -v l="$1" '/^init /{c=$5; p=$2; if (p ~ /gorun\/gorun/) g+=c; else if (p ~ /\./) t+=c; else s+=c} END{printf "inits %s round=%d ours_ms=%.2f third_party_ms=%.2f std_ms=%.2f\n", l, r, g, t, s}'
+}
 for ((r = 1; r <= rounds; r++)); do
-  GODEBUG=inittrace=1 "$gorun" version 2>&1 >/dev/null | awk -v r="$r" '/^init /{c=$5; p=$2; if (p ~ /gorun\/gorun/) g+=c; else if (p ~ /\./) t+=c; else s+=c} END{printf "inits round=%d ours_ms=%.2f third_party_ms=%.2f std_ms=%.2f\n", r, g, t, s}'
+  inits gorun "$gorun"
+  [ -z "${BEFORE:-}" ] || inits before "$BEFORE"
 done

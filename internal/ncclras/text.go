@@ -2,9 +2,10 @@ package ncclras
 
 import (
 	"fmt"
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // The text report's lines, after their indentation, each with the format in
@@ -14,42 +15,42 @@ import (
 // information not found]"), that part is cut off first (processRE).
 var (
 	// "NCCL version " STR(NCCL_MAJOR) "." ... NCCL_SUFFIX " compiled with CUDA " ...
-	versionRE = regexp.MustCompile(`^NCCL version (\S+)`)
+	versionRE = lazyre.New(`^NCCL version (\S+)`)
 	// "%5d  %8d  %8d  %8s  %8d  %8d  %8s  %6s\n": group, comms in group,
 	// nodes per comm, ranks per node, ranks per comm, ranks in group,
 	// status, errors.
-	tableRowRE = regexp.MustCompile(`^(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$`)
+	tableRowRE = lazyre.New(`^(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(\S+)$`)
 	// "#%d-%d (%016lx) INCOMPLETE\n", "... ERROR\n", "... MISMATCH\n"
-	sectionRE = regexp.MustCompile(`^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) (INCOMPLETE|ERROR|MISMATCH)$`)
+	sectionRE = lazyre.New(`^#(\d+)-(\d+) \(([0-9a-fA-F]+)\) (INCOMPLETE|ERROR|MISMATCH)$`)
 	// "GPU %s managed by process %d on node %s"
-	processRE = regexp.MustCompile(`^GPU (.+) managed by process (\d+) on node (\S+)$`)
+	processRE = lazyre.New(`^GPU (.+) managed by process (\d+) on node (\S+)$`)
 	// "  Process %d on node %s managing GPU%s %s\n"
-	unreachableRE = regexp.MustCompile(`^Process (\d+) on node (\S+) managing GPUs? (.+)$`)
+	unreachableRE = lazyre.New(`^Process (\d+) on node (\S+) managing GPUs? (.+)$`)
 	// "  Missing communicator data from %d job process%s\n"
-	missingProcsRE = regexp.MustCompile(`^Missing communicator data from (\d+) job process(?:es)?$`)
+	missingProcsRE = lazyre.New(`^Missing communicator data from (\d+) job process(?:es)?$`)
 	// "  %d job process%s considered dead (unreachable via the RAS network)\n"
-	deadProcsRE = regexp.MustCompile(`^(\d+) job process(?:es are| is) considered dead\b`)
+	deadProcsRE = lazyre.New(`^(\d+) job process(?:es are| is) considered dead\b`)
 	// "  Encountered %d communication timeout%s while gathering communicator data\n\n"
-	timeoutsRE = regexp.MustCompile(`^Encountered (\d+) communication timeouts? while gathering communicator data$`)
+	timeoutsRE = lazyre.New(`^Encountered (\d+) communication timeouts? while gathering communicator data$`)
 	// "  The missing rank%s: %s\n" (2.24, 2.25) and "  The unknown ranks: %s\n" (2.24, 2.25)
-	rankListRE = regexp.MustCompile(`^The (?:missing|unknown) ranks?: ([\d,]+)$`)
+	rankListRE = lazyre.New(`^The (?:missing|unknown) ranks?: ([\d,]+)$`)
 	// "  Communicator ranks have different %s operation counts\n"; before
 	// 2.26 the literal "... different collective operation counts".
-	opCountsRE = regexp.MustCompile(`^Communicator ranks have different (\S+) operation counts$`)
+	opCountsRE = lazyre.New(`^Communicator ranks have different (\S+) operation counts$`)
 	// "  %d ranks have launched up to operation %ld\n",
 	// "  %d ranks have not launched any operations\n",
 	// "  Rank %d has launched up to operation %ld -- ...",
 	// "  Rank %d has not launched any operations -- ..."
-	groupCountRE = regexp.MustCompile(`^(\d+) ranks have (?:launched up to operation (\d+)|not launched any operations)$`)
-	rankCountRE  = regexp.MustCompile(`^Rank (\d+) has (?:launched up to operation (\d+)|not launched any operations)$`)
+	groupCountRE = lazyre.New(`^(\d+) ranks have (?:launched up to operation (\d+)|not launched any operations)$`)
+	rankCountRE  = lazyre.New(`^Rank (\d+) has (?:launched up to operation (\d+)|not launched any operations)$`)
 	// "  %d ranks have status %s\n", "  Rank %d has status %s -- ..."
-	groupStatusRE = regexp.MustCompile(`^(\d+) ranks have status (\S+)$`)
-	rankStatusRE  = regexp.MustCompile(`^Rank (\d+) has status (\S+)$`)
+	groupStatusRE = lazyre.New(`^(\d+) ranks have status (\S+)$`)
+	rankStatusRE  = lazyre.New(`^Rank (\d+) has status (\S+)$`)
 	// "  %d ranks reported %s\n", "  Rank %d reported %s -- ..."
-	groupErrorRE = regexp.MustCompile(`^(\d+) ranks reported .+$`)
-	rankErrorRE  = regexp.MustCompile(`^Rank (\d+) reported .+$`)
+	groupErrorRE = lazyre.New(`^(\d+) ranks reported .+$`)
+	rankErrorRE  = lazyre.New(`^Rank (\d+) reported .+$`)
 	// "  Rank %d -- ...": a member of the group above.
-	rankRE = regexp.MustCompile(`^Rank (\d+)$`)
+	rankRE = lazyre.New(`^Rank (\d+)$`)
 )
 
 // textParser reads the text report a line at a time.
@@ -114,32 +115,32 @@ func (p *textParser) line(l string) {
 		return
 	}
 	if p.table {
-		if m := tableRowRE.FindStringSubmatch(l); m != nil {
+		if m := tableRowRE().FindStringSubmatch(l); m != nil {
 			p.tableRow(m)
 		}
 		return
 	}
-	if m := versionRE.FindStringSubmatch(l); m != nil {
+	if m := versionRE().FindStringSubmatch(l); m != nil {
 		p.r.NCCLVersion = m[1]
 		return
 	}
-	if m := sectionRE.FindStringSubmatch(l); m != nil {
+	if m := sectionRE().FindStringSubmatch(l); m != nil {
 		p.section(m)
 		return
 	}
-	if m := unreachableRE.FindStringSubmatch(l); m != nil {
+	if m := unreachableRE().FindStringSubmatch(l); m != nil {
 		p.r.Unreachable = append(p.r.Unreachable, Process{PID: atoi(m[1]), Node: m[2], GPUs: m[3], Dead: p.inDead})
 		return
 	}
-	if m := missingProcsRE.FindStringSubmatch(l); m != nil {
+	if m := missingProcsRE().FindStringSubmatch(l); m != nil {
 		p.r.MissingProcesses = atoi(m[1])
 		return
 	}
-	if m := deadProcsRE.FindStringSubmatch(l); m != nil {
+	if m := deadProcsRE().FindStringSubmatch(l); m != nil {
 		p.r.DeadProcesses = atoi(m[1])
 		return
 	}
-	if m := timeoutsRE.FindStringSubmatch(l); m != nil {
+	if m := timeoutsRE().FindStringSubmatch(l); m != nil {
 		p.r.Timeouts = atoi(m[1])
 		return
 	}
@@ -205,14 +206,14 @@ func (p *textParser) commLine(l string) {
 	ci := p.comm
 	c := func() *Comm { return &p.r.Comms[ci] } // r.Comms does not grow within a section
 	head, tail, _ := strings.Cut(l, " -- ")
-	if m := rankRE.FindStringSubmatch(head); m != nil {
+	if m := rankRE().FindStringSubmatch(head); m != nil {
 		p.rankProcess(atoi(m[1]), tail)
 		if p.addRank != nil {
 			p.addRank(atoi(m[1]))
 		}
 		return
 	}
-	if m := rankListRE.FindStringSubmatch(head); m != nil {
+	if m := rankListRE().FindStringSubmatch(head); m != nil {
 		for s := range strings.SplitSeq(m[1], ",") {
 			if s == "" {
 				continue
@@ -223,7 +224,7 @@ func (p *textParser) commLine(l string) {
 		}
 		return
 	}
-	if m := opCountsRE.FindStringSubmatch(head); m != nil {
+	if m := opCountsRE().FindStringSubmatch(head); m != nil {
 		p.op, p.addRank = m[1], nil
 		return
 	}
@@ -231,37 +232,37 @@ func (p *textParser) commLine(l string) {
 		p.op, p.addRank = "", nil
 		return
 	}
-	if m := groupCountRE.FindStringSubmatch(head); m != nil {
+	if m := groupCountRE().FindStringSubmatch(head); m != nil {
 		i := len(c().Counts)
 		c().Counts = append(c().Counts, Count{Op: p.op, Count: atou(m[2]), NRanks: atoi(m[1])})
 		p.addRank = func(rank int) { p.r.Comms[ci].Counts[i].Ranks = append(p.r.Comms[ci].Counts[i].Ranks, rank) }
 		return
 	}
-	if m := rankCountRE.FindStringSubmatch(head); m != nil {
+	if m := rankCountRE().FindStringSubmatch(head); m != nil {
 		rank := atoi(m[1])
 		c().Counts = append(c().Counts, Count{Op: p.op, Count: atou(m[2]), NRanks: 1, Ranks: []int{rank}})
 		p.rankProcess(rank, tail)
 		p.addRank = nil
 		return
 	}
-	if m := groupStatusRE.FindStringSubmatch(head); m != nil {
+	if m := groupStatusRE().FindStringSubmatch(head); m != nil {
 		i := len(c().Statuses)
 		c().Statuses = append(c().Statuses, Status{Status: m[2], NRanks: atoi(m[1])})
 		p.addRank = func(rank int) { p.r.Comms[ci].Statuses[i].Ranks = append(p.r.Comms[ci].Statuses[i].Ranks, rank) }
 		return
 	}
-	if m := rankStatusRE.FindStringSubmatch(head); m != nil {
+	if m := rankStatusRE().FindStringSubmatch(head); m != nil {
 		rank := atoi(m[1])
 		c().Statuses = append(c().Statuses, Status{Status: m[2], NRanks: 1, Ranks: []int{rank}})
 		p.rankProcess(rank, tail)
 		p.addRank = nil
 		return
 	}
-	if groupErrorRE.MatchString(head) {
+	if groupErrorRE().MatchString(head) {
 		p.addRank = func(rank int) { p.r.Comms[ci].Failed = append(p.r.Comms[ci].Failed, rank) }
 		return
 	}
-	if m := rankErrorRE.FindStringSubmatch(head); m != nil {
+	if m := rankErrorRE().FindStringSubmatch(head); m != nil {
 		rank := atoi(m[1])
 		c().Failed = append(c().Failed, rank)
 		p.rankProcess(rank, tail)
@@ -275,7 +276,7 @@ func (p *textParser) commLine(l string) {
 
 // rankProcess records the process a "Rank %d -- GPU ..." line names.
 func (p *textParser) rankProcess(rank int, tail string) {
-	if m := processRE.FindStringSubmatch(tail); m != nil && p.proc != nil {
+	if m := processRE().FindStringSubmatch(tail); m != nil && p.proc != nil {
 		p.proc(Rank{Rank: rank, Node: m[3], PID: atoi(m[2]), GPU: m[1]})
 	}
 }

@@ -1,9 +1,10 @@
 package pystack
 
 import (
-	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // ParseFaulthandler reads what a process wrote to stderr while
@@ -38,13 +39,13 @@ func ParseFaulthandler(text string) (d Dump, rest string) {
 				done = true
 			}
 			in, cur, cstack = true, nil, false
-		case threadHeader.MatchString(line):
+		case threadHeader().MatchString(line):
 			if !in && len(d.Threads) > 0 {
 				done = true
 			}
 			in, cstack = true, false
 			if !done {
-				m := threadHeader.FindStringSubmatch(line)
+				m := threadHeader().FindStringSubmatch(line)
 				d.Threads = append(d.Threads, Thread{ID: m[2], Name: m[4], Current: m[1] == "Current thread"})
 				cur = &d.Threads[len(d.Threads)-1]
 			}
@@ -86,7 +87,7 @@ func ParseFaulthandler(text string) (d Dump, rest string) {
 }
 
 // threadHeader matches faulthandler's line before each thread's frames.
-var threadHeader = regexp.MustCompile(`^(Current thread|Thread) (0x[0-9a-fA-F]+)( \[(.*)\])? \(most recent call first\):$`)
+var threadHeader = lazyre.New(`^(Current thread|Thread) (0x[0-9a-fA-F]+)( \[(.*)\])? \(most recent call first\):$`)
 
 // parseFaultFrame reads `  File "x.py", line 5 in f`.
 func parseFaultFrame(line string) (Frame, bool) {

@@ -2,8 +2,9 @@ package pystack
 
 import (
 	"path"
-	"regexp"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // Kind says where a process waits.
@@ -201,10 +202,10 @@ func library(f Frame) bool {
 
 // stdlibDir matches the standard library's folder: /usr/lib/python3.11/,
 // a virtualenv's or pyenv's lib/python3.12/, a free-threaded python3.13t/.
-var stdlibDir = regexp.MustCompile(`(^|/)lib/python\d+(\.\d+)?t?/`)
+var stdlibDir = lazyre.New(`(^|/)lib/python\d+(\.\d+)?t?/`)
 
 func stdlib(file string) bool {
-	return stdlibDir.MatchString(file) && !strings.Contains(file, "/site-packages/") ||
+	return stdlibDir().MatchString(file) && !strings.Contains(file, "/site-packages/") ||
 		strings.HasPrefix(file, "<frozen ")
 }
 

@@ -1,8 +1,9 @@
 package secret
 
 import (
-	"regexp"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // Hidden stands in for a secret (or the secret part of a value) in
@@ -123,7 +124,7 @@ func Redact(name, value string) string {
 	}
 	value = redactUserinfo(value)
 	value = redactAssignments(value)
-	return tokenShape.ReplaceAllString(value, Hidden)
+	return tokenShape().ReplaceAllString(value, Hidden)
 }
 
 // redactUserinfo hides the password of every scheme://user:password@host
@@ -211,7 +212,7 @@ func keyByte(c byte) bool {
 // (ghp_, gho_, ghu_, ghs_, ghr_, github_pat_), GitLab (glpat-), Hugging Face
 // (hf_), Slack (xox?-), OpenAI and others (sk-), AWS access key ids (AKIA,
 // ASIA). The lengths keep short words with those prefixes visible.
-var tokenShape = regexp.MustCompile(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|` +
+var tokenShape = lazyre.New(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|` +
 	`hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[A-Z0-9]{16})`)
 
 // RedactArgs returns a command line as it may be printed: each --env
