@@ -9,6 +9,7 @@ import (
 	"slices"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -22,9 +23,13 @@ import (
 //go:embed report.html.tmpl
 var reportFS embed.FS
 
-var reportTmpl = template.Must(template.New("report.html.tmpl").
-	Funcs(template.FuncMap{"sub": func(a, b int) int { return a - b }}).
-	ParseFS(reportFS, "report.html.tmpl"))
+// reportTmpl is parsed on first use: every gorun process (each worker's
+// supervisor among them) would parse it at start-up otherwise.
+var reportTmpl = sync.OnceValue(func() *template.Template {
+	return template.Must(template.New("report.html.tmpl").
+		Funcs(template.FuncMap{"sub": func(a, b int) int { return a - b }}).
+		ParseFS(reportFS, "report.html.tmpl"))
+})
 
 // Metrics plotted, in order, with their unit.
 var metrics = []struct {
@@ -290,7 +295,7 @@ func (r *Report) WriteHTML(w io.Writer, info ReportInfo) error {
 		}
 		v.Charts = append(v.Charts, c)
 	}
-	return reportTmpl.Execute(w, v)
+	return reportTmpl().Execute(w, v)
 }
 
 // niceMax rounds a positive maximum up to 1, 2 or 5 times a power of ten.
