@@ -65,42 +65,53 @@ func TestFrameDecoderAnyChunking(t *testing.T) {
 	}
 }
 
-// TestAgentRelay: a relayed job's output and its descendants' frames reach
-// the head framed, a forged agent frame is dropped, and Tell reaches the
-// descendant.
-func TestAgentRelay(t *testing.T) {
+// startRelayClient starts argv as a relayed job whose processes include
+// the relay client (relayClient) and waits for its first frame; frames
+// lists every frame the head got so far, "kind:payload" joined by "|".
+func startRelayClient(t *testing.T, argv []string, grace time.Duration) (p Process, frames func() string, stderr *bytes.Buffer) {
+	t.Helper()
 	l := NewLocal(os.Args[0])
 	l.agentEnv = append(os.Environ(), testAgentEnv+"=1")
 	var mu sync.Mutex
-	var frames []string
-	told := make(chan struct{})
+	var got []string
+	hello := make(chan struct{})
 	dec := NewFrameDecoder(func(kind byte, p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
-		frames = append(frames, string(kind)+":"+string(p))
+		got = append(got, string(kind)+":"+string(p))
 		if kind == 'x' {
-			close(told)
+			close(hello)
 		}
 	})
-	var stderr bytes.Buffer
-	p, err := l.Start(context.Background(), Job{Argv: []string{os.Args[0]}, Relay: true,
-		Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, &stderr)
+	stderr = &bytes.Buffer{}
+	p, err := l.Start(context.Background(), Job{Argv: argv, Relay: true, Grace: grace,
+		Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case <-told:
+	case <-hello:
 	case <-time.After(10 * time.Second):
 		t.Fatal("the client's frame never arrived")
 	}
+	return p, func() string {
+		mu.Lock()
+		defer mu.Unlock()
+		return strings.Join(got, "|")
+	}, stderr
+}
+
+// TestAgentRelay: a relayed job's output and its descendants' frames reach
+// the head framed, a forged agent frame is dropped, and Tell reaches the
+// descendant.
+func TestAgentRelay(t *testing.T) {
+	p, frames, stderr := startRelayClient(t, []string{os.Args[0]}, 0)
 	p.Tell('!')
 	code, err := p.Wait()
 	if code != 0 || err != nil {
 		t.Fatalf("exit %d, %v; stderr %s", code, err, stderr.String())
 	}
-	mu.Lock()
-	got := strings.Join(frames, "|")
-	mu.Unlock()
+	got := frames()
 	for _, want := range []string{"x:hello", "O:main out\n", "E:main err\n", "t:!"} {
 		if !strings.Contains(got, want) {
 			t.Errorf("frames %q lack %q", got, want)
@@ -201,39 +212,13 @@ func TestRelayStopOrInterrupt(t *testing.T) {
 		{"interrupt", func(p Process) { p.Interrupt(syscall.SIGTERM, 5*time.Second) }, "t:H"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			l := NewLocal(os.Args[0])
-			l.agentEnv = append(os.Environ(), testAgentEnv+"=1")
-			var mu sync.Mutex
-			var frames []string
-			hello := make(chan struct{})
-			dec := NewFrameDecoder(func(kind byte, p []byte) {
-				mu.Lock()
-				defer mu.Unlock()
-				frames = append(frames, string(kind)+":"+string(p))
-				if kind == 'x' {
-					close(hello)
-				}
-			})
-			var stderr bytes.Buffer
 			// The client is the main process's child: a stop freezes the main one.
-			p, err := l.Start(context.Background(), Job{Argv: []string{"sh", "-c", `"$0" & wait`, os.Args[0]}, Relay: true, Grace: 5 * time.Second,
-				Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, &stderr)
-			if err != nil {
-				t.Fatal(err)
-			}
-			select {
-			case <-hello:
-			case <-time.After(10 * time.Second):
-				t.Fatal("the client's frame never arrived")
-			}
+			p, frames, stderr := startRelayClient(t, []string{"sh", "-c", `"$0" & wait`, os.Args[0]}, 5*time.Second)
 			tc.stop(p)
 			if _, err := p.Wait(); err != nil {
 				t.Fatalf("%v; stderr %s", err, stderr.String())
 			}
-			mu.Lock()
-			got := strings.Join(frames, "|")
-			mu.Unlock()
-			if !strings.Contains(got, tc.want) {
+			if got := frames(); !strings.Contains(got, tc.want) {
 				t.Errorf("frames %q lack %q: the client heard the wrong stop", got, tc.want)
 			}
 		})

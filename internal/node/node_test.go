@@ -87,6 +87,21 @@ func TestRunCollectBadRequest(t *testing.T) {
 	}
 }
 
+// collectFacts runs `gorun _collect` on req without NVML and reads its facts.
+func collectFacts(t *testing.T, req preflight.Request) preflight.Facts {
+	t.Helper()
+	arg, _ := json.Marshal(req)
+	var out bytes.Buffer
+	if err := runCollect(t.Context(), string(arg), &out, noNVML()); err != nil {
+		t.Fatal(err)
+	}
+	var f preflight.Facts
+	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
+		t.Fatalf("not JSON facts: %v\n%s", err, out.Bytes())
+	}
+	return f
+}
+
 // TestRunCollect: the node's facts come back as JSON, with NVML's failure
 // explained, torch looked for with torchrun's own Python, gorun's own path,
 // and, when asked, a bandwidth run with that Python.
@@ -94,15 +109,7 @@ func TestRunCollect(t *testing.T) {
 	torchrun, python := fakeTorchrun(t)
 	for _, bandwidth := range []string{"", preflight.BandwidthNode} {
 		t.Run("bandwidth="+bandwidth, func(t *testing.T) {
-			req, _ := json.Marshal(preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, Bandwidth: bandwidth})
-			var out bytes.Buffer
-			if err := runCollect(t.Context(), string(req), &out, noNVML()); err != nil {
-				t.Fatal(err)
-			}
-			var f preflight.Facts
-			if err := json.Unmarshal(out.Bytes(), &f); err != nil {
-				t.Fatalf("not JSON facts: %v\n%s", err, out.Bytes())
-			}
+			f := collectFacts(t, preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, Bandwidth: bandwidth})
 			if f.Driver.NVMLErrorCode != int(nvml.ERROR_LIBRARY_NOT_FOUND) {
 				t.Errorf("NVML error %d (%q), want ERROR_LIBRARY_NOT_FOUND", f.Driver.NVMLErrorCode, f.Driver.NVMLError)
 			}
@@ -126,15 +133,7 @@ func TestRunCollect(t *testing.T) {
 // collector starts no interpreter and reports none.
 func TestRunCollectSkipTorch(t *testing.T) {
 	torchrun, _ := fakeTorchrun(t)
-	req, _ := json.Marshal(preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, SkipTorch: true})
-	var out bytes.Buffer
-	if err := runCollect(t.Context(), string(req), &out, noNVML()); err != nil {
-		t.Fatal(err)
-	}
-	var f preflight.Facts
-	if err := json.Unmarshal(out.Bytes(), &f); err != nil {
-		t.Fatalf("not JSON facts: %v\n%s", err, out.Bytes())
-	}
+	f := collectFacts(t, preflight.Request{Torchrun: torchrun, BudgetSeconds: 30, SkipTorch: true})
 	if f.Torch != (preflight.TorchFacts{}) {
 		t.Errorf("torch = %+v: the interpreter was started though the head knows it", f.Torch)
 	}
