@@ -197,7 +197,6 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 // a stalled one ends the measurement, so this bounds the whole.
 const BandwidthNodeTime = 90 * time.Second
 
-// checkTarget collects one node's facts and checks them.
 // checkTarget collects t's facts and checks them; known, when set, are
 // its torch facts, which req did not ask for.
 func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration, known *TorchFacts) NodeReport {
