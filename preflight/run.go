@@ -34,9 +34,9 @@ type Request struct {
 	// Bandwidth, when set (BandwidthNode or BandwidthAll), makes the node
 	// also run the bandwidth measurement after collecting its facts.
 	Bandwidth string `json:"bandwidth,omitempty"`
-	// SkipTorch: the head knows this node's torch facts from an earlier
-	// check of the run (RunOptions.KnownTorch), so the node does not start
-	// an interpreter to find them again.
+	// SkipTorch: the node does not start an interpreter to find torch (a
+	// recheck of a run without preflight, which is about reach and routes
+	// only); no torch check has anything to say then.
 	SkipTorch bool `json:"skip_torch,omitempty"`
 }
 
@@ -94,14 +94,6 @@ type RunOptions struct {
 	Master *MasterProbe
 	// Fanout is how many nodes are asked at once (0: sshexec.DefaultFanout).
 	Fanout int
-	// KnownTorch holds torch facts an earlier check of this run found,
-	// by host: those hosts are not asked for them again (Request.SkipTorch)
-	// and are checked with these. Finding them starts an interpreter,
-	// the largest part of a recheck before a restart.
-	KnownTorch map[string]TorchFacts
-	// SkipTorch: no node is asked for its torch (a recheck of a run
-	// without preflight, which checks reach and routes only).
-	SkipTorch bool
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -133,8 +125,6 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	}
 	req.BudgetSeconds = max(timeout-collectorMargin, timeout/2).Seconds()
 	arg, _ := json.Marshal(req) // plain strings and numbers: cannot fail
-	req.SkipTorch = true
-	argKnown, _ := json.Marshal(req)
 
 	hosts := make([]string, len(targets))
 	index := make(map[string]int, len(targets))
@@ -151,11 +141,7 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	done := 0
 	_ = sshexec.ForEach(ctx, hosts, opts.Fanout, func(ctx context.Context, host string) error {
 		t := targets[index[host]]
-		if tf, ok := opts.KnownTorch[host]; ok || opts.SkipTorch {
-			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(argKnown), timeout, &tf)
-		} else {
-			reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout, nil)
-		}
+		reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout)
 		if opts.Progress != nil {
 			mu.Lock()
 			done++
@@ -197,9 +183,8 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 // a stalled one ends the measurement, so this bounds the whole.
 const BandwidthNodeTime = 90 * time.Second
 
-// checkTarget collects t's facts and checks them; known, when set, are
-// its torch facts, which req did not ask for.
-func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration, known *TorchFacts) NodeReport {
+// checkTarget collects one node's facts and checks them.
+func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := t.Agent.AgentOutput(nctx, CollectCommand, req)
@@ -221,9 +206,6 @@ func checkTarget(ctx context.Context, t Target, want Want, req string, timeout t
 			"run `gorun preflight` on the node itself; the gorun there may be a different version")
 	}
 	facts.Host = t.Host
-	if known != nil {
-		facts.Torch = *known
-	}
 	want.GPUIDs = t.GPUs
 	return NodeReport{Host: t.Host, Facts: facts, Findings: Check(facts, want)}
 }

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -84,49 +83,6 @@ func TestRun(t *testing.T) {
 		if id != "" && !strings.Contains(n.Findings[0].Message, n.Host) {
 			t.Errorf("%s: %q does not name the node", n.Host, n.Findings[0].Message)
 		}
-	}
-}
-
-// TestRunKnownTorch: a node whose torch an earlier check found is not
-// asked for it again and is checked with what was found; the others are
-// asked.
-func TestRunKnownTorch(t *testing.T) {
-	known := TorchFacts{Python: "/usr/bin/python3", Version: "2.11.0+cu130", CUDA: "13.0", Found: true}
-	var mu sync.Mutex
-	skipped := map[string]bool{}
-	node := func(host string) agentFunc {
-		return func(ctx context.Context, args ...string) ([]byte, error) {
-			var req Request
-			if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
-				t.Errorf("request: %v", err)
-			}
-			mu.Lock()
-			skipped[host] = req.SkipTorch
-			mu.Unlock()
-			f := Facts{Hostname: host, CPUCount: 4}
-			if !req.SkipTorch {
-				f.Torch = TorchFacts{Python: "/opt/py/bin/python3", Version: "2.10.0", Found: true}
-			}
-			return json.Marshal(f)
-		}
-	}
-	rep := Run(context.Background(), []Target{{Host: "n0", Agent: node("n0")}, {Host: "n1", Agent: node("n1")}},
-		RunOptions{Request: Request{Torchrun: "torchrun"}, KnownTorch: map[string]TorchFacts{"n0": known}})
-	if !skipped["n0"] || skipped["n1"] {
-		t.Errorf("asked to skip torch: %v, want n0 only", skipped)
-	}
-	if got := rep.Nodes[0].Facts.Torch; got != known {
-		t.Errorf("n0 torch = %+v, want the known %+v", got, known)
-	}
-	if got := rep.Nodes[1].Facts.Torch.Version; got != "2.10.0" {
-		t.Errorf("n1 torch version = %q, want the one it found", got)
-	}
-	found := false
-	for _, f := range rep.Findings {
-		found = found || f.ID == "across.torch"
-	}
-	if !found {
-		t.Errorf("no across.torch finding: the known facts took no part in the checks across nodes: %+v", rep.Findings)
 	}
 }
 

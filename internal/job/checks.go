@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"maps"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
@@ -45,12 +43,20 @@ const maxScriptBytes = 16 << 20
 // Check runs preflight on every node (preflight.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
 func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
-	return check(ctx, cl, nodes, runners, cfg, ui, nil, false)
+	return check(ctx, cl, nodes, runners, cfg, ui, false)
 }
 
-// check is Check, with the torch facts an earlier check of the run found
-// (nil: none), or asking no node for its torch (skipTorch).
-func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, known map[string]preflight.TorchFacts, skipTorch bool) (report preflight.Report) {
+// Recheck is Check during the run, quietly. Without preflight no node is
+// asked for its torch, which starts an interpreter on every node: such a
+// check is about reach and routes, and the plan was made without torch's
+// facts. With it, torch is looked for every time: a node whose torch broke
+// since fails its check, and a spare takes its place.
+func Recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config) preflight.Report {
+	return check(ctx, cl, nodes, runners, cfg, UI{Err: io.Discard}, cl.Gorun.Preflight == "off")
+}
+
+// check is Check, asking no node for its torch with skipTorch.
+func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, skipTorch bool) (report preflight.Report) {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	var unconnected []preflight.NodeReport // a spare that could not be reached: nothing to ask
 	if len(nodes) > 0 {
@@ -73,13 +79,10 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 	torchrun, script := nodePaths(cfg.Dir, cl)
 	opts := preflight.RunOptions{
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
-		Request: preflight.Request{Torchrun: torchrun, Script: script},
+		Request: preflight.Request{Torchrun: torchrun, Script: script, SkipTorch: skipTorch},
 		Environ: cfg.Environ,
 		Across:  slurmNodeFindings(ctx, cl.Gorun, nodes, cfg.Getenv),
 		Fanout:  cl.Gorun.Fanout,
-
-		KnownTorch: known,
-		SkipTorch:  skipTorch,
 	}
 	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
 		opts.Bandwidth = bw
@@ -141,55 +144,6 @@ func hasWarnings(r preflight.Report) bool {
 		}
 	}
 	return false
-}
-
-// check checks nodes again during the run, quietly: the nodes' torch
-// facts found before are taken as they were, and those found now are
-// kept for the next check. Without preflight no node is asked for its
-// torch: such a check is about reach and routes, and the plan was made
-// without it.
-func (r *run) check(ctx context.Context, nodes []hosts.Host) preflight.Report {
-	report := check(ctx, r.cl, nodes, r.conns, r.cfg, UI{Err: io.Discard}, r.torch.known(), r.cl.Gorun.Preflight == "off")
-	r.torch.learn(report)
-	return report
-}
-
-// torchFacts are the nodes' torch facts found by the run's checks. The
-// interpreter and torch a node runs do not change while the run lasts,
-// and finding them starts an interpreter on the node: the largest part of
-// a recheck before a restart. A node dialled again (it may have been
-// rebuilt meanwhile) is looked at again.
-type torchFacts struct {
-	mu sync.Mutex
-	m  map[string]preflight.TorchFacts
-}
-
-// known is a copy of what was found, by host.
-func (t *torchFacts) known() map[string]preflight.TorchFacts {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return maps.Clone(t.m)
-}
-
-// learn keeps the torch facts of the nodes in r that found their torch.
-func (t *torchFacts) learn(r preflight.Report) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, n := range r.Nodes {
-		if tf := n.Facts.Torch; tf.Found && tf.Err == "" {
-			if t.m == nil {
-				t.m = map[string]preflight.TorchFacts{}
-			}
-			t.m[n.Host] = tf
-		}
-	}
-}
-
-// forget drops what was found on host.
-func (t *torchFacts) forget(host string) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	delete(t.m, host)
 }
 
 // planFacts reduces preflight facts to what the plan needs.

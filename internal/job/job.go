@@ -111,8 +111,6 @@ type run struct {
 	perPod bool
 	// spares wait to take a failing node's place (nil: none).
 	spares *spares
-	// torch are the nodes' torch facts the checks found.
-	torch torchFacts
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -179,7 +177,6 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		if ctx.Err() != nil {
 			return interrupted(ctx, "during preflight; nothing was started", nil)
 		}
-		r.torch.learn(report)
 		var text strings.Builder
 		report.WriteText(&text)
 		switch {

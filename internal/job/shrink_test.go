@@ -303,42 +303,30 @@ func TestSpareThroughRealChecks(t *testing.T) {
 	}
 }
 
-// TestRecheckKeepsTorch: the run's checks ask a node for its torch once:
-// the next check takes what was found (and the plan's interpreter with
-// it), until the node is dialled again; without preflight, never.
-func TestRecheckKeepsTorch(t *testing.T) {
-	cl := parse(t, "--hosts", "node0:1", "x.py")
-	var asked []bool
-	node0 := &fakeRunner{name: "node0", agent: func(args []string) ([]byte, error) {
-		var req preflight.Request
-		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
-			return nil, err
+// TestRecheckTorch: a recheck asks every node for its torch, so that a
+// node whose torch broke fails it (TestClusterSpareForFailedCheck has the
+// real one); without preflight it asks none: that check is about reach
+// and routes.
+func TestRecheckTorch(t *testing.T) {
+	for _, tc := range []struct {
+		preflight string
+		asked     bool
+	}{{"on", true}, {"warn", true}, {"off", false}} {
+		var asked []bool
+		node0 := &fakeRunner{name: "node0", agent: func(args []string) ([]byte, error) {
+			var req preflight.Request
+			if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
+				return nil, err
+			}
+			asked = append(asked, !req.SkipTorch)
+			return json.Marshal(preflight.Facts{Hostname: "node0"})
+		}}
+		cl := parse(t, "--hosts", "node0:1", "--preflight", tc.preflight, "x.py")
+		runners := map[string]sshexec.Runner{"node0": node0}
+		Recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm())
+		Check(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), UI{Err: &bytes.Buffer{}})
+		if want := []bool{tc.asked, true}; !slices.Equal(asked, want) {
+			t.Errorf("--preflight %s: torch asked for by the recheck, then the launch's check: %v, want %v", tc.preflight, asked, want)
 		}
-		asked = append(asked, !req.SkipTorch)
-		f := preflight.Facts{Hostname: "node0"}
-		if !req.SkipTorch {
-			f.Torch = preflight.TorchFacts{Python: "/venv/bin/python3", Version: "2.11.0", Found: true}
-		}
-		return json.Marshal(f)
-	}}
-	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, conns: map[string]sshexec.Runner{"node0": node0}}
-	nodes := []hosts.Host{{Name: "node0", Slots: 1}}
-	for i := range 2 {
-		rep := r.check(context.Background(), nodes)
-		if got := planFacts(rep)["node0"].Python; got != "/venv/bin/python3" {
-			t.Errorf("check %d: the plan's interpreter is %q, want the one found first", i, got)
-		}
-	}
-	r.torch.forget("node0")
-	r.check(context.Background(), nodes)
-	if want := []bool{true, false, true}; !slices.Equal(asked, want) {
-		t.Errorf("torch asked for in the three checks: %v, want %v", asked, want)
-	}
-	off := parse(t, "--hosts", "node0:1", "--preflight", "off", "x.py")
-	asked = nil
-	r = &run{cl: off, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, conns: map[string]sshexec.Runner{"node0": node0}}
-	r.check(context.Background(), nodes)
-	if !slices.Equal(asked, []bool{false}) {
-		t.Errorf("--preflight off: torch asked for in the recheck: %v", asked)
 	}
 }

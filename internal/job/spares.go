@@ -3,6 +3,7 @@ package job
 import (
 	"context"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strings"
@@ -177,7 +178,7 @@ func (r *run) chooseActive(ctx context.Context, report preflight.Report) (prefli
 	r.spec.Hosts = next
 	if next[0].Name != before[0].Name {
 		// The master moved: the routes to it are checked again.
-		report = r.check(ctx, next)
+		report = Check(ctx, r.cl, next, r.conns, r.cfg, UI{Err: io.Discard})
 		if ctx.Err() != nil {
 			return report, interrupted(ctx, "during preflight; nothing was started", nil)
 		}
