@@ -964,7 +964,7 @@ if __name__ == "__main__":
 		}
 	}
 	// said once for the node, by whichever of its ranks starts first
-	cold := regexp.MustCompile(`gorun: node1: local rank [01] starts without the worker pool: PYTHONHASHSEED, read at import time, differs from the pool's`)
+	cold := regexp.MustCompile(`gorun: node1: workers start without the worker pool: PYTHONHASHSEED, read at import time, differs from the pool's`)
 	if n := strings.Count(out, "starts without the worker pool"); n != 1 || !cold.MatchString(out) {
 		t.Errorf("want node1's cold start said once (%s), got %d such lines:\n%s", cold, n, out)
 	}

@@ -75,7 +75,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 
 	var res Result
 	var restart *Restart // the timeline of the restart under way
-	said := map[string]bool{}
+	notices := newNodeNotices()
 	for k := 0; ; k++ {
 		if ctx.Err() != nil {
 			return res, fmt.Errorf("%w before attempt %d", ErrInterrupted, k+1)
@@ -91,7 +91,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("attempt %d: no nodes to run on", k+1)
 		}
 		res.Attempts = k + 1
-		o := runAttempt(ctx, opts, s, nodes, k, restart, said)
+		o := runAttempt(ctx, opts, s, nodes, k, restart, notices)
 		res.Silences = append(res.Silences, o.silence)
 		if restart != nil {
 			res.Restarts = append(res.Restarts, *restart)
@@ -389,7 +389,7 @@ func (m *member) relayed(lr int) bool {
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
-func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int, rs *Restart, said map[string]bool) outcome {
+func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int, rs *Restart, notices *nodeNotices) outcome {
 	events := make(chan event, 256)
 	ms := make([]*member, len(nodes))
 	expected := 0 // workers of the attempt, where every node says
@@ -525,6 +525,11 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			o.interrupted, o.stopped, done = true, n, nil
 		}
 	}
+	say := func(line string) {
+		if line != "" {
+			s.message(opts.Diag, line)
+		}
+	}
 	for waiting > 0 {
 		select {
 		case ev := <-events:
@@ -537,9 +542,12 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 						rs.Pooled++
 					}
 				}
-				if key := ms[ev.i].node.Name + "\x00pool"; ev.started.Cold != "" && !said[key] {
-					said[key] = true // once per node and run: each rank would say it again
-					s.message(opts.Diag, fmt.Sprintf("gorun: %s: local rank %d starts without the worker pool: %s\n", ms[ev.i].node.Name, ev.started.LocalRank, ev.started.Cold))
+				if why := ev.started.Cold; why != "" {
+					// once per node: each rank would say it again
+					say(notices.noteOnce(ms[ev.i].node.Name, "pool", "workers start without the worker pool: "+why))
+				}
+				if expected > 0 && sv.started == expected {
+					say(notices.flush()) // every node has said how it started
 				}
 				if rs != nil && rs.WorkersUp == 0 && (expected == 0 || sv.started == expected) {
 					rs.WorkersUp = time.Since(rs.Failed)
@@ -554,9 +562,8 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 				if ev.start.Warm && rs != nil {
 					rs.Warm++
 				}
-				if why := ev.start.Cold; why != "" && !said[ms[ev.i].node.Name+why] {
-					said[ms[ev.i].node.Name+why] = true
-					s.message(opts.Diag, fmt.Sprintf("gorun: %s: torchrun starts cold: %s\n", ms[ev.i].node.Name, why))
+				if why := ev.start.Cold; why != "" {
+					say(notices.note(ms[ev.i].node.Name, "torchrun starts cold: "+why))
 				}
 			case wire.FrameExit:
 				sv.exited++
@@ -660,6 +667,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			sv.stopAll(true)
 		}
 	}
+	say(notices.flush())
 	o.failure = sv.rootCause()
 	o.end = time.Now()
 	o.silence = clock.result(k, o.end, o.failure == nil && !o.interrupted, o.failure != nil && o.failure.Code == ExitHang)
