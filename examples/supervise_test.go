@@ -965,7 +965,7 @@ if __name__ == "__main__":
 	}
 	// said once for the node, by whichever of its ranks starts first
 	cold := regexp.MustCompile(`gorun: node1: workers start without the worker pool: PYTHONHASHSEED, read at import time, differs from the pool's`)
-	if n := strings.Count(out, "starts without the worker pool"); n != 1 || !cold.MatchString(out) {
+	if n := strings.Count(out, "start without the worker pool"); n != 1 || !cold.MatchString(out) {
 		t.Errorf("want node1's cold start said once (%s), got %d such lines:\n%s", cold, n, out)
 	}
 	noneLeft(t, mark, 10*time.Second)
