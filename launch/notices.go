@@ -25,10 +25,9 @@ type nodeNotices struct {
 // gathered is one notice's text and the nodes past collapseNotices that
 // have it, waiting for flush.
 type gathered struct {
-	text  string
-	first string // the first node it was said of
-	n     int    // nodes noted, said or gathered
-	more  []string
+	text string
+	n    int // nodes noted, said or gathered
+	more []string
 }
 
 func newNodeNotices() *nodeNotices {
@@ -51,7 +50,7 @@ func (nn *nodeNotices) noteOnce(node, kind, text string) string {
 	nn.said[key] = true
 	g := nn.shapes[text]
 	if g == nil {
-		g = &gathered{text: text, first: node}
+		g = &gathered{text: text}
 		nn.shapes[text] = g
 		nn.order = append(nn.order, g)
 	}
