@@ -46,12 +46,12 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 	return check(ctx, cl, nodes, runners, cfg, ui, false)
 }
 
-// Recheck is Check during the run, quietly. Without preflight no node is
+// recheck is Check during the run, quietly. Without preflight no node is
 // asked for its torch, which starts an interpreter on every node: such a
 // check is about reach and routes, and the plan was made without torch's
 // facts. With it, torch is looked for every time: a node whose torch broke
 // since fails its check, and a spare takes its place.
-func Recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config) preflight.Report {
+func recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config) preflight.Report {
 	return check(ctx, cl, nodes, runners, cfg, UI{Err: io.Discard}, cl.Gorun.Preflight == "off")
 }
 

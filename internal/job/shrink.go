@@ -104,7 +104,7 @@ func (s *shrink) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
 
 func newShrink(r *run) *shrink {
 	return &shrink{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
-		return Recheck(ctx, r.cl, nodes, r.conns, r.cfg)
+		return recheck(ctx, r.cl, nodes, r.conns, r.cfg)
 	}, cool: func(node string) {
 		if w, ok := r.conns[node].(sshexec.Warmer); ok {
 			w.Cool()

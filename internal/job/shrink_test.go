@@ -323,7 +323,7 @@ func TestRecheckTorch(t *testing.T) {
 		}}
 		cl := parse(t, "--hosts", "node0:1", "--preflight", tc.preflight, "x.py")
 		runners := map[string]sshexec.Runner{"node0": node0}
-		Recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm())
+		recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm())
 		Check(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), UI{Err: &bytes.Buffer{}})
 		if want := []bool{tc.asked, true}; !slices.Equal(asked, want) {
 			t.Errorf("--preflight %s: torch asked for by the recheck, then the launch's check: %v, want %v", tc.preflight, asked, want)

@@ -57,7 +57,7 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 		},
 	}
 	if req.SkipTorch {
-		src.Torch = nil // the head has them
+		src.Torch = nil // no interpreter started: the head does not ask (--preflight off)
 	}
 	facts := preflight.Collect(ctx, src, req.Options())
 	facts.Gorun, _ = os.Executable()
