@@ -15,18 +15,22 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
 // The worker pool (Job.Pool): Python interpreters the agent starts beside
 // the job, one per slot, their imports done, each waiting for a worker to
-// become. A worker's supervisor takes its slot's interpreter through the
+// become. The imports are done once: a fork server (warm.py pool) imports
+// the modules and forks a slot's interpreter for each slot that shares its
+// import-time environment, then exits. The agent, a child subreaper,
+// becomes their parent, so it reaps each and tells its supervisor how it
+// ended. A worker's supervisor takes its slot's interpreter through the
 // socket that PoolSocketVar names (TakePooled): it hands over the
 // worker's environment, folder, script and streams, and the interpreter
-// becomes the worker. The interpreter stays the agent's child, so the
-// agent reaps it and tells the supervisor how it ended; the supervisor
-// signals it, and when the supervisor hangs up first the agent kills it.
+// becomes the worker. The supervisor signals it, and when the supervisor
+// hangs up first the agent kills it.
 
 // PoolSocketVar names, in a pooled job's environment, the unix socket on
 // which a worker's supervisor takes its interpreter.
@@ -110,25 +114,41 @@ type pool struct {
 	off    string // why no interpreter was started (Pool.Auto); "": they were
 
 	mu    sync.Mutex
-	slots []*poolSlot
-	byPID map[int]*poolSlot
+	slots []*poolSlot             // by local rank; nil: none, or taken
+	forks map[int]*poolFork       // the fork servers, by pid, until their slots are forked
+	byPID map[int]*poolSlot       // the slots' interpreters, once forked
+	early map[int]unix.WaitStatus // reaped before their fork server named them
 	conns sync.WaitGroup
 }
 
+// poolFork is a fork server: one interpreter that imports the modules
+// for the slots that share its environment and CPUs, and forks theirs.
+type poolFork struct {
+	pid   int
+	env   []string // as the agent started it
+	slots []*poolSlot
+	ctrl  *net.UnixConn // its fd 3, our end
+	// started is its environment as the interpreter has it, once it said
+	// (Python may set LC_CTYPE as it starts); nil if it never did.
+	started     []string
+	startedRead chan struct{} // closed once started is read, or never will be
+}
+
 type poolSlot struct {
-	pid int
-	env []string // as the agent started it
-	// started is its environment as the interpreter has it, once it
-	// said (Python may set LC_CTYPE as it starts); nil until read.
-	started []string
-	cpus    []int
-	ctrl    *net.UnixConn // the interpreter's fd 3, our end
-	gone    chan struct{} // closed once reaped
-	status  unix.WaitStatus
+	fork *poolFork
+	cpus []int
+	ctrl *net.UnixConn // the interpreter's fd 3, our end
+	// Under pool.mu: pid is 0 until the fork server names it; forked is
+	// closed then, or once it never will (the server ended first).
+	pid      int
+	forked   chan struct{}
+	unwanted bool          // killed before it was forked: killed once it is
+	gone     chan struct{} // closed once reaped, or never forked
+	status   unix.WaitStatus
 }
 
 // startPool starts job's pool with its socket in dir; it must be called
-// from the agent's locked thread (the interpreters' parent-death signal is
+// from the agent's locked thread (the fork servers' parent-death signal is
 // tied to it), before the reaper that passes them to reaped runs. The
 // error says why no pool could start; the job runs without one.
 func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
@@ -153,34 +173,45 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 			return nil, err
 		}
 	}
+	groups, err := forkGroups(job, base)
+	if err != nil {
+		return nil, err
+	}
+	var sub int32
+	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&sub)), 0, 0, 0); err != nil || sub == 0 {
+		// The forked interpreters would go to init, out of the agent's reach.
+		return nil, errors.New("the agent is not a child subreaper")
+	}
 	path := filepath.Join(dir, "pool")
 	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {
 		return nil, err
 	}
-	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, logf: logf, byPID: map[int]*poolSlot{}}
-	if n := len(job.Pool.Slots); job.Pool.Auto && n > 0 {
+	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, logf: logf,
+		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
+	if n := len(groups); job.Pool.Auto && n > 0 {
 		if cpus := usableCPUs(); cpus > 0 && cpus < n+1 {
 			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %d pooled imports and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, n)
 		}
 	}
-	p.mu.Lock()                               // the reaper waits until each interpreter is known
-	failed, failedAt, started := "", 0, false // the first interpreter's failure, its slot; whether one started
-	for i, s := range job.Pool.Slots {
+	p.mu.Lock()                               // the reaper waits until each fork server is known
+	failed, failedAt, started := "", 0, false // the first server's failure, its first slot; whether one started
+	for k, g := range groups {
 		if p.off != "" {
-			p.slots = append(p.slots, nil)
-			continue
+			break
 		}
-		sl, err := p.startSlot(job, base, s, dir, i)
+		f, err := p.startFork(job, g, dir, k)
 		switch {
 		case err != nil && failed == "":
-			failed, failedAt = err.Error(), i
+			failed, failedAt = err.Error(), g.slots[0]
 		case err != nil:
-			logf("pool: interpreter for slot %d: %v", i, err)
-		case sl != nil:
+			logf("pool: interpreter for slots %v: %v", g.slots, err)
+		default:
 			started = true
+			for i, sl := range f.slots {
+				p.slots[g.slots[i]] = sl
+			}
 		}
-		p.slots = append(p.slots, sl) // nil: none for this slot
 	}
 	if failed != "" && !started {
 		p.off = "the node's pool did not start: " + failed // each worker is told
@@ -191,6 +222,70 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	p.conns.Add(1)
 	go p.accept()
 	return p, nil
+}
+
+// forkGroup is the slots one fork server serves: the same environment,
+// and CPUs for its imports.
+type forkGroup struct {
+	env   []string
+	cpus  []int // the server's binding; none: unbound
+	slots []int // local ranks
+	sets  [][]int
+}
+
+// forkGroups sorts job's slots by what their interpreters import with:
+// slots with the same environment share a fork server. Their CPUs must
+// be the same too, unless OMP_NUM_THREADS is set: OpenMP sizes its
+// threads by the CPUs it may use as it loads, unless told. Then the
+// server imports on the CPUs of all its slots, and each interpreter is
+// bound to its own once forked.
+func forkGroups(job Job, base []string) ([]forkGroup, error) {
+	var groups []forkGroup
+	at := map[string]int{}
+	for i, s := range job.Pool.Slots {
+		over := make(map[string]string, len(s.Env)+len(s.Default))
+		for k, v := range s.Default {
+			if _, ok := job.Env[k]; !ok && envValue(base, k) == "" {
+				over[k] = v
+			}
+		}
+		for k, v := range s.Env {
+			over[k] = v
+		}
+		env, err := mergeEnv(base, over)
+		if err != nil {
+			return nil, err
+		}
+		env = slices.DeleteFunc(env, func(kv string) bool {
+			k, _, _ := strings.Cut(kv, "=")
+			return k == RelaySocketVar || k == PoolSocketVar
+		})
+		key := strings.Join(env, "\x00")
+		if envValue(env, "OMP_NUM_THREADS") == "" {
+			key += fmt.Sprintf("\x00cpus=%v", s.CPUs)
+		}
+		k, ok := at[key]
+		if !ok {
+			k, at[key] = len(groups), len(groups)
+			groups = append(groups, forkGroup{env: env, cpus: s.CPUs})
+		}
+		g := &groups[k]
+		g.slots, g.sets = append(g.slots, i), append(g.sets, s.CPUs)
+		if !slices.Equal(g.cpus, s.CPUs) && len(g.cpus) > 0 {
+			g.cpus = union(g.cpus, s.CPUs) // unbound (none) stays unbound
+		}
+	}
+	return groups, nil
+}
+
+// union is the sorted CPUs of a and b; none if either is none (unbound).
+func union(a, b []int) []int {
+	if len(a) == 0 || len(b) == 0 {
+		return nil
+	}
+	u := slices.Concat(a, b)
+	slices.Sort(u)
+	return slices.Compact(u)
 }
 
 // noPool answers every supervisor at path that its worker starts cold,
@@ -206,90 +301,161 @@ func noPool(path, why string, logf func(string, ...any)) *pool {
 	return p
 }
 
-// startSlot forks slot i's interpreter, with a shim of its own in dir
-// (the relay's private folder, which goes with the agent), removed once
-// read.
-func (p *pool) startSlot(job Job, base []string, s PoolSlot, dir string, i int) (*poolSlot, error) {
-	shim := filepath.Join(dir, fmt.Sprintf("warm-%d.py", i))
+// startFork starts group g's fork server, the k-th, with a shim of its
+// own in dir (the relay's private folder, which goes with the agent),
+// removed once read; a socket pair for it and one for each of its slots.
+func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, error) {
+	shim := filepath.Join(dir, fmt.Sprintf("warm-%d.py", k))
 	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
 		return nil, err
 	}
-	over := make(map[string]string, len(s.Env)+len(s.Default))
-	for k, v := range s.Default {
-		if _, ok := job.Env[k]; !ok && envValue(base, k) == "" {
-			over[k] = v
+	type slotSettings struct {
+		CPUs []int `json:"cpus,omitempty"`
+	}
+	settings := struct {
+		CPUs    []int          `json:"cpus,omitempty"`
+		Signals []int          `json:"signals,omitempty"`
+		Modules []string       `json:"modules"`
+		Slots   []slotSettings `json:"slots"`
+	}{CPUs: g.cpus, Signals: job.PassSignals, Modules: job.Pool.Modules}
+	for _, c := range g.sets {
+		settings.Slots = append(settings.Slots, slotSettings{c})
+	}
+	b, err := json.Marshal(settings)
+	if err != nil {
+		return nil, err
+	}
+	var ours []*net.UnixConn
+	var theirs []*os.File
+	defer func() {
+		for _, f := range theirs {
+			f.Close()
 		}
-	}
-	for k, v := range s.Env {
-		over[k] = v
-	}
-	env, err := mergeEnv(base, over)
-	if err != nil {
+	}()
+	fail := func(err error) (*poolFork, error) {
+		for _, c := range ours {
+			c.Close()
+		}
+		os.Remove(shim)
 		return nil, err
 	}
-	env = slices.DeleteFunc(env, func(kv string) bool {
-		k, _, _ := strings.Cut(kv, "=")
-		return k == RelaySocketVar || k == PoolSocketVar
-	})
-	settings, err := json.Marshal(struct {
-		CPUs    []int    `json:"cpus,omitempty"`
-		Signals []int    `json:"signals,omitempty"`
-		Modules []string `json:"modules"`
-	}{s.CPUs, job.PassSignals, job.Pool.Modules})
-	if err != nil {
-		return nil, err
+	for range 1 + len(g.slots) {
+		c, f, err := socketPair()
+		if err != nil {
+			return fail(err)
+		}
+		ours, theirs = append(ours, c), append(theirs, f)
 	}
+	f := &poolFork{env: g.env, ctrl: ours[0], startedRead: make(chan struct{})}
+	for i, c := range ours[1:] {
+		f.slots = append(f.slots, &poolSlot{fork: f, cpus: g.sets[i], ctrl: c, forked: make(chan struct{}), gone: make(chan struct{})})
+	}
+	// What it prints while it imports, it holds, and each interpreter
+	// writes to its worker's streams once it has them (warm.py).
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
+		return fail(err)
+	}
+	defer devnull.Close()
+	argv := []string{p.interp, "-u", shim, "pool", string(b), strings.Repeat(" ", poolRoom)}
+	withRoom := append(slices.Clip(g.env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
+	started, err := forkExec(p.interp, argv, withRoom, p.dir, nil, devnull, devnull, theirs...)
+	if err != nil {
+		return fail(fmt.Errorf("start %s: %w", p.interp, err))
+	}
+	f.pid = started.pid
+	p.forks[f.pid] = f
+	go p.watchFork(f)
+	return f, nil
+}
+
+// socketPair is a connected pair of unix stream sockets: ours, and the
+// end a child gets.
+func socketPair() (*net.UnixConn, *os.File, error) {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ours, theirs := os.NewFile(uintptr(fds[0]), "pool"), os.NewFile(uintptr(fds[1]), "pool")
-	defer theirs.Close()
 	c, err := net.FileConn(ours)
 	ours.Close()
 	if err != nil {
-		return nil, err
+		theirs.Close()
+		return nil, nil, err
 	}
-	sl := &poolSlot{env: env, cpus: s.CPUs, ctrl: c.(*net.UnixConn), gone: make(chan struct{})}
-	// What it prints while it imports, it holds, and writes to the
-	// worker's streams once it has them (warm.py).
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		c.Close()
-		return nil, err
+	return c.(*net.UnixConn), theirs, nil
+}
+
+// watchFork reads what fork server f says, its environment as it started
+// and then its slots' pids, and settles its slots when it ends: those it
+// did not name will never be forked.
+func (p *pool) watchFork(f *poolFork) {
+	br := bufio.NewReader(f.ctrl)
+	defer f.ctrl.Close()
+	var pids []int
+	line, err := readLine(br, maxJobLine)
+	if err == nil {
+		err = json.Unmarshal(line, &f.started)
 	}
-	defer devnull.Close()
-	argv := []string{p.interp, "-u", shim, "pool", string(settings), strings.Repeat(" ", poolRoom)}
-	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
-	started, err := forkExec(p.interp, argv, withRoom, p.dir, nil, devnull, devnull, theirs)
-	if err != nil {
-		err = fmt.Errorf("start %s: %w", p.interp, err)
-		os.Remove(shim)
-		c.Close()
-		return nil, err
+	close(f.startedRead)
+	if err == nil {
+		if line, err = readLine(br, maxJobLine); err == nil {
+			err = json.Unmarshal(line, &pids)
+		}
 	}
-	sl.pid = started.pid
-	p.byPID[sl.pid] = sl
-	return sl, nil
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	delete(p.forks, f.pid)
+	for i, sl := range f.slots {
+		if err == nil && i < len(pids) && pids[i] > 0 {
+			sl.pid = pids[i]
+			p.byPID[sl.pid] = sl
+			if ws, ok := p.early[sl.pid]; ok {
+				delete(p.early, sl.pid)
+				sl.ended(ws)
+			}
+			if sl.unwanted {
+				sl.killForked()
+			}
+		} else {
+			sl.ctrl.Close()
+			sl.ended(unix.WaitStatus(syscall.SIGKILL))
+		}
+		close(sl.forked)
+	}
+	if len(p.forks) == 0 {
+		clear(p.early) // no pid is left to name
+	}
+}
+
+// ended records the slot's end; under pool.mu.
+func (sl *poolSlot) ended(ws unix.WaitStatus) {
+	select {
+	case <-sl.gone:
+	default:
+		sl.status = ws
+		close(sl.gone)
+	}
 }
 
 // reaped is the reaper's word on a child that is not the job's main
 // process.
 func (p *pool) reaped(pid int, ws unix.WaitStatus) {
 	p.mu.Lock()
-	sl := p.byPID[pid]
-	if sl != nil {
+	defer p.mu.Unlock()
+	if sl := p.byPID[pid]; sl != nil {
 		delete(p.byPID, pid)
-		sl.status = ws
+		sl.ended(ws)
+		return
 	}
-	p.mu.Unlock()
-	if sl != nil {
-		close(sl.gone)
+	if _, ok := p.forks[pid]; !ok && len(p.forks) > 0 {
+		p.early[pid] = ws // a slot's, maybe, forked but not yet named
 	}
 }
 
-// dropIdle kills every interpreter not claimed and waits until they are
-// reaped (at most a second): the job is over, or starts without them.
+// dropIdle kills every interpreter not claimed, and the fork servers
+// still importing, and waits until they are reaped (at most a second): the
+// job is over, or starts without them.
 func (p *pool) dropIdle() {
 	if p == nil {
 		return
@@ -302,9 +468,12 @@ func (p *pool) dropIdle() {
 			p.slots[i] = nil
 		}
 	}
+	for pid := range p.forks {
+		_ = unix.Kill(-pid, syscall.SIGKILL) // its own session and group
+	}
 	p.mu.Unlock()
 	for _, sl := range idle {
-		sl.kill()
+		p.kill(sl)
 	}
 	deadline := time.After(time.Second)
 	for _, sl := range idle {
@@ -316,8 +485,20 @@ func (p *pool) dropIdle() {
 	}
 }
 
-func (sl *poolSlot) kill() {
+// kill kills the slot's interpreter, now or, before it is forked, once
+// it is.
+func (p *pool) kill(sl *poolSlot) {
 	sl.ctrl.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if sl.pid == 0 {
+		sl.unwanted = true
+		return
+	}
+	sl.killForked()
+}
+
+func (sl *poolSlot) killForked() {
 	_ = unix.Kill(-sl.pid, syscall.SIGKILL) // its own session and group
 	_ = unix.Kill(sl.pid, syscall.SIGKILL)
 }
@@ -351,8 +532,9 @@ func (p *pool) accept() {
 }
 
 // serve answers one supervisor: it hands its worker to the slot's
-// interpreter when the worker fits it, and then reports the worker's end,
-// or kills the worker if the supervisor hangs up first.
+// interpreter when the worker fits it, and then, once the interpreter is
+// forked, reports the worker's end, or kills the worker if the supervisor
+// hangs up first.
 func (p *pool) serve(c *net.UnixConn) {
 	take, files, err := readTake(c)
 	defer func() {
@@ -375,7 +557,7 @@ func (p *pool) serve(c *net.UnixConn) {
 		return
 	}
 	if err := sl.hand(take, files); err != nil {
-		sl.kill()
+		p.kill(sl)
 		_ = reply(poolReply{Cold: "hand-off to the pooled interpreter: " + err.Error()})
 		return
 	}
@@ -383,23 +565,35 @@ func (p *pool) serve(c *net.UnixConn) {
 		f.Close()
 	}
 	files = nil
-	if err := reply(poolReply{PID: sl.pid}); err != nil {
-		sl.kill()
-		return
-	}
 	hungUp := make(chan struct{})
 	go func() {
 		_, _ = io.Copy(io.Discard, c)
 		close(hungUp)
 	}()
+	// The worker's pid, once its fork server is done importing.
+	select {
+	case <-sl.forked:
+	case <-hungUp:
+		p.kill(sl) // the supervisor is gone (killed): nothing of its worker may outlive it
+		return
+	}
+	p.mu.Lock()
+	pid := sl.pid
+	p.mu.Unlock()
+	if pid == 0 {
+		_ = reply(poolReply{Cold: "the pool's interpreter ended before it forked the worker's"})
+		return
+	}
+	if err := reply(poolReply{PID: pid}); err != nil {
+		p.kill(sl)
+		return
+	}
 	select {
 	case <-sl.gone:
 		st := int(sl.status)
 		_ = reply(poolReply{Status: &st})
 	case <-hungUp:
-		// The supervisor is gone (killed): nothing of its worker may
-		// outlive it.
-		sl.kill()
+		p.kill(sl)
 	}
 }
 
@@ -423,10 +617,10 @@ func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 		return nil, fmt.Sprintf("the pooled interpreter ended before its worker came (%s)", waitStatusWords(sl.status))
 	default:
 	}
-	// Outside the lock: fits may wait for an interpreter that is still
+	// Outside the lock: fits may wait for a fork server that is still
 	// starting, and the reaper must not wait with it.
 	if why := sl.fits(take, p); why != "" {
-		sl.kill()
+		p.kill(sl)
 		return nil, why
 	}
 	return sl, ""
@@ -447,11 +641,11 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	case !slices.Equal(take.CPUs, sl.cpus):
 		return "the worker's CPU binding differs from the pool's"
 	}
-	env, err := sl.startedEnv()
+	env, err := sl.fork.startedEnv()
 	if err != nil {
 		return "the pooled interpreter did not start: " + err.Error()
 	}
-	given, want := envMap(sl.env), envMap(take.Env)
+	given, want := envMap(sl.fork.env), envMap(take.Env)
 	for _, name := range changedVars(env, take.Env) {
 		if name == RelaySocketVar || name == PoolSocketVar || !importTimeVar(name) || lateVar(p.late, name) {
 			continue
@@ -468,9 +662,9 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 // Python set as the interpreter started where take has nothing else,
 // as it would have set it for the worker started cold.
 func (sl *poolSlot) becomes(take PoolTake) []string {
-	given, want := envMap(sl.env), envMap(take.Env)
+	given, want := envMap(sl.fork.env), envMap(take.Env)
 	out := slices.Clone(take.Env)
-	for _, kv := range sl.started {
+	for _, kv := range sl.fork.started {
 		k, _, _ := strings.Cut(kv, "=")
 		if !hasKey(given, k) && !hasKey(want, k) {
 			out = append(out, kv)
@@ -481,27 +675,18 @@ func (sl *poolSlot) becomes(take PoolTake) []string {
 
 func hasKey(m map[string]string, k string) bool { _, ok := m[k]; return ok }
 
-// startedEnv reads the environment the interpreter sent as it started
+// startedEnv is the environment the fork server sent as it started
 // (warm.py), waiting for it at most poolHandTimeout.
-func (sl *poolSlot) startedEnv() ([]string, error) {
-	if sl.started != nil {
-		return sl.started, nil
+func (f *poolFork) startedEnv() ([]string, error) {
+	select {
+	case <-f.startedRead:
+	case <-time.After(poolHandTimeout):
+		return nil, errors.New("it did not say its environment in time")
 	}
-	_ = sl.ctrl.SetReadDeadline(time.Now().Add(poolHandTimeout))
-	defer sl.ctrl.SetReadDeadline(time.Time{})
-	line, err := bufio.NewReader(io.LimitReader(sl.ctrl, maxJobLine)).ReadBytes('\n') // nothing follows it
-	if err == io.EOF {
+	if f.started == nil {
 		return nil, errors.New("it ended before it said its environment")
 	}
-	if err != nil {
-		return nil, err
-	}
-	var env []string
-	if err := json.Unmarshal(line, &env); err != nil {
-		return nil, err
-	}
-	sl.started = env
-	return env, nil
+	return f.started, nil
 }
 
 func lateVar(late []string, name string) bool {

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -38,6 +39,10 @@ type testTake struct {
 	// this many milliseconds later, as a stop's or Ctrl-C's from its
 	// supervisor (-1: none).
 	InterruptMS int `json:"interrupt_ms,omitempty"`
+	// InterruptServerMS: this many milliseconds after the take is asked
+	// for, the fork server of the pool's first group (warm-0.py) gets
+	// SIGINT, while it imports.
+	InterruptServerMS int `json:"interrupt_server_ms,omitempty"`
 }
 
 // poolHelper is the test binary as a pooled job's main process.
@@ -61,6 +66,14 @@ func poolHelper() int {
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, PoolSocketVar+"=") })
 		take := PoolTake{Slot: tt.Slot, Interp: "/usr/bin/python3", Module: tt.Module, Target: tt.Target,
 			Args: tt.Args, Env: env, Dir: dir, CPUs: tt.CPUs}
+		if tt.InterruptServerMS > 0 {
+			go func() {
+				time.Sleep(time.Duration(tt.InterruptServerMS) * time.Millisecond)
+				if pid := forkServer(os.Getppid(), "warm-0.py"); pid > 0 {
+					unix.Kill(pid, syscall.SIGINT)
+				}
+			}()
+		}
 		p, cold, err := TakePooled(sock, take, devnull, os.Stdout, os.Stderr)
 		switch {
 		case err != nil:
@@ -88,6 +101,28 @@ func poolHelper() int {
 		}
 		ws := p.Wait()
 		fmt.Printf("take %d: pooled pid %d: %s\n", i, p.PID, waitStatusWords(ws))
+	}
+	return 0
+}
+
+// forkServer is the pid of agent's child whose command line names shim,
+// 0 if none.
+func forkServer(agent int, shim string) int {
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		stat, err1 := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+		cmd, err2 := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
+		if err1 != nil || err2 != nil {
+			continue
+		}
+		_, rest, _ := strings.Cut(string(stat), ") ")
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == strconv.Itoa(agent) && strings.Contains(string(cmd), shim) {
+			return pid
+		}
 	}
 	return 0
 }
@@ -309,40 +344,117 @@ func TestPoolLocaleCoercion(t *testing.T) {
 	}
 }
 
-// TestPoolInterrupt: a SIGINT (Ctrl-C, a stop's) that reaches a pooled
-// worker while its interpreter is still importing ahead is not lost: the
-// worker ends as python does on a Ctrl-C during its own import (a
-// KeyboardInterrupt, then death by SIGINT) instead of running its script.
-// One that comes while the script runs ends it the same way, the
-// traceback starting at the script's frame.
+// TestPoolInterrupt: a SIGINT (a user's, to every Python process) that
+// reaches a fork server while it imports ahead is not lost: its workers
+// end as python does on a Ctrl-C during its own import (a
+// KeyboardInterrupt, then death by SIGINT) instead of running their
+// scripts. One that a supervisor sends as soon as it has its worker's pid
+// ends the worker the same way, whether it lands before the script
+// starts or in it; one that comes while the script runs ends it with a
+// traceback that starts at the script's frame.
 func TestPoolInterrupt(t *testing.T) {
 	needPython(t)
-	job, dir := poolJob(t, 2, []testTake{
-		{Slot: 0, Target: "job.py", InterruptMS: 700}, // during the 2 s import
-		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "SLEEP"}, InterruptMS: 3000},
+	one := firstCPU(t)
+	job, dir := poolJob(t, 3, []testTake{
+		{Slot: 0, Target: "job.py", Env: map[string]string{"FOO": "s0"}, InterruptServerMS: 700}, // during the 2 s import
+		{Slot: 1, Target: "job.py", CPUs: []int{one}, Env: map[string]string{"FOO": "s1", "END": "SLEEP"}, InterruptMS: 1},
+		{Slot: 2, Target: "job.py", CPUs: []int{one}, Env: map[string]string{"FOO": "s2", "END": "SLEEP"}, InterruptMS: 1500},
 	})
+	// Slots 1 and 2 on another CPU set: another fork server (no
+	// OMP_NUM_THREADS here), which no SIGINT reaches.
+	job.Pool.Slots[1].CPUs, job.Pool.Slots[2].CPUs = []int{one}, []int{one}
 	if err := os.WriteFile(filepath.Join(dir, "slow.py"), []byte("import time\ntime.sleep(2)\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	job.Pool.Modules = append(job.Pool.Modules, "slow")
 	out := runPool(t, job)
 	for _, want := range []string{
-		fmt.Sprintf("take 0: pooled pid"), fmt.Sprintf("take 1: pooled pid"),
+		"take 0: pooled pid", "take 1: pooled pid", "take 2: pooled pid",
 		"KeyboardInterrupt",
-		`job.py", line`, // the second one's traceback, at the script's frame
+		"FOO s2",        // the third ran its script
+		`job.py", line`, // and its traceback is at the script's frame
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
 	}
-	if n := strings.Count(out, fmt.Sprintf(": signal %d\n", syscall.SIGINT)); n != 2 {
-		t.Errorf("%d of 2 workers died by SIGINT:\n%s", n, out)
+	if n := strings.Count(out, fmt.Sprintf(": signal %d\n", syscall.SIGINT)); n != 3 {
+		t.Errorf("%d of 3 workers died by SIGINT:\n%s", n, out)
 	}
-	if n := len(regexp.MustCompile(`(?m)^argv \[`).FindAllString(out, -1)); n != 1 {
-		t.Errorf("%d scripts ran, want 1 (the one interrupted during its import must not run):\n%s", n, out)
+	if strings.Contains(out, "FOO s0") {
+		t.Errorf("the worker whose fork server was interrupted during its import ran its script:\n%s", out)
 	}
 	if strings.Contains(out, "warm-") {
 		t.Errorf("a KeyboardInterrupt's traceback shows the pool's shim:\n%s", out)
+	}
+}
+
+// firstCPU is a CPU this process may run on.
+func firstCPU(t *testing.T) int {
+	t.Helper()
+	var cpu unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &cpu); err != nil {
+		t.Fatal(err)
+	}
+	for c := range 1024 {
+		if cpu.IsSet(c) {
+			return c
+		}
+	}
+	t.Fatal("no CPU")
+	return -1
+}
+
+// TestPoolForksOnce: slots with the same import-time environment share
+// one fork server, which imports the modules once; with OMP_NUM_THREADS
+// set, slots bound to different CPUs share it too, and each worker runs
+// on its own slot's CPUs.
+func TestPoolForksOnce(t *testing.T) {
+	needPython(t)
+	one := firstCPU(t)
+	job, dir := poolJob(t, 3, []testTake{
+		{Slot: 0, Target: "job.py", Env: map[string]string{"FOO": "s0"}},
+		{Slot: 1, Target: "job.py", CPUs: []int{one}, Env: map[string]string{"FOO": "s1"}},
+		{Slot: 2, Target: "job.py", Env: map[string]string{"FOO": "s2"}},
+	})
+	job.Env["OMP_NUM_THREADS"] = "1"
+	job.Pool.Slots[1].CPUs = []int{one}
+	counted := filepath.Join(dir, "imports.txt")
+	if err := os.WriteFile(filepath.Join(dir, "counted.py"), []byte(fmt.Sprintf("import os\nwith open(%q, 'a') as f: f.write('%%d\\n' %% os.getpid())\n", counted)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Pool.Modules = append(job.Pool.Modules, "counted")
+	out := runPool(t, job)
+	all := fmt.Sprint(func() []int {
+		var cs []int
+		var set unix.CPUSet
+		_ = unix.SchedGetaffinity(0, &set)
+		for c := range 1024 {
+			if set.IsSet(c) {
+				cs = append(cs, c)
+			}
+		}
+		return cs
+	}())
+	all = strings.ReplaceAll(all, " ", ", ")
+	for _, want := range []string{
+		"FOO s0 RC None ahead True cpus " + all,
+		fmt.Sprintf("FOO s1 RC None ahead True cpus [%d]", one),
+		"FOO s2 RC None ahead True cpus " + all,
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if n := strings.Count(out, ": exit 0\n"); n != 3 {
+		t.Errorf("%d of 3 pooled workers ended well:\n%s", n, out)
+	}
+	b, err := os.ReadFile(counted)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(string(b), "\n"); n != 1 {
+		t.Errorf("the modules were imported %d times for 3 slots, want once:\n%s", n, b)
 	}
 }
 
@@ -372,23 +484,38 @@ func TestPoolTakeWithoutAgent(t *testing.T) {
 }
 
 // TestPoolAuto: under --prewarm auto a node with fewer CPUs than the
-// interpreters plus torchrun starts none, and each worker is told why and
-// starts cold; with CPUs to spare the pool starts as asked.
+// imports plus torchrun's starts no interpreter, and each worker is told
+// why and starts cold: slots that cannot share a fork server (bound to
+// different CPUs, with no OMP_NUM_THREADS) import apart. Slots that share
+// one import once, whatever their number, so the pool starts.
 func TestPoolAuto(t *testing.T) {
 	needPython(t)
 	cpus := usableCPUs()
 	if cpus < 2 {
-		t.Skipf("%d CPU: no room for one interpreter beside torchrun", cpus)
+		t.Skipf("%d CPU: no room for one import beside torchrun's", cpus)
 	}
-	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py"}})
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py", CPUs: nil}})
 	few.Pool.Auto = true
-	if out := runPool(t, few); !strings.Contains(out, fmt.Sprintf("take 0: cold: --prewarm auto: %d CPUs here for %d pooled imports", cpus, cpus)) {
-		t.Errorf("%d slots on %d CPUs: want no pool, said:\n%s", cpus, cpus, out)
+	i := 0
+	for c := range 1024 {
+		if set.IsSet(c) {
+			few.Pool.Slots[i].CPUs = []int{c}
+			i++
+		}
 	}
-	enough, _ := poolJob(t, cpus-1, []testTake{{Slot: 0, Target: "job.py"}})
-	enough.Pool.Auto = true
-	if out := runPool(t, enough); !strings.Contains(out, "take 0: pooled pid") {
-		t.Errorf("%d slots on %d CPUs: want the pool:\n%s", cpus-1, cpus, out)
+	b, _ := json.Marshal([]testTake{{Slot: 0, Target: "job.py", CPUs: few.Pool.Slots[0].CPUs}})
+	few.Env["GORUN_TEST_TAKES"] = string(b)
+	if out := runPool(t, few); !strings.Contains(out, fmt.Sprintf("take 0: cold: --prewarm auto: %d CPUs here for %d pooled imports", cpus, cpus)) {
+		t.Errorf("%d slots on %d CPUs, each on its own: want no pool, said:\n%s", cpus, cpus, out)
+	}
+	shared, _ := poolJob(t, 2*cpus, []testTake{{Slot: 0, Target: "job.py"}})
+	shared.Pool.Auto = true
+	if out := runPool(t, shared); !strings.Contains(out, "take 0: pooled pid") {
+		t.Errorf("%d slots sharing one import on %d CPUs: want the pool:\n%s", 2*cpus, cpus, out)
 	}
 }
 

@@ -8,14 +8,21 @@
 #
 #   warm.py script|module TARGET MODULES...   a warm torchrun
 #       (sshexec.Job.Preimport); fd 3 is a pipe.
-#   warm.py pool SETTINGS                     one interpreter of a worker
-#       pool (sshexec.Job.Pool): SETTINGS is JSON (cpus, signals,
-#       modules); fd 3 is a unix socket, on which it first sends its
-#       environment as it started (one JSON line), and the job's line
-#       brings the worker's stdin, stdout and stderr, and names its script.
+#   warm.py pool SETTINGS                     the fork server of a worker
+#       pool (sshexec.Job.Pool): SETTINGS is JSON (cpus, signals, modules,
+#       slots). fd 3 is a unix socket to the agent, on which it first
+#       sends its environment as it started (one JSON line). It imports
+#       the modules once, forks one interpreter per slot (the slot's own
+#       unix socket is fd 4 + its index), sends their pids (a JSON list)
+#       and exits; the agent, a child subreaper, becomes their parent.
+#       On its socket, now its fd 3, each slot's interpreter waits for
+#       the job's line, which brings the worker's stdin, stdout and
+#       stderr and names its script.
 import array
 import atexit
 import builtins
+import ctypes
+import gc
 import importlib.machinery
 import importlib.util
 import io
@@ -27,6 +34,7 @@ import socket
 import sys
 import time
 import types
+import warnings
 
 _SHIM = os.path.abspath(__file__)
 
@@ -255,14 +263,19 @@ def _become(job, mode, target):
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
-def _run(job, mode, target):
+def _run(job, mode, target, mask=None):
     # An error's traceback starts at the job's own frame, as it would
     # without this shim; an uncaught KeyboardInterrupt ends the process by
     # SIGINT once the job's atexit handlers have run (registered first,
-    # this one runs last).
+    # this one runs last). mask: the signal mask to restore first (a
+    # pooled interpreter holds SIGINT from its fork until here, so that
+    # one sent meanwhile ends the worker as a KeyboardInterrupt would at
+    # its start, instead of the shim).
     global _die_by_sigint
     atexit.register(_exit_by_sigint)
     try:
+        if mask is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if _interrupted:
             raise KeyboardInterrupt
         _become(job, mode, target)
@@ -298,39 +311,93 @@ def _main():
         _wait_for(job.get("wait_for"))
         _run(job, mode, target)
         return
-    settings = json.loads(sys.argv[2])
+    _pool(json.loads(sys.argv[2]))
+
+
+def _pool(settings):
+    slots = settings.get("slots") or []
     os.environ.pop("GORUN_POOL_ROOM", None)  # room for the worker's own (_show_as), no variable of its
     # The environment as this interpreter has it once started (Python
     # may have set LC_CTYPE, coercing a C locale), which a worker's must
     # match.
-    with socket.socket(fileno=os.dup(3)) as s:
-        s.sendall(json.dumps(["%s=%s" % kv for kv in os.environ.items()]).encode() + b"\n")
+    _send(3, json.dumps(["%s=%s" % kv for kv in os.environ.items()]).encode() + b"\n")
     # The agent ignores the signals it passes on; a worker has them as
     # Python would at its start.
     for n in settings.get("signals") or []:
         signal.signal(n, signal.default_int_handler if n == signal.SIGINT else signal.SIG_DFL)
     if settings.get("cpus"):
         os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
-    # What the imports print belongs to the worker: held until its
+    # What the imports print belongs to every worker: held until their
     # streams come.
     held = {1: os.memfd_create("gorun-held-out"), 2: os.memfd_create("gorun-held-err")}
     for fd, h in held.items():
         os.dup2(h, fd)
     _import(settings.get("modules") or [])
+    libc = ctypes.CDLL(None, use_errno=True)
+    gc.freeze()  # the imported objects stay shared with the forks: no collection touches them
+    agent, me = os.getppid(), os.getpid()
+    ready_r, ready_w = os.pipe()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+    pids = []
+    for i, slot in enumerate(slots):
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fork with threads about: the forked one runs alone
+            pid = os.fork()
+        if pid == 0:
+            # The worker: it ends as its script does, through the
+            # interpreter's own exit (atexit handlers, flushes).
+            _slot(i, len(slots), slot, agent, me, libc, ready_r, ready_w, held, mask)
+            sys.exit(0)
+        pids.append(pid)
+    os.close(ready_w)
+    # Each slot's interpreter is in a session of its own before its pid
+    # is known: a signal to its group finds it.
+    n = 0
+    while n < len(pids):
+        b = os.read(ready_r, 64)
+        if not b:
+            break
+        n += len(b)
+    _send(3, json.dumps(pids).encode() + b"\n")
+    os._exit(0)
+
+
+def _send(fd, b):
+    while b:
+        b = b[os.write(fd, b):]
+
+
+def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
+    os.close(ready_r)
+    os.setsid()
+    os.dup2(4 + i, 3)  # its own socket, in the server's
+    for fd in range(4, 4 + n):
+        os.close(fd)
+    if slot.get("cpus"):
+        os.sched_setaffinity(0, slot["cpus"])
+    os.write(ready_w, b".")
+    os.close(ready_w)
+    # The server exits once every slot is forked, and the agent, a child
+    # subreaper, becomes the parent; nothing of it may outlive the agent.
+    while os.getppid() == server:
+        time.sleep(0.0002)
+    libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    if os.getppid() != agent:
+        os._exit(125)  # the agent is gone
     job, fds = _wait_on_socket()
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
         os.close(fd)
     for fd, h in held.items():
-        os.lseek(h, 0, os.SEEK_SET)
+        at = 0
         while True:
-            b = os.read(h, 1 << 16)
+            b = os.pread(h, 1 << 16, at)
             if not b:
                 break
-            while b:
-                b = b[os.write(fd, b):]
+            at += len(b)
+            _send(fd, b)
         os.close(h)
-    _run(job, job["mode"], job["target"])
+    _run(job, job["mode"], job["target"], mask)
 
 
 _main()
