@@ -4,13 +4,14 @@
 # the columns of one run, not runs).
 #
 #   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [PREWARM=torch] [GORUN=path]
-#          [BEFORE=path] [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
+#          [BEFORE=path [BEFORE_ARGS=args]] [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
 #
 # "gorun" is gorun with its defaults (the warm standby torchrun on, the worker pool where
 # --prewarm auto starts one). With PREWARM=VALUE another launcher takes its turn in every
 # round: gorun --prewarm VALUE (the "prewarm" rows: torch or auto, the pool; off, none). With
 # BEFORE=path another: that gorun binary (an older build, say) with gorun's arguments (the
-# "before" rows), so a change is measured against what it changes in the same run.
+# "before" rows; BEFORE_ARGS, more of its options), so a change is measured against what it
+# changes in the same run.
 #
 # The job: docs/bench/restart_worker.py, NPROC ranks per node, --monitor_interval 0.1
 # --max_restarts 1 for both launchers. On attempt 0 (TORCHELASTIC_RESTART_COUNT) every rank
@@ -142,7 +143,7 @@ cmd() {
   world=$nproc
   local extra=() bin=$gorun
   if [ "$tool" = prewarm ]; then tool=gorun extra=(--prewarm "$PREWARM"); fi
-  if [ "$tool" = before ]; then tool=gorun bin=$BEFORE; fi
+  if [ "$tool" = before ]; then tool=gorun bin=$BEFORE; read -ra extra <<<"${BEFORE_ARGS:-}"; fi
   case $tool in
   torchrun) c=("$torchrun" "${job[@]}" --master_port "$(free_port)" "$work/worker.py" "$dir") ;;
   gorun)
@@ -230,7 +231,7 @@ echo "== restart.sh $mode: $(date -u +%FT%TZ) $rev, $(nproc) cores, load $(cut -
 echo "   ROUNDS=$rounds NPROC=$nproc PREFLIGHT=$preflight RUN_TIMEOUT=$limit${cluster:+ NODES=$nodes STATE=$STATE PREFIX=$PREFIX}"
 echo "   torchrun: $torchrun; python: $python, torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 echo "   gorun: $gorun ($("$gorun" version 2>&1 | head -1))"
-[ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))"
+[ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))${BEFORE_ARGS:+ with $BEFORE_ARGS}"
 case $mode in
 local | device) echo "   gorun: gorun --torchrun TORCHRUN --preflight $preflight, local mode; both: ${job[*]}" ;;
 ssh) echo "   gorun: --hosts $hosts over ssh (netns cluster; brought up by this run: $([ $brought = 1 ] && echo yes || echo no)); torchrun: local" ;;

@@ -170,13 +170,15 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 // warmEarly reports whether a node with cpus CPUs (0: not known) has room
 // for the next attempt's standby torchrun, and its worker pool, to import
 // while the attempt's own torchrun and workers (or pool) import theirs,
-// without slowing them: a CPU for each worker, for the standby, for each
-// pooled interpreter and one more for torchrun and the agent. Then the standby starts with the attempt
-// (launch.Node.WarmEarly), and a crash during start-up restarts warm.
+// without slowing them: a CPU for each worker, for the standby, for the
+// pool's import (one for all its interpreters, which it forks) and one
+// more for torchrun and the agent. Then the standby starts with the
+// attempt (launch.Node.WarmEarly), and a crash during start-up restarts
+// warm.
 func warmEarly(cpus, workers int, pool bool) bool {
 	need := workers + 1 + 1
 	if pool {
-		need += workers
+		need++
 	}
 	return cpus > 0 && workers > 0 && cpus >= need
 }

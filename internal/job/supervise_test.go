@@ -43,8 +43,9 @@ func TestJobsWaitForNode0sStore(t *testing.T) {
 
 // TestJobsWarmEarly: the next attempt's standby starts with the attempt
 // only on a node whose CPUs, as preflight found them, leave one for it
-// (and for each pooled interpreter) beside every worker, torchrun and the
-// agent; never where the CPUs are not known or warm restarts are off.
+// (and one for the pool's import, whatever its ranks) beside every worker,
+// torchrun and the agent; never where the CPUs are not known or warm
+// restarts are off.
 func TestJobsWarmEarly(t *testing.T) {
 	plan := testPlan(t, 2, "big", "small", "unknown")
 	for _, tc := range []struct {
@@ -53,7 +54,7 @@ func TestJobsWarmEarly(t *testing.T) {
 		want []bool // big, small, unknown
 	}{
 		{"warm", jobSettings{warm: true, cpus: map[string]int{"big": 4, "small": 3}}, []bool{true, false, false}},
-		{"warm with a pool", jobSettings{warm: true, prewarm: []string{"torch"}, cpus: map[string]int{"big": 6, "small": 5}}, []bool{true, false, false}},
+		{"warm with a pool", jobSettings{warm: true, prewarm: []string{"torch"}, cpus: map[string]int{"big": 5, "small": 4}}, []bool{true, false, false}},
 		{"cold", jobSettings{cpus: map[string]int{"big": 64, "small": 64, "unknown": 64}}, []bool{false, false, false}},
 		{"--warm-restart early", jobSettings{warm: true, early: true, cpus: map[string]int{"big": 4, "small": 3}}, []bool{true, true, true}},
 	} {
