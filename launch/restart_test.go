@@ -81,9 +81,11 @@ func (w *warmRunner) warmCount() int {
 // TestRunWarmsAndTimesARestart: once every worker of a node has joined
 // the store (or ended) and a restart is left, its runner is asked to warm
 // the next attempt, and so is each of its Standby runners (a spare) with
-// its job; the restart's timeline is kept in the result and said.
+// its job, whose pool imports beside the node's workers (Pool.Beside);
+// the restart's timeline is kept in the result and said.
 func TestRunWarmsAndTimesARestart(t *testing.T) {
 	var runners, spares []*warmRunner
+	var pools []*sshexec.Pool
 	var mu sync.Mutex
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
@@ -94,11 +96,12 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 		}
 		r := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: sc}}
 		spare := &warmRunner{fakeRunner: &fakeRunner{name: "spare"}}
+		pool := &sshexec.Pool{Auto: true}
 		mu.Lock()
-		runners, spares = append(runners, r), append(spares, spare)
+		runners, spares, pools = append(runners, r), append(spares, spare), append(pools, pool)
 		mu.Unlock()
 		return []Node{{Name: "node1", Runner: r, Workers: 2, Standby: []sshexec.Runner{spare},
-			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}}}, nil
+			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}, Pool: pool}}}, nil
 	}
 	var diag syncBuffer
 	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag})
@@ -114,6 +117,14 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 	}
 	if spares[0].warmCount() != 1 || !slices.Equal(spares[0].warms[0].Argv, []string{"torchrun"}) {
 		t.Errorf("attempt 0 warmed its spare %d times (%+v), want once with the node's job", spares[0].warmCount(), spares[0].warms)
+	}
+	for _, w := range []*warmRunner{runners[0], spares[0]} {
+		if w.warmCount() == 1 && (w.warms[0].Pool == nil || w.warms[0].Pool.Beside != 2) {
+			t.Errorf("the next attempt's pool of %s: %+v, want Beside 2 (the node's workers)", w.name, w.warms[0].Pool)
+		}
+	}
+	if pools[0].Beside != 0 {
+		t.Error("the attempt's own pool was changed")
 	}
 	if runners[1].warmCount() != 0 || spares[1].warmCount() != 0 {
 		t.Error("the last attempt warmed a next one that cannot come")

@@ -420,6 +420,13 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.node.Job.RelayEnd = wire.FrameExit
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
+			if job.Pool != nil {
+				// The next attempt's pool imports while this attempt's
+				// workers run.
+				p := *job.Pool
+				p.Beside = n.Workers
+				job.Pool = &p
+			}
 			warmers := []sshexec.Warmer{w}
 			for _, r := range n.Standby {
 				if w, ok := r.(sshexec.Warmer); ok {

@@ -50,11 +50,15 @@ type Pool struct {
 	// in any other import-time variable keeps the worker out of the pool.
 	Late []string `json:"late,omitempty"`
 	// Auto (--prewarm auto): no interpreter starts on a node with fewer
-	// CPUs than the interpreters plus torchrun, where their imports would
-	// only share the CPUs with torchrun's own and with each other (a start
-	// or a restart then takes longer than cold); every worker there is
-	// told why and starts cold.
+	// CPUs than the pool's imports (one per fork server), torchrun's and
+	// the workers running beside them (Beside), where the imports would
+	// only share the CPUs with those (a start or a restart then takes
+	// longer than cold); every worker there is told why and starts cold.
 	Auto bool `json:"auto,omitempty"`
+	// Beside is how many workers run while the pool imports: none for a
+	// launch's pool, the attempt's for the next attempt's, started while
+	// it runs.
+	Beside int `json:"beside,omitempty"`
 }
 
 // PoolSlot is one interpreter of a pool.
@@ -190,8 +194,16 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, logf: logf,
 		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
 	if n := len(groups); job.Pool.Auto && n > 0 {
-		if cpus := usableCPUs(); cpus > 0 && cpus < n+1 {
-			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %d pooled imports and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, n)
+		if cpus := usableCPUs(); cpus > 0 && cpus < n+1+job.Pool.Beside {
+			beside := ""
+			if b := job.Pool.Beside; b > 0 {
+				beside = fmt.Sprintf(" beside %d running workers", b)
+			}
+			imports := "1 pooled import"
+			if n > 1 {
+				imports = fmt.Sprintf("%d pooled imports", n)
+			}
+			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %s and torchrun's%s, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, imports, beside)
 		}
 	}
 	p.mu.Lock()                               // the reaper waits until each fork server is known

@@ -517,6 +517,12 @@ func TestPoolAuto(t *testing.T) {
 	if out := runPool(t, shared); !strings.Contains(out, "take 0: pooled pid") {
 		t.Errorf("%d slots sharing one import on %d CPUs: want the pool:\n%s", 2*cpus, cpus, out)
 	}
+	// The next attempt's pool imports beside the running workers.
+	beside, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py"}})
+	beside.Pool.Auto, beside.Pool.Beside = true, cpus-1
+	if out := runPool(t, beside); !strings.Contains(out, fmt.Sprintf("take 0: cold: --prewarm auto: %d CPUs here for 1 pooled import and torchrun's beside %d running workers", cpus, cpus-1)) {
+		t.Errorf("%d slots on %d CPUs beside %d workers: want no pool, said:\n%s", cpus, cpus, cpus-1, out)
+	}
 }
 
 // TestPoolDidNotStart: where the pool cannot start (no interpreter to

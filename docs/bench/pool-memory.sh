@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The worker pool's memory while it waits: a NPROC-rank local job (import torch, a gloo group,
+# then a sleep) with a restart left, so that the next attempt's pool waits idle beside the
+# running workers. SETTLE seconds in, every idle pooled interpreter (command line
+# `warm-N.py pool`) is read: Rss and Pss from /proc/PID/smaps_rollup. Pss shares each page among
+# the processes that map it, so its sum is what the idle pool costs the node. gorun (GORUN) and,
+# with BEFORE=path, an older build take turns, ROUNDS each, both with --prewarm torch.
+#
+#   usage: [NPROC=2] [ROUNDS=3] [SETTLE=10] [GORUN=path] [BEFORE=path] [TORCHRUN=cmd]
+#          [PYTHON=path] docs/bench/pool-memory.sh
+#
+# TORCHRUN defaults to examples/testcluster/torchrun-debian-shim where /usr/bin/python3 has
+# torch (this machine), else torchrun; PYTHON to /usr/bin/python3, else python3.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+repo=$PWD
+nproc=${NPROC:-2} rounds=${ROUNDS:-3} settle=${SETTLE:-10}
+gorun=${GORUN:-$repo/.dev/gorun}
+if [ -z "${TORCHRUN:-}" ] && /usr/bin/python3 -c 'import torch' 2>/dev/null; then
+  torchrun=$repo/examples/testcluster/torchrun-debian-shim python=${PYTHON:-/usr/bin/python3}
+else
+  torchrun=${TORCHRUN:-torchrun} python=${PYTHON:-python3}
+fi
+python=$(command -v "$python")
+export PYTHON_EXEC=$python
+work=$(mktemp -d /tmp/gorun-poolmem-XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cat >"$work/sleepy.py" <<EOF
+import time, torch, torch.distributed as dist
+dist.init_process_group("gloo")
+time.sleep($settle + 8)
+EOF
+echo "== pool-memory.sh: $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) cores, $(awk '/MemTotal/ {printf "%.0f GiB", $2 / 1048576}' /proc/meminfo)"
+echo "   NPROC=$nproc ROUNDS=$rounds SETTLE=$settle; python: $python, torch $("$python" -c 'import torch; print(torch.__version__)')"
+echo "   gorun: $gorun ($("$gorun" version 2>&1 | head -1))"
+[ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))"
+echo "   each: BIN --prewarm torch --preflight off --max-restarts 1 --nproc-per-node $nproc sleepy.py; idle = the next attempt's pooled interpreters"
+
+# sample LABEL: the idle interpreters' Rss and Pss (MB), and how many there are
+sample() {
+  local n=0 rss=0 pss=0 p r s
+  for p in $(pgrep -f 'warm-[0-9]+\.py pool' || true); do
+    [ -r "/proc/$p/smaps_rollup" ] || continue
+    r=$(awk '/^Rss:/ {print $2}' "/proc/$p/smaps_rollup") s=$(awk '/^Pss:/ {print $2}' "/proc/$p/smaps_rollup")
+    [ -n "$r" ] && [ -n "$s" ] || continue
+    n=$((n + 1)) rss=$((rss + r)) pss=$((pss + s))
+  done
+  awk -v l="$1" -v n="$n" -v r="$rss" -v s="$pss" 'BEGIN {
+    printf "%s idle=%d rss_mb=%.0f pss_mb=%.0f pss_mb_per_interpreter=%.0f\n", l, n, r / 1024, s / 1024, n ? s / 1024 / n : 0 }'
+}
+
+run() {
+  local label=$1 bin=$2
+  (cd "$work" && exec "$bin" --torchrun "$torchrun" --prewarm torch --preflight off --max-restarts 1 \
+    --nproc-per-node "$nproc" sleepy.py >"$work/$label.log" 2>&1) &
+  local job=$!
+  sleep "$settle"
+  sample "$label"
+  wait "$job" || { echo "$label: exit $?"; tail -5 "$work/$label.log"; }
+  sleep 1
+  left=$(pgrep -f 'warm-[0-9]+\.py|sleepy\.py' || true)
+  [ -z "$left" ] || echo "$label: left behind: $left"
+}
+
+tools=(gorun)
+[ -z "${BEFORE:-}" ] || tools+=(before)
+for r in $(seq "$rounds"); do
+  for t in "${tools[@]}"; do
+    bin=$gorun
+    [ "$t" = gorun ] || bin=$BEFORE
+    run "round=$r $t" "$bin" | tee -a "$work/results"
+  done
+done
+echo "== summary (medians over $rounds rounds)"
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR ? v[int((NR + 1) / 2)] : "-") }'; }
+for t in "${tools[@]}"; do
+  line=$t
+  for k in idle rss_mb pss_mb pss_mb_per_interpreter; do
+    line+=" ${k}_median=$(grep " $t idle=" "$work/results" | tr ' ' '\n' | sed -n "s/^$k=//p" | median)"
+  done
+  echo "$line"
+done
