@@ -1,6 +1,8 @@
 package sshexec
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -35,6 +37,10 @@ type testTake struct {
 	// as a supervisor that is killed does, and reports whether the worker
 	// went with it.
 	HangUp bool `json:"hang_up,omitempty"`
+	// KillAgent: once the worker runs, the agent is killed (SIGKILL); a
+	// watcher of its own session writes to this file whether the worker
+	// and the pool's other interpreters outlived it.
+	KillAgent string `json:"kill_agent,omitempty"`
 	// InterruptMS: once taken, the worker's process group gets SIGINT
 	// this many milliseconds later, as a stop's or Ctrl-C's from its
 	// supervisor (-1: none).
@@ -88,6 +94,21 @@ func poolHelper() int {
 				time.Sleep(time.Duration(tt.InterruptMS-1) * time.Millisecond)
 				unix.Kill(-p.PID, syscall.SIGINT)
 			}()
+		}
+		if tt.KillAgent != "" {
+			time.Sleep(200 * time.Millisecond) // the worker runs
+			// This process dies with the agent: the watcher, in a session
+			// of its own, outlives both.
+			shims := filepath.Join(filepath.Dir(sock), "[w]arm-") // a pattern that does not match the watcher
+			watch := fmt.Sprintf(`sleep 0.2; kill -9 %d; for i in $(seq 100); do
+  if ! kill -0 %d 2>/dev/null && ! pgrep -f %q >/dev/null; then echo gone >%q; exit; fi; sleep 0.05; done
+echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shims, tt.KillAgent)
+			cmd := exec.Command("sh", "-c", watch)
+			cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+			if err := cmd.Start(); err != nil {
+				fmt.Printf("take %d: watcher: %v\n", i, err)
+			}
+			select {} // killed with the agent
 		}
 		if tt.HangUp {
 			time.Sleep(200 * time.Millisecond) // the worker runs
@@ -217,17 +238,7 @@ func runPool(t *testing.T, job Job) string {
 // code or signal, reported through the supervisor.
 func TestPool(t *testing.T) {
 	needPython(t)
-	cpu := unix.CPUSet{}
-	if err := unix.SchedGetaffinity(0, &cpu); err != nil {
-		t.Fatal(err)
-	}
-	one := -1
-	for c := range 1024 {
-		if cpu.IsSet(c) {
-			one = c
-			break
-		}
-	}
+	one := firstCPU(t)
 	job, dir := poolJob(t, 7, nil)
 	job.Pool.Slots[3].CPUs = []int{one}
 	takes := []testTake{
@@ -389,21 +400,27 @@ func TestPoolInterrupt(t *testing.T) {
 	}
 }
 
-// firstCPU is a CPU this process may run on.
-func firstCPU(t *testing.T) int {
+// allowedCPUs are the CPUs this process may run on.
+func allowedCPUs(t *testing.T) []int {
 	t.Helper()
-	var cpu unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &cpu); err != nil {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
 		t.Fatal(err)
 	}
+	var cpus []int
 	for c := range 1024 {
-		if cpu.IsSet(c) {
-			return c
+		if set.IsSet(c) {
+			cpus = append(cpus, c)
 		}
 	}
-	t.Fatal("no CPU")
-	return -1
+	if len(cpus) == 0 {
+		t.Fatal("no CPU")
+	}
+	return cpus
 }
+
+// firstCPU is a CPU this process may run on.
+func firstCPU(t *testing.T) int { return allowedCPUs(t)[0] }
 
 // TestPoolForksOnce: slots with the same import-time environment share
 // one fork server, which imports the modules once; with OMP_NUM_THREADS
@@ -425,18 +442,7 @@ func TestPoolForksOnce(t *testing.T) {
 	}
 	job.Pool.Modules = append(job.Pool.Modules, "counted")
 	out := runPool(t, job)
-	all := fmt.Sprint(func() []int {
-		var cs []int
-		var set unix.CPUSet
-		_ = unix.SchedGetaffinity(0, &set)
-		for c := range 1024 {
-			if set.IsSet(c) {
-				cs = append(cs, c)
-			}
-		}
-		return cs
-	}())
-	all = strings.ReplaceAll(all, " ", ", ")
+	all := strings.ReplaceAll(fmt.Sprint(allowedCPUs(t)), " ", ", ")
 	for _, want := range []string{
 		"FOO s0 RC None ahead True cpus " + all,
 		fmt.Sprintf("FOO s1 RC None ahead True cpus [%d]", one),
@@ -469,6 +475,32 @@ func TestPoolSupervisorGone(t *testing.T) {
 	}
 }
 
+// TestPoolAgentKilled: when the agent dies (SIGKILL), the worker running
+// in a pooled interpreter and the interpreters still waiting die with it:
+// each is the agent's child once its fork server has exited, with a
+// parent-death signal set after that.
+func TestPoolAgentKilled(t *testing.T) {
+	needPython(t)
+	result := filepath.Join(t.TempDir(), "result")
+	job, _ := poolJob(t, 3, []testTake{{Slot: 0, Target: "job.py", Env: map[string]string{"END": "SLEEP"}, KillAgent: result}})
+	var f frames
+	p, err := newTestLocal(t).Start(context.Background(), job, f.decoder(), &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = p.Wait() // ends when the agent dies
+	var got []byte
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(50 * time.Millisecond) {
+		if b, err := os.ReadFile(result); err == nil && bytes.HasSuffix(b, []byte("\n")) {
+			got = b
+			break
+		}
+	}
+	if string(got) != "gone\n" {
+		t.Errorf("after the agent's death: %q, want every pooled interpreter gone\n%s", got, f.out.String())
+	}
+}
+
 // TestPoolTakeWithoutAgent: a supervisor whose pool is not there is told
 // so, and starts its worker itself.
 func TestPoolTakeWithoutAgent(t *testing.T) {
@@ -494,18 +526,10 @@ func TestPoolAuto(t *testing.T) {
 	if cpus < 2 {
 		t.Skipf("%d CPU: no room for one import beside torchrun's", cpus)
 	}
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		t.Fatal(err)
-	}
 	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py", CPUs: nil}})
 	few.Pool.Auto = true
-	i := 0
-	for c := range 1024 {
-		if set.IsSet(c) {
-			few.Pool.Slots[i].CPUs = []int{c}
-			i++
-		}
+	for i, c := range allowedCPUs(t) {
+		few.Pool.Slots[i].CPUs = []int{c}
 	}
 	b, _ := json.Marshal([]testTake{{Slot: 0, Target: "job.py", CPUs: few.Pool.Slots[0].CPUs}})
 	few.Env["GORUN_TEST_TAKES"] = string(b)
