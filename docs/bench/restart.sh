@@ -4,7 +4,7 @@
 # the columns of one run, not runs).
 #
 #   usage: [ROUNDS=5] [NPROC=2] [CRASH_AFTER=5] [PREFLIGHT=off|on] [PREWARM=torch] [GORUN=path]
-#          [BEFORE=path [BEFORE_ARGS=args]] [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
+#          [BEFORE=path [BEFORE_ARGS=args]] [TORCHRUN_SSH=1] [TORCHRUN=cmd] [PYTHON=path] docs/bench/restart.sh local|ssh|slurm|device
 #
 # "gorun" is gorun with its defaults (the warm standby torchrun on, the worker pool where
 # --prewarm auto starts one). With PREWARM=VALUE another launcher takes its turn in every
@@ -39,8 +39,12 @@
 #           for Debian's python3-torch 1.13 torchrun) vs gorun --torchrun TORCHRUN, local mode
 #   ssh     gorun --hosts node0:NPROC,... over the netns test cluster (NODES nodes, default
 #           3; STATE, PREFIX, SUBNET as examples/testcluster/netns-cluster.sh takes them)
-#           against plain torchrun's local figure in the same run: torchrun cannot restart
-#           a group across nodes by itself
+#           against plain torchrun's local figure in the same run. With TORCHRUN_SSH=1 one
+#           more launcher takes its turn (the "torchrun_ssh" rows): what a user does without
+#           gorun, torchrun started on every node over ssh at once (--nnodes NODES, the c10d
+#           rendezvous at node0), which restarts the group across nodes by itself; the
+#           summary's gorun_ssh_ratio (and prewarm_, before_) is that launcher's median over
+#           torchrun_ssh's
 #   slurm   gorun inside `salloc -N NODES --ntasks-per-node=NPROC` on the Slurm test cluster
 #           (examples/testcluster/slurm-cluster.sh; its STATE, PREFIX, SUBNET), its agents as
 #           srun steps, against torchrun's local figure in the same run
@@ -146,6 +150,17 @@ cmd() {
   if [ "$tool" = before ]; then tool=gorun bin=$BEFORE; read -ra extra <<<"${BEFORE_ARGS:-}"; fi
   case $tool in
   torchrun) c=("$torchrun" "${job[@]}" --master_port "$(free_port)" "$work/worker.py" "$dir") ;;
+  torchrun_ssh)
+    local node0 remote h hs=()
+    node0=$(awk '$1 == "Host" { f = ($2 == "node0") } f && $1 == "HostName" { print $2; exit }' "$STATE/ssh_config")
+    remote="cd $work && PYTHON_EXEC=$python CRASH_AFTER=$CRASH_AFTER exec $torchrun ${job[*]} --nnodes $nodes"
+    remote+=" --rdzv_backend c10d --rdzv_endpoint $node0:$(free_port) --rdzv_id $(basename "$dir") $work/worker.py $dir"
+    for ((h = 0; h < nodes; h++)); do hs+=("node$h"); done
+    # one ssh per node at once; the run ends when every node's torchrun has
+    c=(bash -c 'for h in "${@:3}"; do ssh -F "$1" -o BatchMode=yes "$h" "$2" </dev/null & done
+rc=0; for j in $(jobs -p); do wait "$j" || rc=$?; done; exit $rc' _ "$STATE/ssh_config" "$remote" "${hs[@]}")
+    world=$((nproc * nodes))
+    ;;
   gorun)
     c=("$bin" --torchrun "$torchrun" --preflight "$preflight" "${extra[@]}")
     case $mode in
@@ -207,7 +222,7 @@ measure() {
     tail -40 "$dir/log" >&2
     exit 1
   fi
-  if [ "$tool" = torchrun ]; then
+  if [ "$tool" = torchrun ] || [ "$tool" = torchrun_ssh ]; then
     seen=$(line_at "$dir" 'failed [(]exitcode') gone=- up=-
   else
     seen=$(line_at "$dir" 'stopping every node') gone=$(line_at "$dir" 'restarting the whole group')
@@ -217,7 +232,7 @@ measure() {
   row+=" import_all_ms=$(ms "$crash" "$ima") import_first_ms=$(ms "$crash" "$imf")"
   row+=" seen_ms=$(ms "$crash" "$seen") gone_ms=$(ms "$crash" "$gone") torchrun_up_ms=$(ms "$crash" "$up") launch_import_all_ms=$(ms "$t0" "$l0all") total_ms=$(ms "$t0" "$t1") ranks=$world"
   echo "$row"
-  if [ "$tool" != torchrun ]; then # where gorun's time went, as its restart line says
+  if [ "$tool" != torchrun ] && [ "$tool" != torchrun_ssh ]; then # where gorun's time went, as its restart line says
     local phases
     phases=$(grep -m1 'gorun: restart after attempt 1:' "$dir/log" | cut -d' ' -f2- || true)
     [ -z "$phases" ] || echo "   $label $tool ${phases#gorun: }"
@@ -234,7 +249,7 @@ echo "   gorun: $gorun ($("$gorun" version 2>&1 | head -1))"
 [ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))${BEFORE_ARGS:+ with $BEFORE_ARGS}"
 case $mode in
 local | device) echo "   gorun: gorun --torchrun TORCHRUN --preflight $preflight, local mode; both: ${job[*]}" ;;
-ssh) echo "   gorun: --hosts $hosts over ssh (netns cluster; brought up by this run: $([ $brought = 1 ] && echo yes || echo no)); torchrun: local" ;;
+ssh) echo "   gorun: --hosts $hosts over ssh (netns cluster; brought up by this run: $([ $brought = 1 ] && echo yes || echo no)); torchrun: local${TORCHRUN_SSH:+; torchrun_ssh: torchrun on each of the $nodes nodes over ssh, c10d rendezvous at node0}" ;;
 slurm) echo "   gorun: inside salloc -N $nodes --ntasks-per-node=$nproc, agents as srun steps (cluster brought up by this run: $([ $brought = 1 ] && echo yes || echo no)); torchrun: local" ;;
 esac
 [ "$mode" != device ] || echo "   results: keep this output under docs/device/h200-1gpu/restart/ (e.g. | tee \$OUT/restart.txt)"
@@ -243,6 +258,7 @@ echo "   ms from the earliest crash; start_all = every worker of the next attemp
 tools=(torchrun gorun)
 [ -z "${PREWARM:-}" ] || tools+=(prewarm)
 [ -z "${BEFORE:-}" ] || tools+=(before)
+[ "$mode" != ssh ] || [ -z "${TORCHRUN_SSH:-}" ] || tools+=(torchrun_ssh)
 for tool in "${tools[@]}"; do measure warmup "$tool" >/dev/null; done
 # not in a pipeline: the trap must see the running child
 for r in $(seq "$rounds"); do
@@ -263,6 +279,10 @@ for k in start_all_ms start_first_ms import_all_ms import_first_ms seen_ms gone_
   for other in prewarm before; do
     if [ -n "$(col torchrun $k)" ] && [ -n "$(col $other $k)" ]; then
       t=$(col torchrun $k | median) g=$(col $other $k | median) line+=" ${other}_ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
+  done
+  for other in gorun prewarm before; do
+    if [ -n "$(col torchrun_ssh $k)" ] && [ -n "$(col $other $k)" ]; then
+      t=$(col torchrun_ssh $k | median) g=$(col $other $k | median) line+=" ${other}_ssh_ratio=$(awk -v a="$g" -v b="$t" 'BEGIN { printf "%.2f", a / b }')"; fi
   done
   echo "$line"
 done
