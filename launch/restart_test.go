@@ -104,7 +104,7 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}, Pool: pool}}}, nil
 	}
 	var diag syncBuffer
-	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag})
+	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag, HangTimeout: 10 * time.Minute})
 	if err != nil || res.Attempts != 2 {
 		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
 	}
@@ -119,12 +119,12 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 		t.Errorf("attempt 0 warmed its spare %d times (%+v), want once with the node's job", spares[0].warmCount(), spares[0].warms)
 	}
 	for _, w := range []*warmRunner{runners[0], spares[0]} {
-		if w.warmCount() == 1 && (w.warms[0].Pool == nil || w.warms[0].Pool.Beside != 2) {
-			t.Errorf("the next attempt's pool of %s: %+v, want Beside 2 (the node's workers)", w.name, w.warms[0].Pool)
+		if w.warmCount() == 1 && (w.warms[0].Pool == nil || w.warms[0].Pool.Beside != 2 || w.warms[0].Pool.Wait != 5*time.Minute) {
+			t.Errorf("the next attempt's pool of %s: %+v, want Beside 2 (the node's workers) and Wait 5m (half the hang limit)", w.name, w.warms[0].Pool)
 		}
 	}
-	if pools[0].Beside != 0 {
-		t.Error("the attempt's own pool was changed")
+	if pools[0].Beside != 0 || pools[0].Wait != 0 {
+		t.Error("the attempt's own pool was changed, not copied")
 	}
 	if runners[1].warmCount() != 0 || spares[1].warmCount() != 0 {
 		t.Error("the last attempt warmed a next one that cannot come")

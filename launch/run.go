@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -418,6 +419,16 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
 		m.node.Job.Relay = true
 		m.node.Job.RelayEnd = wire.FrameExit
+		if pl := m.node.Job.Pool; pl != nil && pl.Wait == 0 {
+			if limit := cmp.Or(opts.StartupTimeout, opts.HangTimeout); limit > 0 {
+				// A worker waiting for a pool that is still importing is
+				// no process a hang check can name: it starts cold at half
+				// the limit, and is named at the latest one limit later.
+				p := *pl
+				p.Wait = limit / 2
+				m.node.Job.Pool = &p
+			}
+		}
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
 			if job.Pool != nil {

@@ -59,6 +59,11 @@ type Pool struct {
 	// launch's pool, the attempt's for the next attempt's, started while
 	// it runs.
 	Beside int `json:"beside,omitempty"`
+	// Wait bounds how long a worker's supervisor waits for its
+	// interpreter while the pool is still importing (0: poolWait); then
+	// the worker starts cold, as a process of its own that a hang check
+	// can name and dump, and the slot goes.
+	Wait time.Duration `json:"wait_ns,omitempty"`
 }
 
 // PoolSlot is one interpreter of a pool.
@@ -108,12 +113,17 @@ type poolReply struct {
 // poolHandTimeout bounds a supervisor's request and the hand-off.
 const poolHandTimeout = 2 * time.Second
 
+// poolWait is Pool.Wait's default: an import of torch from a slow shared
+// filesystem, thousands of nodes at once, takes a minute or two.
+const poolWait = 5 * time.Minute
+
 // pool is the agent's side of Job.Pool.
 type pool struct {
 	ln     *net.UnixListener
 	interp string
 	dir    string
 	late   []string
+	wait   time.Duration // Pool.Wait
 	logf   func(format string, args ...any)
 	off    string // why no interpreter was started (Pool.Auto); "": they were
 
@@ -191,7 +201,11 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, logf: logf,
+	wait := job.Pool.Wait
+	if wait <= 0 {
+		wait = poolWait
+	}
+	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, wait: wait, logf: logf,
 		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
 	if n := len(groups); job.Pool.Auto && n > 0 {
 		if cpus := usableCPUs(); cpus > 0 && cpus < n+1+job.Pool.Beside {
@@ -587,6 +601,10 @@ func (p *pool) serve(c *net.UnixConn) {
 	case <-sl.forked:
 	case <-hungUp:
 		p.kill(sl) // the supervisor is gone (killed): nothing of its worker may outlive it
+		return
+	case <-time.After(p.wait):
+		p.kill(sl)
+		_ = reply(poolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
 		return
 	}
 	p.mu.Lock()

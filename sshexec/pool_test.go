@@ -501,6 +501,21 @@ func TestPoolAgentKilled(t *testing.T) {
 	}
 }
 
+// TestPoolWait: a worker whose pool is still importing past Pool.Wait
+// starts cold, told why, so that it is a process a hang check can name.
+func TestPoolWait(t *testing.T) {
+	needPython(t)
+	job, dir := poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py"}})
+	if err := os.WriteFile(filepath.Join(dir, "slow.py"), []byte("import time\ntime.sleep(5)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Pool.Modules = append(job.Pool.Modules, "slow")
+	job.Pool.Wait = 300 * time.Millisecond
+	if out := runPool(t, job); !strings.Contains(out, "take 0: cold: the pool was still importing 300ms after the worker came") {
+		t.Errorf("want the worker to start cold once the wait is over:\n%s", out)
+	}
+}
+
 // TestPoolTakeWithoutAgent: a supervisor whose pool is not there is told
 // so, and starts its worker itself.
 func TestPoolTakeWithoutAgent(t *testing.T) {
