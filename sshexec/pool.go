@@ -806,11 +806,17 @@ type Pooled struct {
 	br  *bufio.Reader
 }
 
+// ErrTakeAbandoned is TakePooled's error when abandon closed before the
+// pool answered.
+var ErrTakeAbandoned = errors.New("abandoned while the pool was still importing")
+
 // TakePooled asks the pool at sock for slot take.Slot's interpreter to
 // become the worker, with stdin, stdout and stderr as its streams. cold
 // says why the worker cannot run there (the caller starts it itself); an
-// error, that the pool could not be asked.
-func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File) (p *Pooled, cold string, err error) {
+// error, that the pool could not be asked. Once abandon is closed it
+// stops waiting for the pool (still importing), which then kills the
+// slot: ErrTakeAbandoned.
+func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File, abandon <-chan struct{}) (p *Pooled, cold string, err error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
 		return nil, "", err
@@ -826,7 +832,24 @@ func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File) (p *
 		return nil, "", err
 	}
 	br := bufio.NewReader(c)
-	r, err := readReply(br)
+	type answer struct {
+		r   poolReply
+		err error
+	}
+	got := make(chan answer, 1)
+	go func() {
+		r, err := readReply(br)
+		got <- answer{r, err}
+	}()
+	var r poolReply
+	select {
+	case a := <-got:
+		r, err = a.r, a.err
+	case <-abandon:
+		c.Close() // the pool kills the slot, forked or not
+		<-got
+		return nil, "", ErrTakeAbandoned
+	}
 	switch {
 	case err != nil:
 		c.Close()

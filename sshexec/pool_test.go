@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -41,6 +42,9 @@ type testTake struct {
 	// watcher of its own session writes to this file whether the worker
 	// and the pool's other interpreters outlived it.
 	KillAgent string `json:"kill_agent,omitempty"`
+	// AbandonMS: the supervisor stops waiting for its interpreter this
+	// many milliseconds after it asked (it was told to stop).
+	AbandonMS int `json:"abandon_ms,omitempty"`
 	// InterruptMS: once taken, the worker's process group gets SIGINT
 	// this many milliseconds later, as a stop's or Ctrl-C's from its
 	// supervisor (-1: none).
@@ -80,8 +84,17 @@ func poolHelper() int {
 				}
 			}()
 		}
-		p, cold, err := TakePooled(sock, take, devnull, os.Stdout, os.Stderr)
+		var abandon chan struct{}
+		if tt.AbandonMS > 0 {
+			abandon = make(chan struct{})
+			time.AfterFunc(time.Duration(tt.AbandonMS)*time.Millisecond, func() { close(abandon) })
+		}
+		asked := time.Now()
+		p, cold, err := TakePooled(sock, take, devnull, os.Stdout, os.Stderr, abandon)
 		switch {
+		case errors.Is(err, ErrTakeAbandoned):
+			fmt.Printf("take %d: abandoned after %v\n", i, time.Since(asked).Round(100*time.Millisecond))
+			continue
 		case err != nil:
 			fmt.Printf("take %d: error: %v\n", i, err)
 			continue
@@ -516,6 +529,22 @@ func TestPoolWait(t *testing.T) {
 	}
 }
 
+// TestPoolTakeAbandoned: a supervisor told to stop while its pool is
+// still importing stops waiting at once (it then starts its worker cold,
+// which gets the stop as it runs), and the slot never runs a worker.
+func TestPoolTakeAbandoned(t *testing.T) {
+	needPython(t)
+	job, dir := poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py", AbandonMS: 300}})
+	if err := os.WriteFile(filepath.Join(dir, "slow.py"), []byte("import time\ntime.sleep(3)\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Pool.Modules = append(job.Pool.Modules, "slow")
+	out := runPool(t, job)
+	if !strings.Contains(out, "take 0: abandoned after 300ms") || strings.Contains(out, "argv [") {
+		t.Errorf("want the take abandoned at 300 ms and no script run:\n%s", out)
+	}
+}
+
 // TestPoolTakeWithoutAgent: a supervisor whose pool is not there is told
 // so, and starts its worker itself.
 func TestPoolTakeWithoutAgent(t *testing.T) {
@@ -524,7 +553,7 @@ func TestPoolTakeWithoutAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devnull.Close()
-	_, cold, err := TakePooled(filepath.Join(t.TempDir(), "pool"), PoolTake{}, devnull, devnull, devnull)
+	_, cold, err := TakePooled(filepath.Join(t.TempDir(), "pool"), PoolTake{}, devnull, devnull, devnull, nil)
 	if err == nil || cold != "" {
 		t.Errorf("TakePooled without a pool: cold %q, err %v; want an error", cold, err)
 	}

@@ -3,6 +3,7 @@ package rank
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -236,7 +237,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, cpuset.Format(cpus), err)
 		return 127
 	}
-	pid, wait, started, err := w.start(cmd, cpus)
+	pid, wait, started, err := w.start(cmd, cpus, sigs)
 	if err != nil {
 		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", envplan.RankCommand, cmd.Path, err)
 		return 127
@@ -320,12 +321,42 @@ func openStream(tty bool, cols, rows int) (r, w *os.File, err error) {
 // start starts the worker: in its interpreter from the node's pool when
 // the pool has one that fits, else as cmd, a child of this process. It
 // returns the worker's pid and how to wait for its end, and the start
-// frame as far as it says how the worker started.
-func (w *worker) start(cmd *exec.Cmd, cpus []int) (int, func() unix.WaitStatus, wire.WorkerStarted, error) {
+// frame as far as it says how the worker started. sigs are the signals
+// this process caught for the worker: one that stops it, coming while
+// the pool is still importing, ends the wait, and the worker starts cold
+// and gets it as soon as it runs (sigs has it again, in order).
+func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, func() unix.WaitStatus, wire.WorkerStarted, error) {
 	var st wire.WorkerStarted
 	if w.take != nil {
-		p, cold, err := w.takePooled(cmd, cpus)
+		var held []os.Signal
+		abandon, done := make(chan struct{}), make(chan struct{})
+		var watch sync.WaitGroup
+		watch.Go(func() {
+			for {
+				select {
+				case s := <-sigs:
+					held = append(held, s)
+					if isStopSignal(s) {
+						close(abandon)
+						return
+					}
+				case <-done:
+					return
+				}
+			}
+		})
+		p, cold, err := w.takePooled(cmd, cpus, abandon)
+		close(done)
+		watch.Wait()
+		for _, s := range held {
+			select {
+			case sigs <- s: // for forwardSignals, once the worker runs
+			default: // full: that many come no faster than they are sent
+			}
+		}
 		switch {
+		case errors.Is(err, sshexec.ErrTakeAbandoned):
+			st.Cold = "it was stopped while the pool was still importing"
 		case err != nil:
 			st.Cold = "the pool could not be asked: " + err.Error()
 		case cold != "":
@@ -351,7 +382,7 @@ func (w *worker) start(cmd *exec.Cmd, cpus []int) (int, func() unix.WaitStatus, 
 
 // takePooled asks the pool for the worker's interpreter, handing it the
 // streams cmd would have had.
-func (w *worker) takePooled(cmd *exec.Cmd, cpus []int) (*sshexec.Pooled, string, error) {
+func (w *worker) takePooled(cmd *exec.Cmd, cpus []int, abandon <-chan struct{}) (*sshexec.Pooled, string, error) {
 	out, ok1 := cmd.Stdout.(*os.File)
 	errf, ok2 := cmd.Stderr.(*os.File)
 	if !ok1 || !ok2 {
@@ -372,7 +403,7 @@ func (w *worker) takePooled(cmd *exec.Cmd, cpus []int) (*sshexec.Pooled, string,
 	}
 	take := *w.take
 	take.Slot, take.Env, take.Dir, take.CPUs = w.localRank, cmd.Env, dir, cpus
-	return sshexec.TakePooled(w.pool, take, in, out, errf)
+	return sshexec.TakePooled(w.pool, take, in, out, errf, abandon)
 }
 
 // outputDrain is how long the supervisor waits, once the worker has
