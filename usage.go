@@ -135,10 +135,11 @@ gorun options:
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
   --prewarm auto|MODULES|off
-                           a pool of worker interpreters per node with MODULES
-                           (such as torch) imported ahead; auto: torch, for
-                           a script that imports it, on nodes with a CPU
-                           to spare (default auto; off: none)
+                           a pool of worker interpreters per node, forked
+                           from one that imported MODULES (such as torch)
+                           ahead; auto: torch, for a script that imports it,
+                           on nodes with a CPU to spare (default auto;
+                           off: none)
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

@@ -116,9 +116,9 @@ type Options struct {
 	// a pod's deletion), before what is left is killed.
 	StopGrace time.Duration
 	// Prewarm (--prewarm auto|MODULES|off) names the modules that each
-	// node's pool of worker interpreters imports ahead, one interpreter
-	// per local rank; nil (off, the default): every worker starts its
-	// own. auto is torch where the workers are Python scripts (not
+	// node's pool of worker interpreters imports ahead, once, for one
+	// forked interpreter per local rank; nil (off): every worker starts
+	// its own. auto (the default) is torch where the workers are Python scripts (not
 	// --no-python, not --run-path), with PrewarmAuto set: the launch then
 	// drops the pool for a script it can read that imports none of the
 	// modules (job.autoPrewarm), and a node with too few CPUs starts none

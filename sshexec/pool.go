@@ -133,6 +133,9 @@ type pool struct {
 	byPID map[int]*poolSlot       // the slots' interpreters, once forked
 	early map[int]unix.WaitStatus // reaped before their fork server named them
 	conns sync.WaitGroup
+
+	stopped  chan struct{} // closed by abandon
+	stopOnce sync.Once
 }
 
 // poolFork is a fork server: one interpreter that imports the modules
@@ -205,7 +208,7 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	if wait <= 0 {
 		wait = poolWait
 	}
-	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, wait: wait, logf: logf,
+	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, wait: wait, logf: logf, stopped: make(chan struct{}),
 		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
 	if n := len(groups); job.Pool.Auto && n > 0 {
 		if cpus := usableCPUs(); cpus > 0 && cpus < n+1+job.Pool.Beside {
@@ -321,7 +324,7 @@ func noPool(path, why string, logf func(string, ...any)) *pool {
 	if err != nil {
 		return nil
 	}
-	p := &pool{ln: ln, off: why, logf: logf, byPID: map[int]*poolSlot{}}
+	p := &pool{ln: ln, off: why, logf: logf, byPID: map[int]*poolSlot{}, stopped: make(chan struct{})}
 	p.conns.Add(1)
 	go p.accept()
 	return p
@@ -529,6 +532,15 @@ func (sl *poolSlot) killForked() {
 	_ = unix.Kill(sl.pid, syscall.SIGKILL)
 }
 
+// abandon answers every supervisor still waiting for its interpreter
+// that its worker starts cold: the job is being stopped, and a supervisor
+// passes the stop on to a worker that runs.
+func (p *pool) abandon() {
+	if p != nil {
+		p.stopOnce.Do(func() { close(p.stopped) })
+	}
+}
+
 // close stops taking workers, kills the interpreters left and waits for
 // the supervisors' connections to end (their workers are gone when the
 // agent calls this).
@@ -605,6 +617,12 @@ func (p *pool) serve(c *net.UnixConn) {
 	case <-time.After(p.wait):
 		p.kill(sl)
 		_ = reply(poolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
+		return
+	case <-p.stopped:
+		// The supervisor hears the stop only once its worker runs: it
+		// starts it cold, and passes the stop on.
+		p.kill(sl)
+		_ = reply(poolReply{Cold: "the job was stopped while the pool was still importing"})
 		return
 	}
 	p.mu.Lock()
