@@ -609,12 +609,14 @@ func (p *pool) serve(c *net.UnixConn) {
 		close(hungUp)
 	}()
 	// The worker's pid, once its fork server is done importing.
+	waited := time.NewTimer(p.wait)
+	defer waited.Stop() // a take mostly ends long before: no timer left behind it
 	select {
 	case <-sl.forked:
 	case <-hungUp:
 		p.kill(sl) // the supervisor is gone (killed): nothing of its worker may outlive it
 		return
-	case <-time.After(p.wait):
+	case <-waited.C:
 		p.kill(sl)
 		_ = reply(poolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
 		return

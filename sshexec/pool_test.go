@@ -577,7 +577,7 @@ func TestPoolAuto(t *testing.T) {
 	if cpus < 2 {
 		t.Skipf("%d CPU: no room for one import beside torchrun's", cpus)
 	}
-	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py", CPUs: nil}})
+	few, _ := poolJob(t, cpus, []testTake{{Slot: 0, Target: "job.py"}})
 	few.Pool.Auto = true
 	for i, c := range allowedCPUs(t) {
 		few.Pool.Slots[i].CPUs = []int{c}
