@@ -489,6 +489,20 @@ func (p *pool) dropIdle() {
 	if p == nil {
 		return
 	}
+	idle := p.killIdle()
+	deadline := time.After(time.Second)
+	for _, sl := range idle {
+		select {
+		case <-sl.gone:
+		case <-deadline:
+			return
+		}
+	}
+}
+
+// killIdle kills every interpreter not claimed, and the fork servers still
+// importing, and returns the slots it killed.
+func (p *pool) killIdle() []*poolSlot {
 	p.mu.Lock()
 	var idle []*poolSlot
 	for i, sl := range p.slots {
@@ -504,14 +518,7 @@ func (p *pool) dropIdle() {
 	for _, sl := range idle {
 		p.kill(sl)
 	}
-	deadline := time.After(time.Second)
-	for _, sl := range idle {
-		select {
-		case <-sl.gone:
-		case <-deadline:
-			return
-		}
-	}
+	return idle
 }
 
 // kill kills the slot's interpreter, now or, before it is forked, once
@@ -532,12 +539,16 @@ func (sl *poolSlot) killForked() {
 	_ = unix.Kill(sl.pid, syscall.SIGKILL)
 }
 
-// abandon answers every supervisor still waiting for its interpreter
-// that its worker starts cold: the job is being stopped, and a supervisor
-// passes the stop on to a worker that runs.
+// abandon ends the pool as the job is being stopped. Every supervisor
+// still waiting for its interpreter, and every one that asks later, is
+// told to start its worker cold: a supervisor passes the stop on to a
+// worker that runs. The interpreters no worker took yet are killed, not
+// left to the stop's signal: they hold SIGINT until a script runs. It
+// does not wait for them to be reaped.
 func (p *pool) abandon() {
 	if p != nil {
 		p.stopOnce.Do(func() { close(p.stopped) })
+		p.killIdle()
 	}
 }
 
@@ -650,6 +661,11 @@ func (p *pool) serve(c *net.UnixConn) {
 // claim takes take's slot for it, or says why the worker cannot use it;
 // a slot whose worker went elsewhere is killed, freeing its memory.
 func (p *pool) claim(take PoolTake) (*poolSlot, string) {
+	select {
+	case <-p.stopped:
+		return nil, "the job was stopped before its worker came"
+	default:
+	}
 	p.mu.Lock()
 	if p.off != "" {
 		p.mu.Unlock()

@@ -136,12 +136,31 @@ echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shi
 		ws := p.Wait()
 		fmt.Printf("take %d: pooled pid %d: %s\n", i, p.PID, waitStatusWords(ws))
 	}
+	if os.Getenv("GORUN_TEST_HOLD") == "1" {
+		// As torchrun before it starts its workers: the pool's
+		// interpreters are forked and wait, and nothing took them.
+		agent, want := os.Getppid(), len(takesSlots())
+		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+			if len(children(agent, "warm-")) == want {
+				break
+			}
+		}
+		fmt.Printf("held: %d interpreters forked\n", len(children(agent, "warm-")))
+		time.Sleep(time.Hour)
+	}
 	return 0
 }
 
-// forkServer is the pid of agent's child whose command line names shim,
-// 0 if none.
-func forkServer(agent int, shim string) int {
+// takesSlots is the helper's pool's slots, as $GORUN_TEST_SLOTS counts them.
+func takesSlots() []struct{} {
+	n, _ := strconv.Atoi(os.Getenv("GORUN_TEST_SLOTS"))
+	return make([]struct{}, n)
+}
+
+// children are the pids of parent's children whose command line names
+// shim.
+func children(parent int, shim string) []int {
+	var pids []int
 	ents, _ := os.ReadDir("/proc")
 	for _, e := range ents {
 		pid, err := strconv.Atoi(e.Name())
@@ -154,9 +173,18 @@ func forkServer(agent int, shim string) int {
 			continue
 		}
 		_, rest, _ := strings.Cut(string(stat), ") ")
-		if f := strings.Fields(rest); len(f) > 1 && f[1] == strconv.Itoa(agent) && strings.Contains(string(cmd), shim) {
-			return pid
+		if f := strings.Fields(rest); len(f) > 1 && f[1] == strconv.Itoa(parent) && strings.Contains(string(cmd), shim) {
+			pids = append(pids, pid)
 		}
+	}
+	return pids
+}
+
+// forkServer is the pid of agent's child whose command line names shim,
+// 0 if none.
+func forkServer(agent int, shim string) int {
+	if pids := children(agent, shim); len(pids) > 0 {
+		return pids[0]
 	}
 	return 0
 }
@@ -549,6 +577,36 @@ func TestPoolTakeAbandoned(t *testing.T) {
 		return m[1]
 	}()); err != nil || ms >= 2000 || strings.Contains(out, "argv [") {
 		t.Errorf("want the take abandoned at once (300 ms) and no script run:\n%s", out)
+	}
+}
+
+// TestPoolStopBeforeTakes: a stop by Ctrl-C (SIGINT) that comes once
+// the pool's interpreters are forked but before any worker took one (as
+// torchrun is still starting) ends them too: they hold SIGINT until a
+// script runs, so the stop must not count on its signal. The job is gone
+// well inside the stop's grace, not killed at its end.
+func TestPoolStopBeforeTakes(t *testing.T) {
+	needPython(t)
+	job, _ := poolJob(t, 2, nil)
+	job.Env["GORUN_TEST_HOLD"], job.Env["GORUN_TEST_SLOTS"] = "1", "2"
+	const grace = 10 * time.Second
+	job.Grace = grace
+	var out syncBuffer
+	p, err := newTestLocal(t).Start(context.Background(), job, &out, &out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for deadline := time.Now().Add(30 * time.Second); !strings.Contains(string(out.Bytes()), "held:") && time.Now().Before(deadline); {
+		time.Sleep(20 * time.Millisecond)
+	}
+	if !strings.Contains(string(out.Bytes()), "held: 2 interpreters forked") {
+		t.Fatalf("the pool's 2 interpreters were not forked and waiting:\n%s", out.Bytes())
+	}
+	start := time.Now()
+	p.Interrupt(syscall.SIGINT, 0)
+	_, _ = p.Wait()
+	if took := time.Since(start); took > grace/4 {
+		t.Errorf("the stop took %v (grace %v): the waiting interpreters outlived its SIGINT\n%s", took.Round(time.Millisecond), grace, out.Bytes())
 	}
 }
 
