@@ -379,7 +379,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			if !mainGone {
 				_ = unix.Kill(r.main, syscall.SIGSTOP)
 			}
-			a.pool.abandon() // its waiting supervisors start their workers, to stop them
+			a.pool.abandon(sig) // no worker starts after this
 			if n = a.relay.stop([]byte{tell, byte(sig)}); n == 0 {
 				n = signalLeft()
 			}

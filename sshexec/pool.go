@@ -107,6 +107,9 @@ const PoolRoomVar = "GORUN_POOL_ROOM"
 type poolReply struct {
 	PID    int    `json:"pid,omitempty"`
 	Cold   string `json:"cold,omitempty"`   // why the worker cannot be pooled
+	// Stopped is the stop's signal when the job was stopped before the
+	// worker started: it is not to start at all.
+	Stopped int `json:"stopped,omitempty"`
 	Status *int   `json:"status,omitempty"` // the worker's raw wait status, once reaped
 }
 
@@ -134,7 +137,8 @@ type pool struct {
 	early map[int]unix.WaitStatus // reaped before their fork server named them
 	conns sync.WaitGroup
 
-	stopped  chan struct{} // closed by abandon
+	stopped  chan struct{}  // closed by abandon
+	stopSig  syscall.Signal // abandon's; set before stopped is closed
 	stopOnce sync.Once
 }
 
@@ -545,10 +549,27 @@ func (sl *poolSlot) killForked() {
 // worker that runs. The interpreters no worker took yet are killed, not
 // left to the stop's signal: they hold SIGINT until a script runs. It
 // does not wait for them to be reaped.
-func (p *pool) abandon() {
+func (p *pool) abandon(sig syscall.Signal) {
 	if p != nil {
-		p.stopOnce.Do(func() { close(p.stopped) })
+		p.stopOnce.Do(func() {
+			p.stopSig = sig
+			close(p.stopped)
+		})
 		p.killIdle()
+	}
+}
+
+// stopReply is the answer to a supervisor once abandon has run: its
+// worker is not to start. The supervisor hears the stop otherwise only
+// once its worker runs, and a stop's SIGINT that lands in a worker's
+// import of torch may be lost (Python prints "Exception ignored" and goes
+// on), leaving the worker to the end of the grace.
+func (p *pool) stopReply() (poolReply, bool) {
+	select {
+	case <-p.stopped:
+		return poolReply{Cold: "the job was stopped before its worker started", Stopped: int(p.stopSig)}, true
+	default:
+		return poolReply{}, false
 	}
 }
 
@@ -602,6 +623,10 @@ func (p *pool) serve(c *net.UnixConn) {
 	}
 	sl, why := p.claim(take)
 	if why != "" {
+		if r, ok := p.stopReply(); ok {
+			_ = reply(r) // claim found no slot: abandon had killed them
+			return
+		}
 		_ = reply(poolReply{Cold: why})
 		return
 	}
@@ -632,10 +657,9 @@ func (p *pool) serve(c *net.UnixConn) {
 		_ = reply(poolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
 		return
 	case <-p.stopped:
-		// The supervisor hears the stop only once its worker runs: it
-		// starts it cold, and passes the stop on.
 		p.kill(sl)
-		_ = reply(poolReply{Cold: "the job was stopped while the pool was still importing"})
+		r, _ := p.stopReply()
+		_ = reply(r)
 		return
 	}
 	p.mu.Lock()
@@ -661,10 +685,8 @@ func (p *pool) serve(c *net.UnixConn) {
 // claim takes take's slot for it, or says why the worker cannot use it;
 // a slot whose worker went elsewhere is killed, freeing its memory.
 func (p *pool) claim(take PoolTake) (*poolSlot, string) {
-	select {
-	case <-p.stopped:
-		return nil, "the job was stopped before its worker came"
-	default:
+	if _, ok := p.stopReply(); ok {
+		return nil, "stopped"
 	}
 	p.mu.Lock()
 	if p.off != "" {
@@ -846,12 +868,21 @@ type Pooled struct {
 // pool answered.
 var ErrTakeAbandoned = errors.New("abandoned while the pool was still importing")
 
+// StoppedError is TakePooled's error when the agent was stopping the job
+// before the worker started: the worker is not to start, and its
+// supervisor ends as the worker would have by Signal.
+type StoppedError struct{ Signal syscall.Signal }
+
+func (e *StoppedError) Error() string {
+	return fmt.Sprintf("the job was stopped (%s) before its worker started", unix.SignalName(e.Signal))
+}
+
 // TakePooled asks the pool at sock for slot take.Slot's interpreter to
 // become the worker, with stdin, stdout and stderr as its streams. cold
 // says why the worker cannot run there (the caller starts it itself); an
 // error, that the pool could not be asked. Once abandon is closed it
 // stops waiting for the pool (still importing), which then kills the
-// slot: ErrTakeAbandoned.
+// slot: ErrTakeAbandoned. A *StoppedError says the job was stopped first.
 func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File, abandon <-chan struct{}) (p *Pooled, cold string, err error) {
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
 	if err != nil {
@@ -890,6 +921,9 @@ func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File, aban
 	case err != nil:
 		c.Close()
 		return nil, "", err
+	case r.Stopped > 0:
+		c.Close()
+		return nil, "", &StoppedError{Signal: syscall.Signal(r.Stopped)}
 	case r.Cold != "" || r.PID <= 0:
 		c.Close()
 		return nil, r.Cold, nil

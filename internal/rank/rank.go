@@ -238,6 +238,13 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		return 127
 	}
 	pid, wait, started, err := w.start(cmd, cpus, sigs)
+	if stop := (*sshexec.StoppedError)(nil); errors.As(err, &stop) {
+		// The stop came before the worker started: it never runs (a
+		// stop's SIGINT in its import of torch may be lost), and this
+		// process ends as the worker would have, by the stop's signal.
+		cleanup()
+		exitBySignal(stop.Signal)
+	}
 	if err != nil {
 		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", envplan.RankCommand, cmd.Path, err)
 		return 127
@@ -322,13 +329,15 @@ func openStream(tty bool, cols, rows int) (r, w *os.File, err error) {
 // the pool has one that fits, else as cmd, a child of this process. It
 // returns the worker's pid and how to wait for its end, and the start
 // frame as far as it says how the worker started. sigs are the signals
-// this process caught for the worker: one that stops it, coming while
-// the pool is still importing, ends the wait, and the worker starts cold
-// and gets it as soon as it runs (sigs has it again, in order).
+// this process caught for the worker: they reach it once it runs (sigs
+// has them again, in order). A stop, coming while the pool is still
+// importing (one of sigs, or the agent's word through the pool), means
+// the worker does not start: a *sshexec.StoppedError.
 func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, func() unix.WaitStatus, wire.WorkerStarted, error) {
 	var st wire.WorkerStarted
 	if w.take != nil {
 		var held []os.Signal
+		var stopSig syscall.Signal
 		abandon, done := make(chan struct{}), make(chan struct{})
 		var watch sync.WaitGroup
 		watch.Go(func() {
@@ -337,6 +346,7 @@ func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, fun
 				case s := <-sigs:
 					held = append(held, s)
 					if isStopSignal(s) {
+						stopSig = s.(syscall.Signal)
 						close(abandon)
 						return
 					}
@@ -354,9 +364,12 @@ func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, fun
 			default: // full: that many come no faster than they are sent
 			}
 		}
+		var stopped *sshexec.StoppedError
 		switch {
 		case errors.Is(err, sshexec.ErrTakeAbandoned):
-			st.Cold = "it was stopped while the pool was still importing"
+			return 0, nil, st, &sshexec.StoppedError{Signal: stopSig}
+		case errors.As(err, &stopped):
+			return 0, nil, st, err
 		case err != nil:
 			st.Cold = "the pool could not be asked: " + err.Error()
 		case cold != "":

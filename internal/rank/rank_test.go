@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"os/exec"
@@ -491,6 +492,99 @@ func TestWorkerMergedOutput(t *testing.T) {
 			}
 			if strings.Count(out, "out ") != 9 || strings.Contains(out, "err") || strings.Count(errOut, "err ") != 9 {
 				t.Errorf("stdout %q, stderr %q; want them apart", out, errOut)
+			}
+		})
+	}
+}
+
+// fakePool is a stand-in for the node agent's worker pool: it reads each
+// supervisor's request and answers with reply, or, with reply "", never,
+// and says when the supervisor hung up.
+func fakePool(t *testing.T, reply string) (sock string, hungUp chan struct{}) {
+	t.Helper()
+	sock = filepath.Join(t.TempDir(), "pool")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	hungUp = make(chan struct{})
+	go func() {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		br := bufio.NewReader(c)
+		if _, err := br.ReadBytes('\n'); err != nil {
+			return
+		}
+		if reply != "" {
+			c.Write([]byte(reply + "\n"))
+		}
+		io.Copy(io.Discard, br)
+		close(hungUp)
+	}()
+	return sock, hungUp
+}
+
+// TestWorkerStoppedBeforeStart: a stop that comes while the node's pool
+// still imports, from the agent through the pool or as a signal to the
+// supervisor, means the worker never starts (a stop's SIGINT in its
+// import may be lost), and the supervisor ends at once by the stop's
+// signal, as the worker would have.
+func TestWorkerStoppedBeforeStart(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Skip("no python3")
+	}
+	for _, tc := range []struct {
+		name  string
+		reply string         // the pool's answer; "": none
+		sig   syscall.Signal // sent to the supervisor while it waits; 0: none
+		want  syscall.Signal
+	}{
+		{"the agent's stop, through the pool", `{"cold":"the job was stopped before its worker started","stopped":15}`, 0, syscall.SIGTERM},
+		{"a stop signal while the pool imports", "", syscall.SIGINT, syscall.SIGINT},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			dir := t.TempDir()
+			ran := filepath.Join(dir, "ran")
+			script := filepath.Join(dir, "job.py")
+			if err := os.WriteFile(script, []byte("open("+strconv.Quote(ran)+", 'w').close()\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			sock, hungUp := fakePool(t, tc.reply)
+			r := newRelayServer(t)
+			cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, sshexec.PoolSocketVar + "=" + sock, "PYTHON_EXEC=/usr/bin/python3"}, "--", script)
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			if tc.sig != 0 {
+				time.Sleep(300 * time.Millisecond) // it asked the pool, which does not answer
+				cmd.Process.Signal(tc.sig)
+			}
+			done := make(chan error, 1)
+			go func() { done <- cmd.Wait() }()
+			var err error
+			select {
+			case err = <-done:
+			case <-time.After(10 * time.Second):
+				cmd.Process.Kill()
+				t.Fatal("the supervisor did not end")
+			}
+			if _, sig := exitCode(err); sig != tc.want {
+				t.Errorf("supervisor ended with %v, want death by %v", err, tc.want)
+			}
+			select {
+			case <-hungUp:
+			case <-time.After(5 * time.Second):
+				t.Error("the supervisor did not hang up on the pool")
+			}
+			if _, err := os.Stat(ran); err == nil {
+				t.Error("the worker ran after the stop")
+			}
+			if _, _, _, _, kinds := r.collect(t); strings.ContainsRune(kinds, rune(wire.FrameStarted)) {
+				t.Errorf("frames %q: a worker that never ran was announced", kinds)
 			}
 		})
 	}
