@@ -105,12 +105,12 @@ const PoolRoomVar = "GORUN_POOL_ROOM"
 // poolReply is the agent's answer to a PoolTake, and later its word on
 // the worker's end.
 type poolReply struct {
-	PID    int    `json:"pid,omitempty"`
-	Cold   string `json:"cold,omitempty"`   // why the worker cannot be pooled
+	PID  int    `json:"pid,omitempty"`
+	Cold string `json:"cold,omitempty"` // why the worker cannot be pooled
 	// Stopped is the stop's signal when the job was stopped before the
 	// worker started: it is not to start at all.
-	Stopped int `json:"stopped,omitempty"`
-	Status *int   `json:"status,omitempty"` // the worker's raw wait status, once reaped
+	Stopped int  `json:"stopped,omitempty"`
+	Status  *int `json:"status,omitempty"` // the worker's raw wait status, once reaped
 }
 
 // poolHandTimeout bounds a supervisor's request and the hand-off.
