@@ -188,6 +188,38 @@ func TestRunWarmsAtAStartUpCrash(t *testing.T) {
 	}
 }
 
+// TestRunWarmsOnceAllImported: a node whose workers have all joined the
+// store waits for every other node's before its standby starts, so that
+// its standby's import slows no node still importing; then every node's
+// starts.
+func TestRunWarmsOnceAllImported(t *testing.T) {
+	quick := script{after: 500 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}}}
+	slow := script{after: 500 * ms, frames: []timedFrame{{ms, started(0, 1)}, {300 * ms, joined(0)}}}
+	r0 := &warmRunner{fakeRunner: &fakeRunner{name: "node0", sc: quick}}
+	r1 := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: slow}}
+	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+		return []Node{{Name: "node0", Runner: r0, Workers: 1, Job: job}, {Name: "node1", Runner: r1, Workers: 1, Job: job}}, nil
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: io.Discard})
+		done <- err
+	}()
+	time.Sleep(150 * ms) // node0's worker joined long ago; node1's joins at about 300 ms
+	if n := r0.warmCount(); n != 0 {
+		t.Errorf("node0 warmed %d times while node1's worker imported, want 0", n)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range []*warmRunner{r0, r1} {
+		if n := r.warmCount(); n != 1 {
+			t.Errorf("%s warmed %d times once every worker joined, want once", r.name, n)
+		}
+	}
+}
+
 // TestRunWarmsEarly: a node with CPUs to spare (Node.WarmEarly) is asked
 // to warm the next attempt as soon as its attempt has started, before its
 // workers have joined the store, or even started; one without waits for

@@ -181,6 +181,31 @@ type member struct {
 	warmOnce  sync.Once // warm runs once an attempt (startWarm)
 	firstLine sync.Once
 	clock     *silenceClock // the attempt's, shared by its members
+	imports   *importGate   // the attempt's, shared by its members
+}
+
+// importGate holds the next attempt's standbys until the workers of
+// every node are past their imports: a standby's import on a node whose
+// own workers are done would still slow another node's start-up where
+// nodes share CPUs, or a filesystem that every node imports from at once.
+type importGate struct {
+	mu      sync.Mutex
+	waiting int // nodes whose workers are not all past their imports
+	members []*member
+}
+
+// nodeDone counts one more node whose workers are all past their imports;
+// with the last one, every node's standby starts.
+func (g *importGate) nodeDone() {
+	g.mu.Lock()
+	g.waiting--
+	open := g.waiting == 0
+	g.mu.Unlock()
+	if open {
+		for _, m := range g.members {
+			m.startWarm()
+		}
+	}
 }
 
 // workerState is what the head knows of one worker of an attempt.
@@ -286,7 +311,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			m.clock.tick(last, false, first)
 		}
 		if warm {
-			m.startWarm()
+			m.imports.nodeDone()
 		}
 		switch kind {
 		case wire.FrameOut, wire.FrameErr:
@@ -349,30 +374,29 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			m.clock.settled(now) // past its start-up, but a failure ends no silence
 		}
 		if warm {
-			m.startWarm()
+			m.imports.nodeDone()
 		}
 		events <- event{i: m.index, kind: kind, exit: ex, lr: ex.LocalRank}
 	}
 }
 
 // importDone counts one more worker past its imports (joined the
-// rendezvous store, or ended) and reports whether it is the node's last:
-// then the next attempt's interpreter may start without slowing this
-// attempt's start-up. m.mu is held.
+// rendezvous store, or ended) and reports whether it is the node's last
+// (importGate). m.mu is held.
 func (m *member) importDone(w *workerState) bool {
 	if w.imported {
 		return false
 	}
 	w.imported = true
 	m.imported++
-	return m.imported == m.node.Workers && m.warm != nil
+	return m.imported == m.node.Workers
 }
 
 // startWarm starts the next attempt's agent on standby in the background,
-// once: when the node's workers are all past their imports, or when the
-// attempt is stopped for a restart before they were (stopAll); as soon as
-// the node's attempt has started where it has CPUs to spare
-// (Node.WarmEarly).
+// once: when the workers of every node are past their imports
+// (importGate), or when the attempt is stopped for a restart before they
+// were (stopAll); as soon as the node's attempt has started where it has
+// CPUs to spare (Node.WarmEarly).
 func (m *member) startWarm() {
 	if m.warm != nil {
 		m.warmOnce.Do(func() { go m.warm() })
@@ -402,10 +426,15 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		expected += n.Workers
 	}
 	clock := newSilenceClock(time.Now(), expected)
+	imports := &importGate{}
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
-			attempt: k, clock: clock}
+			attempt: k, clock: clock, imports: imports}
+		if n.Workers > 0 {
+			imports.waiting++ // a node of unknown size holds no other's standby
+		}
+		imports.members = append(imports.members, m)
 		if opts.Telemetry != nil {
 			m.telemetry = func(node string, k int, p []byte) {
 				if msg := opts.Telemetry(node, k, p); msg != "" {

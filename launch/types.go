@@ -20,9 +20,10 @@ type Node struct {
 	Runner sshexec.Runner
 	Job    sshexec.Job
 	// Workers is how many workers the node runs (0: not known). Once all
-	// of them have joined the rendezvous store, and a restart is left,
-	// the next attempt's agent is started on standby (sshexec.Warmer),
-	// when the runner can and the job asks for it (Job.Preimport).
+	// of them, and those of every other node of known size, have joined
+	// the rendezvous store, and a restart is left, the next attempt's
+	// agent is started on standby (sshexec.Warmer), when the runner can
+	// and the job asks for it (Job.Preimport).
 	Workers int
 	// WarmEarly starts the next attempt's agent on standby as soon as
 	// the node's attempt has started, instead of once its workers are
