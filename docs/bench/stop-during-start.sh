@@ -5,11 +5,13 @@
 # code, SIGINT → gorun's exit in ms, and the processes of the job left after it (python
 # processes and gorun's own, counted in /proc by the job's marker in their environment;
 # on a GPU machine also the GPU's compute processes).
-#   usage: GORUN=path [NPROC=2] [DELAYS="0.3 1 2 3 4 6"] [ROUNDS=2] docs/bench/stop-during-start.sh
+# ARGS are more gorun flags (for example "--max-restarts 1 --warm-restart early": the next
+# attempt's standby and its pool are there too).
+#   usage: GORUN=path [NPROC=2] [DELAYS="0.3 1 2 3 4 6"] [ROUNDS=2] [ARGS=...] docs/bench/stop-during-start.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 gorun=${GORUN:?set GORUN to the gorun binary}
-nproc=${NPROC:-2} rounds=${ROUNDS:-2} delays=${DELAYS:-0.3 1 2 3 4 6}
+nproc=${NPROC:-2} rounds=${ROUNDS:-2} delays=${DELAYS:-0.3 1 2 3 4 6} args=${ARGS:-}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cat >"$work/job.py" <<'PY'
@@ -26,11 +28,11 @@ left() { # the job's processes still alive, by the marker in their environment
   echo "$n"
 }
 gpu() { command -v nvidia-smi >/dev/null && echo " gpu_procs=$(nvidia-smi --query-compute-apps=pid --format=csv,noheader | grep -c .)"; }
-echo "== $(date -u +%FT%TZ) $(nproc) CPUs; $("$gorun" version | head -1); NPROC=$nproc"
+echo "== $(date -u +%FT%TZ) $(nproc) CPUs; $("$gorun" version | head -1); NPROC=$nproc ARGS=$args"
 for r in $(seq "$rounds"); do
   for d in $delays; do
     mark="stop-$r-$d-$$"
-    GORUN_BENCH_MARK=$mark "$gorun" --nproc-per-node "$nproc" "$work/job.py" >"$work/out" 2>&1 &
+    GORUN_BENCH_MARK=$mark "$gorun" $args --nproc-per-node "$nproc" "$work/job.py" >"$work/out" 2>&1 &
     pid=$!
     sleep "$d"
     sent=$(date +%s%N)
