@@ -14,5 +14,6 @@
 // hosts does no I/O: callers pass a hostfile's contents, and the
 // environment as a lookup function (os.Getenv in main), so the same input
 // always yields the same hosts. It keeps no state, nothing blocks, and
-// every function is safe for concurrent use.
+// every function is safe for concurrent use. Alike, which gathers the
+// hosts that get the same notice into one line, is a value its caller owns.
 package hosts

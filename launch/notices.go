@@ -17,21 +17,12 @@ const collapseNotices = 8
 // and the rest in one line at flush. The supervisor's goroutine alone uses
 // it.
 type nodeNotices struct {
-	said   map[string]bool // node + "\x00" + kind: said, or gathered to be
-	shapes map[string]*gathered
-	order  []*gathered // the texts in the order they were first noted
-}
-
-// gathered is one notice's text and the nodes past collapseNotices that
-// have it, waiting for flush.
-type gathered struct {
-	text string
-	n    int // nodes noted, said or gathered
-	more []string
+	said  map[string]bool // node + "\x00" + kind: said, or gathered to be
+	alike hosts.Alike
 }
 
 func newNodeNotices() *nodeNotices {
-	return &nodeNotices{said: map[string]bool{}, shapes: map[string]*gathered{}}
+	return &nodeNotices{said: map[string]bool{}, alike: hosts.Alike{Show: collapseNotices}}
 }
 
 // note returns the line to print now for text about node: "" when node
@@ -48,15 +39,7 @@ func (nn *nodeNotices) noteOnce(node, kind, text string) string {
 		return ""
 	}
 	nn.said[key] = true
-	g := nn.shapes[text]
-	if g == nil {
-		g = &gathered{text: text}
-		nn.shapes[text] = g
-		nn.order = append(nn.order, g)
-	}
-	g.n++
-	if g.n > collapseNotices {
-		g.more = append(g.more, node)
+	if !nn.alike.Add(node, text, text) {
 		return ""
 	}
 	return fmt.Sprintf("gorun: %s: %s\n", node, text)
@@ -67,12 +50,8 @@ func (nn *nodeNotices) noteOnce(node, kind, text string) string {
 // (node[8-999]): TEXT".
 func (nn *nodeNotices) flush() string {
 	var out string
-	for _, g := range nn.order {
-		if len(g.more) == 0 {
-			continue
-		}
-		out += fmt.Sprintf("gorun: %s alike (%s): %s\n", plural(len(g.more), "more node"), hosts.Compress(g.more), g.text)
-		g.more = nil
+	for _, line := range nn.alike.Flush() {
+		out += "gorun: " + line + "\n"
 	}
 	return out
 }

@@ -127,24 +127,16 @@ func checkKnownHosts(path string, acceptNew bool) error {
 // the first collapseAbove of them; flush then says, in one message, which
 // others got it too.
 type warner struct {
-	fn     func(string)
-	mu     sync.Mutex
-	seen   map[string]bool
-	shapes map[string]*notice
-	order  []*notice
-}
-
-// notice is one per-node notice, with the node's name taken out.
-type notice struct {
-	first string   // the first node's message
-	more  []string // nodes past collapseAbove that got it too
-	n     int
+	fn    func(string)
+	mu    sync.Mutex
+	seen  map[string]bool
+	alike hosts.Alike
 }
 
 // withWarner returns cfg with Warn deduplicated (and never nil), and the
 // warner behind it.
 func withWarner(cfg Config) (Config, *warner) {
-	w := &warner{fn: cfg.Warn, seen: map[string]bool{}, shapes: map[string]*notice{}}
+	w := &warner{fn: cfg.Warn, seen: map[string]bool{}, alike: hosts.Alike{Show: collapseAbove}}
 	cfg.Warn = w.warn
 	return cfg, w
 }
@@ -168,35 +160,20 @@ func (w *warner) say(msg string) {
 func (w *warner) forHost(host, msg string) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	if w.seen[msg] || w.fn == nil || host == "" || !strings.Contains(msg, host) {
-		w.say(msg)
-		return
-	}
-	shape := strings.ReplaceAll(msg, host, "\x00")
-	nt := w.shapes[shape]
-	if nt == nil {
-		nt = &notice{first: msg}
-		w.shapes[shape] = nt
-		w.order = append(w.order, nt)
-	}
-	nt.n++
-	if nt.n <= collapseAbove {
+	if w.seen[msg] || w.fn == nil || host == "" || !strings.Contains(msg, host) ||
+		w.alike.Add(host, strings.ReplaceAll(msg, host, "\x00"), msg) {
 		w.say(msg)
 		return
 	}
 	w.seen[msg] = true
-	nt.more = append(nt.more, host)
 }
 
 // flush says which nodes got a collapsed notice too.
 func (w *warner) flush() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for _, nt := range w.order {
-		if len(nt.more) > 0 {
-			w.fn(fmt.Sprintf("%d more nodes alike (%s): %s", len(nt.more), hosts.Compress(nt.more), nt.first))
-		}
-		nt.more = nil
+	for _, line := range w.alike.Flush() {
+		w.fn(line)
 	}
 }
 
