@@ -649,6 +649,13 @@ func (p *pool) serve(c *net.UnixConn) {
 	defer waited.Stop() // a take mostly ends long before: no timer left behind it
 	select {
 	case <-sl.forked:
+		if r, ok := p.stopReply(); ok {
+			// Forked as the stop came (select chose): the stop wins, the
+			// same every time.
+			p.kill(sl)
+			_ = reply(r)
+			return
+		}
 	case <-hungUp:
 		p.kill(sl) // the supervisor is gone (killed): nothing of its worker may outlive it
 		return
