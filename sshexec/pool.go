@@ -543,12 +543,12 @@ func (sl *poolSlot) killForked() {
 	_ = unix.Kill(sl.pid, syscall.SIGKILL)
 }
 
-// abandon ends the pool as the job is being stopped. Every supervisor
-// still waiting for its interpreter, and every one that asks later, is
-// told to start its worker cold: a supervisor passes the stop on to a
-// worker that runs. The interpreters no worker took yet are killed, not
-// left to the stop's signal: they hold SIGINT until a script runs. It
-// does not wait for them to be reaped.
+// abandon ends the pool as the job is being stopped by sig. Every
+// supervisor still waiting for its interpreter, and every one that asks
+// later, is told that its worker is not to start (stopReply). The
+// interpreters no worker took yet are killed, not left to the stop's
+// signal: they hold SIGINT until a script runs. It does not wait for them
+// to be reaped.
 func (p *pool) abandon(sig syscall.Signal) {
 	if p != nil {
 		p.stopOnce.Do(func() {
