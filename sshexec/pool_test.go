@@ -558,8 +558,8 @@ func TestPoolWait(t *testing.T) {
 }
 
 // TestPoolTakeAbandoned: a supervisor told to stop while its pool is
-// still importing stops waiting at once (it then starts its worker cold,
-// which gets the stop as it runs), and the slot never runs a worker.
+// still importing stops waiting at once (and its worker never starts:
+// TestWorkerStoppedBeforeStart), and the slot never runs a worker.
 func TestPoolTakeAbandoned(t *testing.T) {
 	needPython(t)
 	job, dir := poolJob(t, 1, []testTake{{Slot: 0, Target: "job.py", AbandonMS: 300}})
