@@ -538,6 +538,10 @@ func TestClusterHangCaught(t *testing.T) {
 	if n := strings.Count(out, "gorun: hang: stuck:"); n != 1 {
 		t.Errorf("%d stuck lines, want 1 (no false culprit):\n%s", n, out)
 	}
+	// A pooled worker's stack ends at its script, as python's would.
+	if regexp.MustCompile(`(?m)^gorun:\s+File ".*/warm-\d+\.py"`).MatchString(out) {
+		t.Errorf("the worker pool's own frames in a stack:\n%s", out)
+	}
 	noneLeft(t, mark, 10*time.Second)
 }
 

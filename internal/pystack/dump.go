@@ -2,6 +2,7 @@ package pystack
 
 import (
 	"encoding/json"
+	"slices"
 	"strings"
 )
 
@@ -97,4 +98,26 @@ func cutText(s string, n int) string {
 		s = s[:len(s)-1]
 	}
 	return s + cutMark[1:]
+}
+
+// DropDir takes out of the dump every frame of a file in dir, and every
+// line of Text that names such a file: a worker run by gorun's pool has
+// the pool's own frames under its script's, which a worker started by
+// python has not.
+func (d *Dump) DropDir(dir string) {
+	prefix := strings.TrimSuffix(dir, "/") + "/"
+	for i := range d.Threads {
+		t := &d.Threads[i]
+		t.Frames = slices.DeleteFunc(t.Frames, func(f Frame) bool { return strings.HasPrefix(f.File, prefix) })
+	}
+	if !strings.Contains(d.Text, prefix) {
+		return
+	}
+	var b strings.Builder
+	for _, l := range strings.SplitAfter(d.Text, "\n") {
+		if !strings.Contains(l, prefix) {
+			b.WriteString(l)
+		}
+	}
+	d.Text = b.String()
 }

@@ -172,3 +172,29 @@ var errNotFound = os.ErrNotExist
 type nopCloser struct{ io.Reader }
 
 func (nopCloser) Close() error { return nil }
+
+// TestDropDir: a pooled worker's dump (as the demo's hang printed it)
+// loses the pool's frames under the script's, in its frames and its
+// text, and reads as a worker started by python.
+func TestDropDir(t *testing.T) {
+	const pool = "/tmp/gorun-agent-3324341051"
+	text := `Thread 0x00007fd5005ab040 (most recent call first):
+  File "/tmp/fresh/examples/testcluster/train_ddp.py", line 104 in <module>
+  File "` + pool + `/warm-0.py", line 171 in _run_script
+  File "` + pool + `/warm-0.py", line 249 in _become
+  File "` + pool + `/warm-0.py", line 403 in <module>
+`
+	d, _ := ParseFaulthandler(text)
+	d.DropDir(pool + "/")
+	if len(d.Threads) != 1 || len(d.Threads[0].Frames) != 1 || d.Threads[0].Frames[0].Func != "<module>" ||
+		!strings.HasSuffix(d.Threads[0].Frames[0].File, "train_ddp.py") {
+		t.Errorf("frames %+v, want the script's <module> alone", d.Threads)
+	}
+	want := "Thread 0x00007fd5005ab040 (most recent call first):\n  File \"/tmp/fresh/examples/testcluster/train_ddp.py\", line 104 in <module>\n"
+	if d.Text != want {
+		t.Errorf("text %q, want %q", d.Text, want)
+	}
+	if p := Locate(d); p.At.Line != 104 {
+		t.Errorf("placed at %+v, want the script's line 104", p)
+	}
+}

@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"syscall"
@@ -60,8 +61,13 @@ func pySpy(ctx context.Context, spy string, pid int) ([]byte, error) {
 
 // sendStacks fills in the dump's source lines from the files here (a
 // relative name is relative to this directory, the worker's too) and
-// sends it, cut to fit one frame.
+// sends it, cut to fit one frame, without the pool's frames.
 func (w *worker) sendStacks(d pystack.Dump) {
+	if w.pool != "" {
+		// A pooled worker's stack goes on under its script in the pool's
+		// shim, which lives beside the pool's socket; python's does not.
+		d.DropDir(filepath.Dir(w.pool))
+	}
 	pystack.AddSource(&d, func(name string) (io.ReadCloser, error) {
 		f, err := os.Open(name)
 		if err != nil {
