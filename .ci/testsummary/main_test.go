@@ -100,7 +100,7 @@ func TestAgainstRealGoTest(t *testing.T) {
 	}
 	out := got.String()
 
-	closing := regexp.MustCompile(`(?m)^(ok|FAIL|\?)\s.*$`)
+	closing := regexp.MustCompile(`(?m)^(ok|FAIL|\?)[ \t]+\S.*$`) // a package's closing line, one line each
 	times := regexp.MustCompile(`\t[0-9.]+s$`)
 	norm := func(s string) []string {
 		var l []string
