@@ -624,7 +624,7 @@ func (p *pool) serve(c *net.UnixConn) {
 	sl, why := p.claim(take)
 	if why != "" {
 		if r, ok := p.stopReply(); ok {
-			_ = reply(r) // claim found no slot: abandon had killed them
+			_ = reply(r) // claim found no slot: abandon killed those not taken
 			return
 		}
 		_ = reply(poolReply{Cold: why})
@@ -692,9 +692,6 @@ func (p *pool) serve(c *net.UnixConn) {
 // claim takes take's slot for it, or says why the worker cannot use it;
 // a slot whose worker went elsewhere is killed, freeing its memory.
 func (p *pool) claim(take PoolTake) (*poolSlot, string) {
-	if _, ok := p.stopReply(); ok {
-		return nil, "stopped"
-	}
 	p.mu.Lock()
 	if p.off != "" {
 		p.mu.Unlock()

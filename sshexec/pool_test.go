@@ -139,7 +139,7 @@ echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shi
 	if os.Getenv("GORUN_TEST_HOLD") == "1" {
 		// As torchrun before it starts its workers: the pool's
 		// interpreters are forked and wait, and nothing took them.
-		agent, want := os.Getppid(), len(takesSlots())
+		agent, want := os.Getppid(), atoiEnv("GORUN_TEST_SLOTS")
 		for deadline := time.Now().Add(30 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 			if len(children(agent, "warm-")) == want {
 				break
@@ -151,10 +151,10 @@ echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shi
 	return 0
 }
 
-// takesSlots is the helper's pool's slots, as $GORUN_TEST_SLOTS counts them.
-func takesSlots() []struct{} {
-	n, _ := strconv.Atoi(os.Getenv("GORUN_TEST_SLOTS"))
-	return make([]struct{}, n)
+// atoiEnv is the number in the environment variable name, 0 if none.
+func atoiEnv(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 // children are the pids of parent's children whose command line names
