@@ -11,6 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -50,10 +51,11 @@ type Pool struct {
 	// in any other import-time variable keeps the worker out of the pool.
 	Late []string `json:"late,omitempty"`
 	// Auto (--prewarm auto): no interpreter starts on a node with fewer
-	// CPUs than the pool's imports (one per fork server), torchrun's and
-	// the workers running beside them (Beside), where the imports would
-	// only share the CPUs with those (a start or a restart then takes
-	// longer than cold); every worker there is told why and starts cold.
+	// CPUs than the pool's imports (one per fork server) and torchrun's,
+	// nor, for the next attempt's pool (Beside), where the CPUs the
+	// running attempt leaves idle cannot hold its imports (autoPoolOff):
+	// there the imports would only slow the rest; every worker there is
+	// told why and starts cold.
 	Auto bool `json:"auto,omitempty"`
 	// Beside is how many workers run while the pool imports: none for a
 	// launch's pool, the attempt's for the next attempt's, started while
@@ -215,17 +217,7 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, wait: wait, logf: logf, stopped: make(chan struct{}),
 		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
 	if n := len(groups); job.Pool.Auto && n > 0 {
-		if cpus := usableCPUs(); cpus > 0 && cpus < n+1+job.Pool.Beside {
-			beside := ""
-			if b := job.Pool.Beside; b > 0 {
-				beside = fmt.Sprintf(" beside %d running workers", b)
-			}
-			imports := "1 pooled import"
-			if n > 1 {
-				imports = fmt.Sprintf("%d pooled imports", n)
-			}
-			p.off = fmt.Sprintf("--prewarm auto: %d CPUs here for %s and torchrun's%s, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, imports, beside)
-		}
+		p.off = autoPoolOff(usableCPUs(), n, job.Pool.Beside, idleCPUs)
 	}
 	p.mu.Lock()                               // the reaper waits until each fork server is known
 	failed, failedAt, started := "", 0, false // the first server's failure, its first slot; whether one started
@@ -972,4 +964,115 @@ func usableCPUs() int {
 		return 0
 	}
 	return set.Count()
+}
+
+// besideWindow is how long autoPoolOff watches the CPUs before it starts
+// the next attempt's pool beside a running attempt.
+const besideWindow = 300 * time.Millisecond
+
+// autoPoolOff says why --prewarm auto starts no pool of imports fork
+// servers on a node with cpus CPUs ("": start it). A launch's pool imports
+// beside torchrun's own import: it needs a CPU for each import and one for
+// torchrun's. The next attempt's pool (beside > 0) imports while the
+// attempt's beside workers run and the standby torchrun imports: it starts
+// only where the CPUs left idle while they do (idle, measured over
+// besideWindow from the standby's start) hold its imports, whatever the
+// workers' number: a GPU job's workers leave their CPUs mostly idle, a CPU
+// job's keep them busy, and nodes that share their CPUs (containers, the
+// test cluster's namespaces) see each other's imports. An import there
+// would only slow the running training, and a crash during it would wait.
+func autoPoolOff(cpus, imports, beside int, idle func(time.Duration) (float64, error)) string {
+	what := "1 pooled import"
+	if imports > 1 {
+		what = fmt.Sprintf("%d pooled imports", imports)
+	}
+	if cpus > 0 && cpus < imports+1 {
+		return fmt.Sprintf("--prewarm auto: %d CPUs here for %s and torchrun's, which would only slow each other (--prewarm torch starts the pool anyway)", cpus, what)
+	}
+	if beside == 0 {
+		return ""
+	}
+	free, err := idle(besideWindow)
+	if err != nil {
+		return "" // unknown: as --prewarm torch
+	}
+	// An import keeps most of a CPU busy: a quarter of one less is room enough.
+	if free+0.25 < float64(imports) {
+		return fmt.Sprintf("--prewarm auto: %.1f of %d CPUs idle here beside %d running workers and the standby torchrun's import, too few for %s (--prewarm torch starts the pool anyway)", free, cpus, beside, what)
+	}
+	return ""
+}
+
+// idleCPUs is how many of the CPUs this process may run on were idle
+// over window, from the whole machine's /proc/stat: busy CPUs of other
+// processes, other containers' and other jobs' included.
+func idleCPUs(window time.Duration) (float64, error) {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		return 0, err
+	}
+	before, err := cpuTicks(&set)
+	if err != nil {
+		return 0, err
+	}
+	time.Sleep(window)
+	after, err := cpuTicks(&set)
+	if err != nil {
+		return 0, err
+	}
+	return idleShare(before, after) * float64(set.Count()), nil
+}
+
+// ticks are one moment's CPU time of a set of CPUs, in clock ticks.
+type ticks struct{ idle, total uint64 }
+
+// idleShare is the share of the CPUs' time that was idle between two
+// moments.
+func idleShare(before, after ticks) float64 {
+	if after.total <= before.total {
+		return 0
+	}
+	return float64(after.idle-before.idle) / float64(after.total-before.total)
+}
+
+// cpuTicks sums /proc/stat's lines of the CPUs in set: idle and iowait
+// are idle; user, nice, system, irq, softirq and steal are busy (guest
+// time is counted in user already).
+func cpuTicks(set *unix.CPUSet) (ticks, error) {
+	b, err := os.ReadFile("/proc/stat")
+	if err != nil {
+		return ticks{}, err
+	}
+	return parseCPUTicks(string(b), set)
+}
+
+// parseCPUTicks is cpuTicks on /proc/stat's text.
+func parseCPUTicks(stat string, set *unix.CPUSet) (ticks, error) {
+	var t ticks
+	seen := 0
+	for _, line := range strings.Split(stat, "\n") {
+		f := strings.Fields(line)
+		if len(f) < 9 || !strings.HasPrefix(f[0], "cpu") || f[0] == "cpu" {
+			continue
+		}
+		n, err := strconv.Atoi(f[0][3:])
+		if err != nil || !set.IsSet(n) {
+			continue
+		}
+		for i, v := range f[1:9] {
+			x, err := strconv.ParseUint(v, 10, 64)
+			if err != nil {
+				return ticks{}, fmt.Errorf("/proc/stat: %q: %w", line, err)
+			}
+			t.total += x
+			if i == 3 || i == 4 { // idle, iowait
+				t.idle += x
+			}
+		}
+		seen++
+	}
+	if seen == 0 {
+		return ticks{}, errors.New("/proc/stat: no line for this process's CPUs")
+	}
+	return t, nil
 }
