@@ -417,15 +417,22 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 	}
 
 	// lookAlone is a quick stop's look, on its ticks and whenever a
-	// worker's supervisor hangs up: once no supervisor is left, the rest
-	// of the tree gets the stop's signal, and torchrun, frozen, is killed
-	// as soon as nothing else is left.
+	// worker's supervisor hangs up. Once no supervisor is left, every
+	// worker is gone: the rest of the tree gets the stop's signal, and
+	// torchrun, frozen, is killed at once (it is kept until then because
+	// its store serves the workers through their grace). Its end, the
+	// teardown of its memory, then runs beside the supervisors' own ends
+	// (they go to the agent as their parent), not after them. The tree is
+	// killed as soon as nothing but torchrun is left.
 	lookAlone := func() {
 		if pollC == nil || killing {
 			return
 		}
 		if !leftSignalled && a.relay.clients() == 0 {
 			signalLeft()
+			if !mainGone {
+				_ = unix.Kill(r.main, syscall.SIGKILL)
+			}
 		}
 		if aloneLeft(a.self, r.main) {
 			pollTicker.Stop()

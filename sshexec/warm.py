@@ -102,6 +102,17 @@ def _prepay_torchrun(modules):
         cuda.device_count()
     except BaseException:  # torchrun asks again, and reports what it finds
         pass
+    # What main() imports only as it runs: the rendezvous handler for its
+    # backend (static with --master-addr, c10d with --standalone or
+    # --rdzv-backend c10d), and the IDNA codec its hostname lookup loads.
+    for name in ("torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
+                 "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+                 "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+                 "encodings.idna"):
+        try:
+            importlib.import_module(name)
+        except BaseException:  # main() imports it again, and reports what it finds
+            pass
 
 
 def _wait_on_pipe():

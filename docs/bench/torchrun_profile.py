@@ -9,6 +9,12 @@ cProfile, with `--nproc-per-node 1 --no-python true` (the worker is
 lazily, and the functions with the most cumulative time.
 
     usage: python3 docs/bench/torchrun_profile.py [PORT]
+
+PREIMPORT=1 imports first what gorun's standby imports beside
+torch.distributed.run (sshexec/warm.py, _prepay_torchrun: the rendezvous
+handlers and the IDNA codec), to see what that takes off main();
+STANDALONE=1 runs `--standalone` (the c10d rendezvous) instead of a
+static one; PROFILE=0 prints the wall time only (no profiler's cost).
 """
 import cProfile
 import io
@@ -18,24 +24,53 @@ import time
 
 import torch
 import torch.distributed.run as run
+import os
+import importlib
+
+if os.environ.get("PREIMPORT") == "1":
+    for name in ("torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
+                 "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+                 "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+                 "encodings.idna"):
+        importlib.import_module(name)
+profile = os.environ.get("PROFILE") != "0"
+
+from torch.distributed.elastic.multiprocessing import api as _api
+
+if _api.Std.from_str("0") is None:
+    # Debian's torch 1.13 on Python 3.11, as examples/testcluster/torchrun-debian-shim mends it.
+    import re
+
+    def _from_str(cls, vm):
+        if re.match(_api._VALUE_REGEX, vm):
+            return cls(int(vm))
+        return {int(i): cls(int(v)) for i, v in (m.split(":") for m in vm.split(","))}
+
+    _api.Std.from_str = classmethod(_from_str)
 
 port = sys.argv[1] if len(sys.argv) > 1 else "29761"
 before = set(sys.modules)
-sys.argv = ["torchrun", "--nproc-per-node", "1", "--master-port", port, "--monitor-interval", "0.1", "--no-python", "true"]
+# Underscores: torch 1.13 knows no dashed spellings.
+rdzv = ["--standalone"] if os.environ.get("STANDALONE") == "1" else ["--master_port", port]
+sys.argv = ["torchrun", "--nproc_per_node", "1"] + rdzv + ["--monitor_interval", "0.1", "--no_python", "true"]
 prof = cProfile.Profile()
 t0 = time.perf_counter()
-prof.enable()
+if profile:
+    prof.enable()
 try:
     run.main()
 except SystemExit:
     pass
-prof.disable()
+if profile:
+    prof.disable()
 wall = time.perf_counter() - t0
 lazy = sorted(set(sys.modules) - before)
 print("torch %s: main() took %.0f ms (the worker /bin/true included); %d modules imported lazily"
       % (torch.__version__, wall * 1000, len(lazy)))
 for m in lazy:
     print("  lazy import:", m)
+if not profile:
+    sys.exit(0)
 out = io.StringIO()
 pstats.Stats(prof, stream=out).sort_stats("cumulative").print_stats(40)
 print(out.getvalue())
