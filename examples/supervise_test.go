@@ -590,10 +590,9 @@ func TestClusterCtrlCEachPhase(t *testing.T) {
 // ctrlCExitWindow bounds SIGINT → gorun's exit, every node's workers,
 // torchruns and pools gone, at any moment of a start on 3 nodes over ssh.
 // docs/bench/stop-during-start.sh measured 71-233 ms in local mode here
-// and 37-271 ms
-// on the H200; a stop that waits out --stop-grace (30 s by default), as
-// the one CI caught did, ends only then. 5 s: about 20x the bench, for 3
-// nodes on 2 shared cores while the suite runs.
+// and 37-271 ms on the H200; a stop that waits out --stop-grace (30 s by
+// default), as the one CI caught did, ends only then. 5 s: about 20x the
+// bench, for 3 nodes on 2 shared cores while the suite runs.
 const ctrlCExitWindow = 5 * time.Second
 
 // TestClusterElasticShrink: 3 nodes with --nnodes 2:3; node2 dies during
