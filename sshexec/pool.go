@@ -970,8 +970,8 @@ func usableCPUs() int {
 // the next attempt's pool beside a running attempt.
 const besideWindow = 300 * time.Millisecond
 
-// autoPoolOff says why --prewarm auto starts no pool of imports fork
-// servers on a node with cpus CPUs ("": start it). A launch's pool imports
+// autoPoolOff says why --prewarm auto starts no pool (of imports fork
+// servers, one import each) on a node with cpus CPUs ("": start it). A launch's pool imports
 // beside torchrun's own import: it needs a CPU for each import and one for
 // torchrun's. The next attempt's pool (beside > 0) imports while the
 // attempt's beside workers run and the standby torchrun imports: it starts
@@ -1029,8 +1029,8 @@ type ticks struct{ idle, total uint64 }
 // idleShare is the share of the CPUs' time that was idle between two
 // moments.
 func idleShare(before, after ticks) float64 {
-	if after.total <= before.total {
-		return 0
+	if after.total <= before.total || after.idle < before.idle {
+		return 0 // a CPU gone offline, or iowait counted back (it may be): unknown, so none
 	}
 	return float64(after.idle-before.idle) / float64(after.total-before.total)
 }

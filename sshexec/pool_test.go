@@ -696,6 +696,9 @@ func TestIdleCPUs(t *testing.T) {
 	if s := idleShare(ticks{10, 20}, ticks{40, 80}); s != 0.5 {
 		t.Errorf("idleShare: %v, want 0.5", s)
 	}
+	if s := idleShare(ticks{40, 20}, ticks{30, 80}); s != 0 {
+		t.Errorf("idleShare with idle time counted back: %v, want 0", s)
+	}
 	var none unix.CPUSet
 	none.Set(7)
 	if _, err := parseCPUTicks(stat, &none); err == nil {
