@@ -640,7 +640,7 @@ func (b *builder) closingNotes() {
 	if mods := b.spec.Gorun.Prewarm; len(mods) > 0 {
 		given := "--prewarm " + strings.Join(mods, ",")
 		if b.spec.Gorun.PrewarmAuto {
-			given = "--prewarm auto (no pool on a node without a CPU for its import beside torchrun's, nor a next attempt's pool where the node lacks one more CPU for each running worker)"
+			given = "--prewarm auto (no pool on a node without a CPU for its import beside torchrun's, nor a next attempt's pool where the CPUs the running attempt leaves idle, measured as it starts, cannot hold its import)"
 		}
 		b.note(NoteInfo, "%s: each node's agent imports %s once, beside torchrun, and forks one interpreter per local rank from that import, bound to the rank's CPUs, each waiting (CUDA untouched); each worker runs its script in one (its parent is the agent, its sys.orig_argv gorun's shim), so the import is paid while torchrun starts, not after. A worker whose interpreter, folder, CPUs or import-time variables differ starts cold, and the node says why once. The forked interpreters share the import's memory: a waiting pool costs the node about one interpreter with its imports (about 0.3 GB with torch 2.11)%s (--prewarm off: no pool)",
 			given, strings.Join(mods, ", "), map[bool]string{true: ", twice that while a restart's pool waits beside the running workers", false: ""}[b.cfg.MaxRestarts > 0 && b.spec.Gorun.WarmRestart != "off"])
