@@ -971,16 +971,17 @@ func usableCPUs() int {
 const besideWindow = 300 * time.Millisecond
 
 // autoPoolOff says why --prewarm auto starts no pool (of imports fork
-// servers, one import each) on a node with cpus CPUs ("": start it). A launch's pool imports
-// beside torchrun's own import: it needs a CPU for each import and one for
-// torchrun's. The next attempt's pool (beside > 0) imports while the
-// attempt's beside workers run and the standby torchrun imports: it starts
-// only where the CPUs left idle while they do (idle, measured over
-// besideWindow from the standby's start) hold its imports, whatever the
-// workers' number: a GPU job's workers leave their CPUs mostly idle, a CPU
-// job's keep them busy, and nodes that share their CPUs (containers, the
-// test cluster's namespaces) see each other's imports. An import there
-// would only slow the running training, and a crash during it would wait.
+// servers, one import each) on a node with cpus CPUs ("": start it). A
+// launch's pool imports beside torchrun's own import: it needs a CPU for
+// each import and one for torchrun's. The next attempt's pool (beside >
+// 0) imports while the attempt's beside workers run and the standby
+// torchrun imports: it starts only where the CPUs left idle while they do
+// (idle, measured over besideWindow from the standby's start) hold its
+// imports, whatever the workers' number: a GPU job's workers leave their
+// CPUs mostly idle, a CPU job's keep them busy, and nodes that share their
+// CPUs (containers, the test cluster's namespaces) see each other's
+// imports. An import there would only slow the running training, and a
+// crash during it would wait.
 func autoPoolOff(cpus, imports, beside int, idle func(time.Duration) (float64, error)) string {
 	what := "1 pooled import"
 	if imports > 1 {
