@@ -29,6 +29,7 @@ import io
 import json
 import os
 import runpy
+import select
 import signal
 import socket
 import sys
@@ -384,7 +385,7 @@ def _own_pages():
     try:
         with io.open_code(os.__file__) as f:
             compile(f.read(), os.__file__, "exec", dont_inherit=True)
-    except (OSError, SyntaxError, ValueError):
+    except Exception:  # no source at hand (a zipped or frozen standard library): the worker pays it
         pass
     json.loads(json.dumps({"env": ["GORUN_POOL_WARM=%d" % i for i in range(64)], "args": []}))
     os.environ["GORUN_POOL_WARM"] = "1"
@@ -413,7 +414,8 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     if os.getppid() != agent:
         os._exit(125)  # the agent is gone
-    _own_pages()
+    if not select.select([3], [], [], 0)[0]:  # a worker already waiting would only wait longer
+        _own_pages()
     job, fds = _wait_on_socket()
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
