@@ -383,7 +383,8 @@ def _own_pages():
     # slot waits, by the same work on something else. Nothing of it shows:
     # the take replaces the environment, and the code never runs.
     try:
-        with io.open_code(os.__file__) as f:
+        with io.open_code(os.__file__) as f, warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # what it would print goes to the worker's streams (held)
             compile(f.read(), os.__file__, "exec", dont_inherit=True)
     except Exception:  # no source at hand (a zipped or frozen standard library): the worker pays it
         pass
