@@ -378,8 +378,9 @@ def _own_pages():
     # A forked interpreter shares its pages with the server's other forks
     # until it writes one; the worker's first environment, parse and
     # compile would copy thousands of them (the allocator's pools the
-    # imports left half full) after its take came: 5-9 ms of the restart
-    # on this machine's idle CPUs, 15 on busy ones. Done now, while the
+    # imports left half full) after its take came: 7.5 ms against 2.2 with
+    # this done first (docs/bench/pool_pages.py, idle CPUs; more on busy
+    # ones), for 3 MB more of the slot's own memory. Done now, while the
     # slot waits, by the same work on something else. Nothing of it shows:
     # the take replaces the environment, and the code never runs.
     try:
