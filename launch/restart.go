@@ -1,7 +1,9 @@
 package launch
 
 import (
+	"cmp"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 )
@@ -42,19 +44,22 @@ type Phase struct {
 	At   time.Duration
 }
 
-// Phases lists the phases the restart reached, in order: stopped, GPU
-// memory free, nodes rechecked, next torchrun handed its command line,
+// Phases lists the phases the restart reached, in the order they ended:
+// stopped, GPU memory free, nodes rechecked, next torchrun handed its
+// command line (before the stop when handed ahead), workers released,
 // workers started, first line (one not reached, or not checked, is left
 // out).
 func (r Restart) Phases() []Phase {
 	all := []Phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked},
-		{"next torchrun handed its command line", r.Handed}, {"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
+		{"next torchrun handed its command line", r.Handed}, {"workers released", r.Released},
+		{"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
 	out := all[:0]
 	for _, p := range all {
 		if p.At > 0 {
 			out = append(out, p)
 		}
 	}
+	slices.SortStableFunc(out, func(a, b Phase) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
 
@@ -79,8 +84,17 @@ func (r Restart) String() string {
 	fmt.Fprintf(&b, "gorun: restart after attempt %d: failure seen", r.Attempt+1)
 	for _, p := range r.Phases() {
 		fmt.Fprintf(&b, ", %s +%s", p.Name, ShortDuration(p.At))
-		if p.Name == "next torchrun handed its command line" && r.Warm > 0 {
-			fmt.Fprintf(&b, " (warm on %d of %d nodes)", r.Warm, r.Nodes)
+		if p.Name == "next torchrun handed its command line" {
+			var how []string
+			if r.Ahead > 0 {
+				how = append(how, fmt.Sprintf("ahead on %d of %d nodes", r.Ahead, r.Nodes))
+			}
+			if r.Warm > 0 {
+				how = append(how, fmt.Sprintf("warm on %d of %d nodes", r.Warm, r.Nodes))
+			}
+			if len(how) > 0 {
+				fmt.Fprintf(&b, " (%s)", strings.Join(how, ", "))
+			}
 		}
 		if p.Name == "workers started" && r.Workers > 0 {
 			fmt.Fprintf(&b, " (%d of %d pooled)", r.Pooled, r.Workers)

@@ -54,6 +54,13 @@ func TestRestartString(t *testing.T) {
 	if got := (Restart{Attempt: 1, Stopped: 5 * time.Millisecond}).String(); !strings.HasSuffix(got, "stopped +5ms; longest: failure seen → stopped (5ms)") {
 		t.Errorf("partial: %s", got)
 	}
+	// Handed ahead: in the order the phases ended.
+	r = Restart{Stopped: 60 * time.Millisecond, Handed: 5 * time.Millisecond, Ahead: 2, Warm: 2, Nodes: 2, Released: 62 * time.Millisecond,
+		WorkersUp: 80 * time.Millisecond, FirstLine: 81 * time.Millisecond}
+	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line +5ms (ahead on 2 of 2 nodes, warm on 2 of 2 nodes), stopped +60ms, workers released +62ms, workers started +80ms, first line +81ms; longest: next torchrun handed its command line → stopped (55ms)"
+	if got := r.String(); got != want {
+		t.Errorf("String =\n%s\nwant\n%s", got, want)
+	}
 }
 
 // warmRunner is a fakeRunner that is also an sshexec.Warmer.
@@ -251,5 +258,69 @@ func TestRunWarmsEarly(t *testing.T) {
 		if n := r.warmCount(); n != 1 {
 			t.Errorf("WarmEarly %v: warmed %d times in all, want once", early, n)
 		}
+	}
+}
+
+// aheadRunner is a warmRunner that takes jobs handed ahead.
+type aheadRunner struct {
+	*warmRunner
+	ahead []sshexec.Job
+}
+
+func (a *aheadRunner) HandAhead(job sshexec.Job) bool {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.ahead = append(a.ahead, job)
+	return true
+}
+
+// TestRunHandsAhead: the first restart after a worker's failure hands the
+// next attempt's job (Options.Ahead) to the node's runner while the
+// attempt stops, made as the attempt's start makes it (relayed), and the
+// timeline has it before the stop and the release after; a restart that
+// pauses first (the second) hands nothing ahead, and neither does the
+// last attempt.
+func TestRunHandsAhead(t *testing.T) {
+	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
+	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	fail := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+		r.sc = fail
+		if k == 2 {
+			r.sc = script{after: 20 * ms, frames: []timedFrame{{ms, started(0, 0)}}}
+		}
+		return []Node{{Name: "node1", Runner: r, Workers: 1, Job: job}}, nil
+	}
+	var asked []int
+	ahead := func(_ context.Context, k int) []Node {
+		asked = append(asked, k) // one call at a time: the attempts follow each other
+		return []Node{{Name: "node1", Runner: r, Workers: 1, Job: job}}
+	}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 2, Backoff: 20 * ms, Diag: &diag})
+	if err != nil || res.Attempts != 3 {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+	}
+	if !slices.Equal(asked, []int{0}) {
+		t.Errorf("Ahead asked for attempts %v, want only after attempt 0 (restart 2 pauses first)", asked)
+	}
+	r.mu.Lock()
+	handed := r.ahead
+	r.mu.Unlock()
+	if len(handed) != 1 || !handed[0].Relay || handed[0].RelayEnd != wire.FrameExit {
+		t.Fatalf("handed ahead %+v, want one job, relayed as an attempt starts it", handed)
+	}
+	if len(res.Restarts) != 2 {
+		t.Fatalf("restarts %+v", res.Restarts)
+	}
+	first, second := res.Restarts[0], res.Restarts[1]
+	if first.Ahead != 1 || first.Handed <= 0 || first.Handed > first.Stopped || first.Released < first.Stopped || first.WorkersUp < first.Released {
+		t.Errorf("the first restart's timeline %+v: want handed ahead before the stop, released after it", first)
+	}
+	if second.Ahead != 0 || second.Released != 0 || second.Handed < second.Stopped {
+		t.Errorf("the second restart's timeline %+v: nothing handed ahead", second)
+	}
+	if !strings.Contains(diag.String(), "(ahead on 1 of 1 nodes)") {
+		t.Errorf("diag = %s", diag.String())
 	}
 }

@@ -111,7 +111,10 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			s.message(opts.Diag, renderSummary(*o.failure, res.Attempts))
 			return res, &JobFailed{Failure: *o.failure}
 		}
-		restart = &Restart{Attempt: k, Failed: o.failSeen, Stopped: o.end.Sub(o.failSeen)}
+		restart = &Restart{Attempt: k, Failed: o.failSeen, Stopped: o.end.Sub(o.failSeen), Ahead: o.ahead}
+		if o.ahead > 0 {
+			restart.Handed = max(o.aheadAt.Sub(o.failSeen), time.Millisecond) // 0 means none
+		}
 		pause := backoff(opts, k+1, o.failure.Code == -1)
 		msg := fmt.Sprintf("gorun: %s failed (%s); restarting the whole group (attempt %d of %d)", o.failure.Node, o.failure.Reason, k+2, opts.MaxRestarts+1)
 		if pause > 0 {
@@ -153,6 +156,8 @@ type outcome struct {
 	failSeen    time.Time // when the group began to be stopped (end, if it never was)
 	end         time.Time // when every node had exited and its output was in
 	silence     Silence
+	ahead       int       // nodes of the next attempt handed their jobs ahead (Options.Ahead)
+	aheadAt     time.Time // when the last of them was
 }
 
 // member is one node of a running attempt.
@@ -177,8 +182,9 @@ type member struct {
 	workers  map[int]*workerState // by local rank
 	imported int                  // workers past their imports (importDone)
 
-	warm      func()    // starts the next attempt's agent on standby; nil: none
-	warmOnce  sync.Once // warm runs once an attempt (startWarm)
+	warm      func()        // starts the next attempt's agent on standby; nil: none
+	warmOnce  sync.Once     // warm runs once an attempt (startWarm)
+	warmed    chan struct{} // closed when warm has returned (its agent is in place, or none will be)
 	firstLine sync.Once
 	clock     *silenceClock // the attempt's, shared by its members
 	imports   *importGate   // the attempt's, shared by its members
@@ -399,7 +405,12 @@ func (m *member) importDone(w *workerState) bool {
 // CPUs to spare (Node.WarmEarly).
 func (m *member) startWarm() {
 	if m.warm != nil {
-		m.warmOnce.Do(func() { go m.warm() })
+		m.warmOnce.Do(func() {
+			go func() {
+				defer close(m.warmed)
+				m.warm()
+			}()
+		})
 	}
 }
 
@@ -446,18 +457,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
 		m.agentErr = newLineWriter(l, s, opts.Err)
 		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
-		m.node.Job.Relay = true
-		m.node.Job.RelayEnd = wire.FrameExit
-		if pl := m.node.Job.Pool; pl != nil && pl.Wait == 0 {
-			if limit := cmp.Or(opts.StartupTimeout, opts.HangTimeout); limit > 0 {
-				// A worker waiting for a pool that is still importing is
-				// no process a hang check can name: it starts cold at half
-				// the limit, and is named at the latest one limit later.
-				p := *pl
-				p.Wait = limit / 2
-				m.node.Job.Pool = &p
-			}
-		}
+		m.node.Job = attemptJob(opts, n.Job)
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
 			if job.Pool != nil {
@@ -473,6 +473,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 					warmers = append(warmers, w)
 				}
 			}
+			m.warmed = make(chan struct{})
 			m.warm = func() {
 				wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), warmStartTimeout)
 				defer cancel()
@@ -510,7 +511,12 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	defer cancelStart()
 	unhook := context.AfterFunc(ctx, cancelStart)
 	if rs != nil {
-		rs.Handed, rs.Nodes = time.Since(rs.Failed), len(ms)
+		rs.Nodes = len(ms)
+		if rs.Ahead > 0 {
+			rs.Released = time.Since(rs.Failed) // Handed is when the jobs went ahead
+		} else {
+			rs.Handed = time.Since(rs.Failed)
+		}
 	}
 	startAll(startCtx, ms, opts.Fanout)
 	unhook()
@@ -717,6 +723,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	say(notices.flush())
 	o.failure = sv.rootCause()
 	o.end = time.Now()
+	o.ahead, o.aheadAt = sv.aheadWait()
 	o.silence = clock.result(k, o.end, o.failure == nil && !o.interrupted, o.failure != nil && o.failure.Code == ExitHang)
 	o.failSeen = sv.stopAt
 	if o.failSeen.IsZero() {
@@ -724,6 +731,26 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	}
 	sayTimeline(true)
 	return o
+}
+
+// attemptJob is a node's job as an attempt starts it: relayed, its
+// workers' exits its supervisors' last word, and a pool's wait bounded.
+// The jobs handed ahead (Options.Ahead) are made the same way, so that
+// the start finds them equal.
+func attemptJob(opts Options, job sshexec.Job) sshexec.Job {
+	job.Relay = true
+	job.RelayEnd = wire.FrameExit
+	if pl := job.Pool; pl != nil && pl.Wait == 0 {
+		if limit := cmp.Or(opts.StartupTimeout, opts.HangTimeout); limit > 0 {
+			// A worker waiting for a pool that is still importing is
+			// no process a hang check can name: it starts cold at half
+			// the limit, and is named at the latest one limit later.
+			p := *pl
+			p.Wait = limit / 2
+			job.Pool = &p
+		}
+	}
+	return job
 }
 
 // warmStartTimeout bounds starting the next attempt's agent on standby.

@@ -92,6 +92,8 @@ type supervisor struct {
 	nodeFailed  int
 	nodeFirst   bool // it came before any worker failure and explains them
 
+	ahead *aheadState // the next attempt's hand-off ahead, once begun (ahead.go)
+
 	// Worker failures that were not caused by a stop, in arrival order.
 	causes []workerCause
 
@@ -153,6 +155,7 @@ func (sv *supervisor) stopAll(now bool) int {
 			if sv.opts.Stopping != nil {
 				sv.opts.Stopping(sv.ctx, sv.attempt)
 			}
+			sv.handAhead()
 		}
 	}
 	if sv.phase.diagnosing() {

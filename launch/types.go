@@ -122,6 +122,15 @@ type Options struct {
 	// the nodes again) can start now. ctx is the run's. It is called from
 	// the supervisor's loop and must not block.
 	Stopping func(ctx context.Context, k int)
+	// Ahead, when set, gives attempt k+1's nodes as they will be unless
+	// something between the attempts changes them (a node dropped or
+	// replaced): the first restart after a worker's failure hands each
+	// node's job to its agent on standby at once (sshexec.AheadHander),
+	// beside the stop, and the next attempt's start releases it, or stops
+	// it when its job differs. Nil nodes: none. It is called once per
+	// failed attempt, from a goroutine of its own, while the attempt
+	// stops; ctx is the run's.
+	Ahead func(ctx context.Context, k int) []Node
 }
 
 // Signaled is the cause (context.Cause) of a context cancelled because
@@ -203,8 +212,13 @@ type Restart struct {
 	// made (0: no recheck, as with one local node).
 	Checked time.Duration
 	// Handed: the next attempt's torchrun was handed its command line
-	// (its agents started, or warm ones given their jobs).
+	// (its agents started, or warm ones given their jobs). Handed ahead
+	// (Options.Ahead), that is before Stopped, on Ahead of the nodes.
 	Handed time.Duration
+	Ahead  int
+	// Released: the next attempt's start released the jobs handed ahead
+	// (0: none was).
+	Released time.Duration
 	// Warm of Nodes of the next attempt started warm.
 	Warm, Nodes int
 	// Pooled of Workers of the next attempt were taken from their

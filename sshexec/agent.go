@@ -370,6 +370,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		}
 		stopping = true
 		hb.Stop()
+		a.asks.endAhead() // a job handed ahead may hold one; the tree's end waits for it
 		if sig == 0 {
 			sig = syscall.SIGTERM
 		}
@@ -401,6 +402,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 	kill := func(why string) {
 		stopping = true
 		hb.Stop()
+		a.asks.endAhead()
 		if !killing {
 			killing = true
 			graceC, pollC, hungUp = nil, nil, nil
@@ -463,6 +465,14 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 				hb.Reset(heartbeat)
 			}
 			switch c.b {
+			case ctlRelease:
+				if a.relay != nil && a.relay.open() {
+					a.asks.endAhead() // the restart's asks are over
+				}
+			case ctlAsk:
+				// A job handed ahead (Job.Gated) is asked what an agent on
+				// standby is (standbyask.go) until it is released.
+				go a.answer(ctx, c.line)
 			case ctlTell:
 				if a.relay != nil {
 					a.relay.tell([]byte{c.arg})

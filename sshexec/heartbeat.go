@@ -27,6 +27,9 @@ const (
 	// ctlSignal passes a signal to every worker once, stopping nothing: the
 	// signal's number follows in one byte.
 	ctlSignal = 's'
+	// ctlRelease releases a job handed ahead (Job.Gated): its workers'
+	// supervisors start their workers.
+	ctlRelease = 'g'
 )
 
 // termLen is the length of a ctlTerm or ctlInterrupt message.
@@ -66,6 +69,7 @@ type controlWriter struct {
 	wake chan struct{} // capacity 1: a stop level was raised
 	tell chan []byte   // messages for the relay clients; full means dropped
 	job  chan []byte   // a job line for an agent on standby
+	rel  chan struct{} // ctlRelease, once
 	quit chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine returns
 	once sync.Once
@@ -80,6 +84,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 		wake:     make(chan struct{}, 1),
 		tell:     make(chan []byte, 16),
 		job:      make(chan []byte, 1),
+		rel:      make(chan struct{}, 1),
 		quit:     make(chan struct{}),
 		done:     make(chan struct{}),
 	}
@@ -144,6 +149,15 @@ func (c *controlWriter) handJob(line []byte) {
 	}
 }
 
+// release queues ctlRelease, without waiting; it is sent after the job
+// line and before any later stop.
+func (c *controlWriter) release() {
+	select {
+	case c.rel <- struct{}{}:
+	default: // released already
+	}
+}
+
 // askLine queues an ask (ctlAsk) for an agent on standby, without
 // waiting; false when the queue is full.
 func (c *controlWriter) askLine(line []byte) bool {
@@ -176,6 +190,15 @@ func (c *controlWriter) run() {
 			continue
 		default:
 		}
+		// A release goes before a stop asked after it, and after the job.
+		select {
+		case <-c.rel:
+			if _, err := c.w.Write([]byte{ctlRelease}); err != nil {
+				return
+			}
+			continue
+		default:
+		}
 		select {
 		case <-c.quit:
 			return
@@ -201,6 +224,10 @@ func (c *controlWriter) run() {
 		case line := <-c.job:
 			msg := append(append([]byte{ctlJob}, line...), '\n')
 			if _, err := c.w.Write(msg); err != nil {
+				return
+			}
+		case <-c.rel:
+			if _, err := c.w.Write([]byte{ctlRelease}); err != nil {
 				return
 			}
 		case <-tick.C:

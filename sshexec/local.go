@@ -246,6 +246,9 @@ func (l *Local) Warm(ctx context.Context, job Job) error { return l.warm.warm(ct
 // Cool stops the agent on standby, if any (Warmer).
 func (l *Local) Cool() { l.warm.coolDown() }
 
+// HandAhead implements AheadHander.
+func (l *Local) HandAhead(job Job) bool { return l.warm.handAhead(job) }
+
 var _ Warmer = (*Local)(nil)
 
 // agentExit turns the agent's wait result into Process.Wait's.

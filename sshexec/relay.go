@@ -165,6 +165,10 @@ type relay struct {
 	// before it was frozen) gets it at once, or its worker would run on
 	// until the grace ran out.
 	stopped []byte
+	// gated: the job was handed ahead (Job.Gated), and its workers'
+	// supervisors wait for RelayGo; released once the head said so. A
+	// client that connects after the release gets RelayGo at once.
+	gated, released bool
 
 	readers sync.WaitGroup
 
@@ -208,10 +212,13 @@ func (r *relay) accept() {
 		}
 		r.mu.Lock()
 		r.conns[c] = struct{}{}
-		stopped := r.stopped
+		stopped, goNow := r.stopped, r.gated && r.released
 		r.mu.Unlock()
-		if stopped != nil {
+		switch {
+		case stopped != nil:
 			_, _ = c.Write(stopped) // a client that is gone is gone
+		case goNow:
+			_, _ = c.Write([]byte{RelayGo})
 		}
 		r.readers.Add(1)
 		go r.read(c)
@@ -283,7 +290,34 @@ const (
 	// of the job (Slurm signalling a step, say), and your worker has its
 	// own copy; otherwise give it the signal, once.
 	RelayHad byte = 'H'
+	// RelayGo: the job handed ahead is released (Job.Gated); start your
+	// worker. No byte follows.
+	RelayGo byte = 'G'
 )
+
+// gate holds the job's workers until open (Job.Gated); called before the
+// job starts.
+func (r *relay) gate() {
+	r.mu.Lock()
+	r.gated = true
+	r.mu.Unlock()
+}
+
+// open releases a gated job's workers: every client connected now, and
+// every one that connects later, gets RelayGo (one that is told of a stop
+// first gets that instead). It reports whether the job was gated.
+func (r *relay) open() bool {
+	r.mu.Lock()
+	if !r.gated || r.released || r.stopped != nil {
+		r.mu.Unlock()
+		return r.gated
+	}
+	r.released = true
+	conns := r.connList()
+	r.mu.Unlock()
+	send(conns, []byte{RelayGo})
+	return true
+}
 
 // tell queues msg for every connected client without blocking, sent
 // after the tells before it: a request of several bytes (a resize's size)

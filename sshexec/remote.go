@@ -346,6 +346,9 @@ func (r *Remote) Warm(ctx context.Context, job Job) error { return r.warm.warm(c
 // Cool stops the agent on standby, if any (Warmer).
 func (r *Remote) Cool() { r.warm.coolDown() }
 
+// HandAhead implements AheadHander.
+func (r *Remote) HandAhead(job Job) bool { return r.warm.handAhead(job) }
+
 var _ Warmer = (*Remote)(nil)
 
 // remoteProcess is an agent's Process, known to its Remote until it ends.

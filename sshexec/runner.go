@@ -56,6 +56,12 @@ type Job struct {
 	// Standby marks a job line sent by Warmer.Warm: the agent starts the
 	// job's interpreter now and waits for the job itself (see warm.go).
 	Standby bool `json:"standby,omitempty"`
+	// Gated, for a relayed job handed ahead to an agent on standby
+	// (AheadHander), holds its workers: each worker's supervisor waits at
+	// its start, with everything but the worker itself done, until the
+	// head releases the job (the next Start on the runner, with the same
+	// job) or stops it. GateVar tells the supervisors.
+	Gated bool `json:"gated,omitempty"`
 	// WaitFor, for a job that starts warm, is the address ("host:port") of
 	// a server that the job's program connects to as it starts and that
 	// another node's job opens: torchrun's rendezvous store on node 0. The

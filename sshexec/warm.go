@@ -41,6 +41,27 @@ type Warmer interface {
 	Cool()
 }
 
+// AheadHander is a Warmer that can hand the next job to its agent on
+// standby before the runner's Start: the job's program starts at once
+// (torchrun, up to its workers' start) while the attempt before it is
+// still stopping, and its workers wait, gated (Job.Gated), until Start
+// releases them. HandAhead reports whether the job was handed: false
+// when there is no agent on standby, or it was handed one already.
+//
+// The next Start on the runner releases the job when its job is the one
+// handed ahead (the same JSON), and otherwise stops it, waits for it to
+// end, and starts its own job cold. Cool and Close stop it like any agent
+// on standby.
+type AheadHander interface {
+	Warmer
+	HandAhead(job Job) bool
+}
+
+// GateVar, set to "1" in the environment of a job handed ahead
+// (Job.Gated), tells each worker's supervisor to wait for RelayGo on the
+// relay socket before it starts its worker.
+const GateVar = "GORUN_GATED"
+
 // FrameStart is the agent's word, on a relayed job's stream, on how the
 // job's main process started: a StartInfo as JSON.
 const FrameStart byte = 'W'
@@ -363,7 +384,12 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	hb := time.NewTimer(heartbeat)
 	defer hb.Stop()
 	a.asks.startAhead(sj.AskAhead)
-	defer a.asks.endAhead() // not asked by the time the job came: not needed
+	gated := false
+	defer func() {
+		if !gated {
+			a.asks.endAhead() // not asked by the time the job came: not needed
+		}
+	}()
 	a.sayReady()
 	var job Job
 	for waiting := true; waiting; {
@@ -412,6 +438,15 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	job.Relay = sj.Relay // the relay is the standby's, already in its environment
 	if job.Relay {
 		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar], sj.Env[PoolSocketVar])
+		if job.Gated && a.relay != nil {
+			// Handed ahead: the job starts now, its workers when the head
+			// releases it (ctlRelease). Until then the head may still ask
+			// (the GPU teardown check), and what was started ahead for it
+			// stays (supervise ends it at the release or the stop).
+			gated = true
+			a.relay.gate()
+			job.Env[GateVar] = "1"
+		}
 	}
 	if sb != nil && cold == "" {
 		why, err := sb.handOver(job)

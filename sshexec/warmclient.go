@@ -65,6 +65,9 @@ type warmAgent struct {
 	proc     Process
 	out, err heldWriter
 	ask      *askStream // out, for a relayed job: the agent answers asks there
+	// ahead is the job handed ahead (HandAhead), as JSON with Gated
+	// unset: the job Start must bring for it to be released; nil: none.
+	ahead []byte
 }
 
 // warmSlot is a runner's agent on standby, if any.
@@ -118,26 +121,51 @@ func (s *warmSlot) coolDown() {
 	if a == nil {
 		return
 	}
-	a.proc.Stop(true)
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		_, _ = a.proc.Wait()
-	}()
-	t := time.NewTimer(coolWait)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C: // a lost link: its agent ends with its heartbeat
-	}
+	stopAndWait(a.proc)
 }
 
 // coolWait bounds Cool's wait for the agent on standby to end.
 const coolWait = 5 * time.Second
 
+// handAhead hands job to the agent on standby, gated (Job.Gated), and
+// keeps the agent in the slot for take to release; false when there is
+// none, it has ended, or it was handed a job ahead already.
+func (s *warmSlot) handAhead(job Job) bool {
+	if job.Standby || job.Gated {
+		return false
+	}
+	want, err := json.Marshal(job)
+	if err != nil {
+		return false
+	}
+	job.Gated = true
+	line, err := json.Marshal(job)
+	if err != nil {
+		return false
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.a
+	if a == nil || a.ahead != nil {
+		return false
+	}
+	ap := a.proc.(agentOf).agent()
+	select {
+	case <-ap.done:
+		return false
+	default:
+	}
+	a.ahead = want
+	ap.ctl.handJob(line)
+	return true
+}
+
 // take hands job to the agent on standby and returns its Process, with
 // its output going to stdout and stderr from now on; nil when there is
-// none, or it has ended.
+// none, or it has ended. An agent handed a job ahead (handAhead) is
+// released when job is that job; otherwise it is stopped, and take
+// returns nil once it has ended (at most coolWait): its job must not run
+// beside the one Start starts instead.
 func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
 	if job.Standby {
 		return nil // Warm's own start
@@ -160,8 +188,35 @@ func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
 		a.proc.Stop(true)
 		return nil
 	}
+	if a.ahead != nil {
+		if !bytes.Equal(line, a.ahead) {
+			stopAndWait(a.proc)
+			return nil
+		}
+		a.out.set(stdout)
+		a.err.set(stderr)
+		ap.ctl.release()
+		return a.proc
+	}
 	a.out.set(stdout)
 	a.err.set(stderr)
 	ap.ctl.handJob(line)
 	return a.proc
+}
+
+// stopAndWait kills p's job at once and waits until p has ended, at most
+// coolWait (a lost link: its agent ends with its heartbeat).
+func stopAndWait(p Process) {
+	p.Stop(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = p.Wait()
+	}()
+	t := time.NewTimer(coolWait)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
 }

@@ -38,8 +38,13 @@ type BeforeAttempt interface {
 	BeforeAttempt(ctx context.Context, a *Attempt) error
 }
 
-// Starting hooks see an attempt's jobs (a.Nodes) just before they start,
-// and may add to them.
+// Shaper hooks add to an attempt's jobs (a.Nodes) from a.Plan alone,
+// with no other effect: they shape the attempt's jobs, and the next
+// attempt's as they are handed ahead (launch.Options.Ahead), which must
+// come out the same.
+type Shaper interface{ Shape(a *Attempt) }
+
+// Starting hooks see an attempt's jobs (a.Nodes) just before they start.
 type Starting interface{ Starting(a *Attempt) }
 
 // Stopping hooks hear that attempt a.K begins to be stopped for a
@@ -134,6 +139,14 @@ func stopping(ctx context.Context, hooks []Hook, a *Attempt) {
 	for _, h := range hooks {
 		if s, ok := h.(Stopping); ok {
 			s.Stopping(ctx, a)
+		}
+	}
+}
+
+func shape(hooks []Hook, a *Attempt) {
+	for _, h := range hooks {
+		if s, ok := h.(Shaper); ok {
+			s.Shape(a)
 		}
 	}
 }

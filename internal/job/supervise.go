@@ -45,9 +45,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 			if n := len(a.Nodes); n > 0 {
 				a.Nodes[n-1].Standby = r.spares.runners(r.conns) // a spare takes any node's job as it is handed over
 			}
+			shape(hooks, a)
 			starting(hooks, a)
 			return a.Nodes, nil
 		},
+		Ahead:       r.ahead(hooks, a),
 		Failed:      func(k int, f launch.Failure) { attemptFailed(hooks, k, f) },
 		Stopping:    func(ctx context.Context, _ int) { stopping(ctx, hooks, a) }, // a is attempt k still
 		MaxRestarts: r.cl.Torchrun.MaxRestarts,                                    // gorun restarts the whole group; each torchrun runs with 0
@@ -85,6 +87,39 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	default:
 		fmt.Fprintln(r.ui.Err, "gorun:", userr.Printable(ferr.Error()))
 		return err
+	}
+}
+
+// ahead is launch.Options.Ahead for this run: attempt k+1's jobs as its
+// Attempt makes them when no hook changes the plan, on a store port of
+// their own (masterPort.ahead); nil where the next torchrun has no
+// standby to start on, or its store port is not gorun's to move: an
+// endpoint the user gave, a port the user gave for several nodes (a
+// firewall may open only that one; on one local node the port is on
+// loopback and moves), or another pod's.
+func (r *run) ahead(hooks []Hook, a *Attempt) func(ctx context.Context, k int) []launch.Node {
+	local := len(r.spec.Hosts) == 0
+	if r.cl.Gorun.WarmRestart == "off" || r.cl.Set("rdzv_endpoint") || (r.cl.Set("master_port") && !local) {
+		return nil
+	}
+	var mp *masterPort
+	for _, h := range hooks {
+		if m, ok := h.(*masterPort); ok {
+			mp = m
+		}
+	}
+	if mp == nil {
+		return nil
+	}
+	return func(ctx context.Context, k int) []launch.Node {
+		plan, ok := mp.ahead(ctx, a.Plan, k)
+		if !ok {
+			return nil
+		}
+		next := &Attempt{K: k + 1, Spec: a.Spec, Plan: plan}
+		next.Nodes = jobs(plan, r.conns, k+1, r.jobSettings())
+		shape(hooks, next)
+		return next.Nodes
 	}
 }
 

@@ -16,7 +16,7 @@ import (
 // nothing, and without warm restarts nobody does.
 func TestJobsWaitForNode0sStore(t *testing.T) {
 	plan := testPlan(t, 1, "node0", "node1", "node2")
-	plan = plan.WithMasterPort(29611)
+	plan = plan.WithMasterPort(29611, "moved")
 	store, ok := plan.StoreAddr()
 	if !ok {
 		t.Fatal("a 3-node plan has no store address")

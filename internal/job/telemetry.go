@@ -83,9 +83,8 @@ func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, ou
 
 func (*gpuWatch) Name() string { return "telemetry" }
 
-// Starting gives every node's job of the attempt its sampling settings:
-// the GPUs of the plan's ranks on that node, or every GPU where the plan
-// does not know them.
+// Starting marks the attempt's start (and its replacements) in the
+// report, and keeps its plan for the notices.
 func (g *gpuWatch) Starting(a *Attempt) {
 	g.mu.Lock()
 	g.plan = a.Plan
@@ -103,6 +102,12 @@ func (g *gpuWatch) Starting(a *Attempt) {
 		g.report.Mark(telemetry.Marker{Time: now, Label: label, Kind: "attempt"})
 	}
 	g.mu.Unlock()
+}
+
+// Shape gives every node's job of the attempt its sampling settings: the
+// GPUs of the plan's ranks on that node, or every GPU where the plan does
+// not know them.
+func (g *gpuWatch) Shape(a *Attempt) {
 	byHost := map[string]envplan.NodePlan{}
 	for _, n := range a.Plan.Nodes {
 		byHost[n.Host] = n

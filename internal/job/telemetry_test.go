@@ -70,6 +70,7 @@ func TestGPUWatch(t *testing.T) {
 	}
 	plan := envplan.Plan{Nodes: []envplan.NodePlan{{Host: "gpu1", Ranks: []envplan.RankPlan{{Rank: 0, GPU: intp(3)}}}, {Host: "cpu1"}}}
 	a := &Attempt{Plan: plan, Nodes: []launch.Node{{Name: "gpu1", Job: sshexec.Job{}}, {Name: "cpu1"}}}
+	g.Shape(a)
 	g.Starting(a)
 	var cfg telemetry.Config
 	if err := json.Unmarshal(a.Nodes[0].Job.Sidecar, &cfg); err != nil || cfg.Interval != time.Second || len(cfg.GPUs) != 1 || cfg.GPUs[0].Index != 3 {
@@ -98,6 +99,7 @@ func TestGPUWatch(t *testing.T) {
 	plan2 := envplan.Plan{Nodes: []envplan.NodePlan{plan.Nodes[0], {Host: "cpu2"}}}
 	a = &Attempt{K: 1, Plan: plan2, Nodes: []launch.Node{{Name: "gpu1"}, {Name: "cpu2"}},
 		Replaced: []replacement{{left: "cpu1", spare: "cpu2", rank: 1, why: "node.reach failed", attempt: 1}}}
+	g.Shape(a)
 	g.Starting(a)
 	if err := g.Finish(context.Background(), a, launch.Result{Attempts: 2}, nil); err != nil || diag.Len() > 0 {
 		t.Errorf("finish: %v, said %q", err, diag.String())

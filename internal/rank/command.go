@@ -75,7 +75,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
-		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar:
+		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar || k == sshexec.GateVar:
 			continue // the worker's own children must not speak for it
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "":
 			continue

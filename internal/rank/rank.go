@@ -225,6 +225,15 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	// kill this process before it has cleaned up.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
+	if w.conn != nil && getenv(sshexec.GateVar) == "1" {
+		if sig := w.awaitGate(sigs); sig != 0 {
+			// Stopped before its release: the worker never runs, and this
+			// process ends by the stop's signal, as a worker stopped in
+			// the pool's wait does (start).
+			cleanup()
+			exitBySignal(sig)
+		}
+	}
 	cpus, err := rankCPUs(getenv(envplan.RankCPUsVar), getenv("LOCAL_RANK"))
 	if err != nil {
 		fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)

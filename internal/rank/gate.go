@@ -1,0 +1,83 @@
+package rank
+
+import (
+	"os"
+	"syscall"
+
+	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/sshexec"
+)
+
+// awaitGate holds the worker of a job handed ahead (sshexec.GateVar: the
+// next attempt's torchrun started while the last attempt still stops)
+// until the node agent releases it (sshexec.RelayGo), with everything
+// but the worker's start done. It returns 0 then. When the job is
+// stopped instead it returns the stop's signal: told by the agent, or a
+// stop signal sent to this process (torchrun's own stop); when the agent
+// is gone, SIGKILL. Other signals that came are left in sigs for the
+// worker, as start leaves them.
+func (w *worker) awaitGate(sigs chan os.Signal) syscall.Signal {
+	type word struct {
+		sig syscall.Signal // 0: go
+		err error
+	}
+	words := make(chan word, 1)
+	go func() {
+		// One byte at a time, so nothing after the release is read here:
+		// listen reads the rest.
+		var b [1]byte
+		next := func() (byte, error) {
+			_, err := w.conn.Read(b[:])
+			return b[0], err
+		}
+		for {
+			c, err := next()
+			if err != nil {
+				words <- word{err: err}
+				return
+			}
+			switch c {
+			case sshexec.RelayGo:
+				words <- word{}
+				return
+			case sshexec.RelayStop, sshexec.RelayHad, sshexec.RelaySignal:
+				n, err := next()
+				if err != nil {
+					words <- word{err: err}
+					return
+				}
+				if c != sshexec.RelaySignal { // a passed signal finds no worker yet
+					words <- word{sig: syscall.Signal(n)}
+					return
+				}
+			case wire.TellResize:
+				for c != ';' && err == nil { // its size: the worker's terminal takes the size it starts with
+					c, err = next()
+				}
+			}
+		}
+	}()
+	var held []os.Signal
+	defer func() {
+		for _, s := range held {
+			select {
+			case sigs <- s:
+			default:
+			}
+		}
+	}()
+	for {
+		select {
+		case wd := <-words:
+			if wd.err != nil {
+				return syscall.SIGKILL
+			}
+			return wd.sig
+		case s := <-sigs:
+			if isStopSignal(s) {
+				return s.(syscall.Signal)
+			}
+			held = append(held, s)
+		}
+	}
+}

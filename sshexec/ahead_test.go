@@ -1,0 +1,252 @@
+package sshexec
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestRelayGate: a gated relay holds its clients until open, tells one
+// that connects after it at once, and a stop before the release wins:
+// its clients get the stop and never RelayGo.
+func TestRelayGate(t *testing.T) {
+	dial := func(t *testing.T, r *relay) net.Conn {
+		t.Helper()
+		c, err := net.Dial("unix", r.path())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { c.Close() })
+		return c
+	}
+	// read returns what reaches c within d.
+	read := func(c net.Conn, d time.Duration) string {
+		c.SetReadDeadline(time.Now().Add(d))
+		b := make([]byte, 16)
+		n, _ := c.Read(b)
+		return string(b[:n])
+	}
+	newRelay := func(t *testing.T) *relay {
+		t.Helper()
+		r, err := startRelay(io.Discard, 0)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(r.close)
+		return r
+	}
+
+	t.Run("released", func(t *testing.T) {
+		r := newRelay(t)
+		r.gate()
+		before := dial(t, r)
+		if got := read(before, 100*time.Millisecond); got != "" {
+			t.Fatalf("a gated client was told %q before the release", got)
+		}
+		if !r.open() {
+			t.Fatal("open: the relay was not gated")
+		}
+		if got := read(before, time.Second); got != string(RelayGo) {
+			t.Errorf("at the release the client got %q, want RelayGo", got)
+		}
+		after := dial(t, r)
+		if got := read(after, time.Second); got != string(RelayGo) {
+			t.Errorf("a client after the release got %q, want RelayGo at once", got)
+		}
+		r.open() // once only
+		if got := read(before, 100*time.Millisecond); got != "" {
+			t.Errorf("a second open told %q", got)
+		}
+	})
+	t.Run("stopped first", func(t *testing.T) {
+		r := newRelay(t)
+		r.gate()
+		c := dial(t, r)
+		for r.clients() == 0 {
+			time.Sleep(time.Millisecond)
+		}
+		stop := []byte{RelayStop, 15}
+		r.stop(stop)
+		r.open()
+		if got := read(c, time.Second); got != string(stop) {
+			t.Errorf("stopped, then opened: the client got %q, want only the stop", got)
+		}
+		if got := read(dial(t, r), time.Second); got != string(stop) {
+			t.Errorf("a client after the stop got %q, want the stop", got)
+		}
+	})
+	t.Run("not gated", func(t *testing.T) {
+		r := newRelay(t)
+		if r.open() {
+			t.Error("open reported a gate on a relay that had none")
+		}
+		if got := read(dial(t, r), 100*time.Millisecond); got != "" {
+			t.Errorf("a client of an ungated relay got %q", got)
+		}
+	})
+}
+
+// gatedScript is a job that stands for torchrun and its worker's
+// supervisor: it connects to the relay, notes that it did, and, gated,
+// waits for RelayGo before it notes its release and prints.
+const gatedScript = `#!/usr/bin/python3
+import os, socket, sys
+mark = os.environ["MARKS"]
+s = socket.socket(socket.AF_UNIX)
+s.connect(os.environ["GORUN_AGENT_SOCK"])
+open(os.path.join(mark, "connected"), "w").close()
+if os.environ.get("GORUN_GATED") == "1":
+    if s.recv(1) != b"G":
+        sys.exit(9)
+open(os.path.join(mark, "released"), "w").close()
+print("ran", os.environ.get("FOO"), "gated", os.environ.get("GORUN_GATED"), flush=True)
+`
+
+// aheadJob is a warm job running gatedScript; marks is its folder of
+// marks.
+func aheadJob(t *testing.T) (job Job, marks string) {
+	t.Helper()
+	dir := t.TempDir()
+	script := filepath.Join(dir, "job.py")
+	if err := os.WriteFile(script, []byte(gatedScript), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	marks = filepath.Join(dir, "marks")
+	os.Mkdir(marks, 0o755)
+	return Job{Argv: []string{script}, Env: map[string]string{"FOO": "1", "MARKS": marks}, Dir: dir, Relay: true,
+		Preimport: []string{"json"}}, marks
+}
+
+func exists(path string) bool { _, err := os.Stat(path); return err == nil }
+
+// waitFor polls for path, up to d.
+func waitFor(path string, d time.Duration) bool {
+	for deadline := time.Now().Add(d); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if exists(path) {
+			return true
+		}
+	}
+	return exists(path)
+}
+
+// TestHandAhead: a job handed ahead starts at once (its program runs and
+// reaches the relay) but its gated part waits; the agent still answers
+// asks; a Start with the same job releases it, and its output and exit
+// are the job's, warm. One handed ahead per standby.
+func TestHandAhead(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	l.agentEnv = append(l.agentEnv, testAgentOutputEnv+"=1")
+	ctx := context.Background()
+	job, marks := aheadJob(t)
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	waitAskReady(t, &l.warm)
+	next := job
+	next.Env = map[string]string{"FOO": "2", "MARKS": marks}
+	if !l.HandAhead(next) {
+		t.Fatal("HandAhead: not handed, with an agent on standby")
+	}
+	if l.HandAhead(next) {
+		t.Error("a second HandAhead to the same standby was taken")
+	}
+	if !waitFor(filepath.Join(marks, "connected"), 10*time.Second) {
+		t.Fatal("the job handed ahead never started")
+	}
+	time.Sleep(200 * time.Millisecond)
+	if exists(filepath.Join(marks, "released")) {
+		t.Fatal("the gated job ran on before the release")
+	}
+	out, err := l.AgentOutput(ctx, "_parent")
+	if err != nil || !strings.Contains(string(out), "_agent") {
+		t.Errorf("an ask while handed ahead: %q, %v; want it answered by the agent", out, err)
+	}
+	var f frames
+	if code := runWarm(t, l, next, &f); code != 0 {
+		t.Errorf("exit %d, want 0\n%s", code, f.out.String())
+	}
+	if got := f.out.String(); got != "ran 2 gated 1\n" {
+		t.Errorf("the released job printed %q", got)
+	}
+	if len(f.start) != 1 || !f.start[0].Warm {
+		t.Errorf("start frames %+v, want one warm (held from before the release)", f.start)
+	}
+}
+
+// TestHandAheadMismatch: a Start whose job is not the one handed ahead
+// stops that one before its gated part ran, waits for it, and starts its
+// own job cold; one handed ahead goes with its standby at Cool.
+func TestHandAheadMismatch(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	ctx := context.Background()
+	job, marks := aheadJob(t)
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if !l.HandAhead(job) {
+		t.Fatal("not handed")
+	}
+	if !waitFor(filepath.Join(marks, "connected"), 10*time.Second) {
+		t.Fatal("the job handed ahead never started")
+	}
+	other := job
+	otherMarks := t.TempDir()
+	other.Env = map[string]string{"FOO": "3", "MARKS": otherMarks}
+	var f frames
+	if code := runWarm(t, l, other, &f); code != 0 || f.out.String() != "ran 3 gated None\n" {
+		t.Errorf("the job started instead: exit %d, %q; want it run ungated", code, f.out.String())
+	}
+	if len(f.start) != 0 {
+		t.Errorf("start frames %+v: the job was not started cold on an agent of its own", f.start)
+	}
+	if exists(filepath.Join(marks, "released")) {
+		t.Error("the job handed ahead ran its gated part")
+	}
+	if left := jobProcs(marks); left != "" {
+		t.Errorf("the job handed ahead is still there: %s", left)
+	}
+
+	// Cooled: the one handed ahead goes with its standby.
+	os.Remove(filepath.Join(marks, "connected"))
+	if err := l.Warm(ctx, job); err != nil {
+		t.Fatal(err)
+	}
+	if !l.HandAhead(job) || !waitFor(filepath.Join(marks, "connected"), 10*time.Second) {
+		t.Fatal("the second job handed ahead never started")
+	}
+	l.Cool()
+	if left := jobProcs(marks); left != "" {
+		t.Errorf("after Cool, the job handed ahead is still there: %s", left)
+	}
+	if exists(filepath.Join(marks, "released")) {
+		t.Error("the job handed ahead ran its gated part")
+	}
+}
+
+// jobProcs lists the processes whose environment has MARKS=dir (the jobs
+// of one test).
+func jobProcs(dir string) string {
+	entries, _ := os.ReadDir("/proc")
+	var found []string
+	for _, e := range entries {
+		pid := e.Name()
+		if pid[0] < '0' || pid[0] > '9' {
+			continue
+		}
+		env, err := os.ReadFile(filepath.Join("/proc", pid, "environ"))
+		if err != nil || !bytes.Contains(env, []byte("MARKS="+dir+"\x00")) {
+			continue
+		}
+		cmd, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
+		found = append(found, pid+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+	}
+	return strings.Join(found, "; ")
+}
