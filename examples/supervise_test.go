@@ -144,7 +144,8 @@ func startupCrash(t *testing.T, window time.Duration, extra ...string) {
 	for _, want := range []string{
 		"gorun: node1 rank 2 (local rank 0) exited with 3 during start-up (had not reached the rendezvous store); stopping every node",
 		"restarting the whole group (attempt 2 of 2)",
-		"gorun: restart after attempt 1: failure seen, stopped +",
+		"gorun: restart after attempt 1: failure seen, ", // then the hand-off ahead, where the standbys were in place
+		", stopped +",
 		", nodes rechecked +", // CPU nodes: no GPU memory to wait for
 	} {
 		if !strings.Contains(out, want) {

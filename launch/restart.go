@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"cmp"
 	"fmt"
 	"slices"
 	"strings"
@@ -44,22 +43,24 @@ type Phase struct {
 	At   time.Duration
 }
 
-// Phases lists the phases the restart reached, in the order they ended:
-// stopped, GPU memory free, nodes rechecked, next torchrun handed its
-// command line (before the stop when handed ahead), workers released,
-// workers started, first line (one not reached, or not checked, is left
-// out).
+// Phases lists the phases the restart reached, in order: stopped, GPU
+// memory free, nodes rechecked, next torchrun handed its command line,
+// workers started, first line; handed ahead (Ahead), the hand-off comes
+// first and workers released before workers started (one not reached,
+// or not checked, is left out).
 func (r Restart) Phases() []Phase {
+	handed := Phase{"next torchrun handed its command line", r.Handed}
 	all := []Phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked},
-		{"next torchrun handed its command line", r.Handed}, {"workers released", r.Released},
-		{"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
+		handed, {"workers released", r.Released}, {"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
+	if r.Ahead > 0 {
+		all = append([]Phase{handed}, slices.Delete(all, 3, 4)...)
+	}
 	out := all[:0]
 	for _, p := range all {
 		if p.At > 0 {
 			out = append(out, p)
 		}
 	}
-	slices.SortStableFunc(out, func(a, b Phase) int { return cmp.Compare(a.At, b.At) })
 	return out
 }
 
