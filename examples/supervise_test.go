@@ -190,12 +190,24 @@ const restartWindow = 12 * time.Second
 // TestClusterWarmRestart: a worker on node1 crashes in training, once
 // every node's next torchrun has had time to start warm: the restart
 // hands each its command line, and every worker of the next attempt runs
-// within warmRestartWindow of the crash.
+// within warmRestartWindow of the crash. With --warm-restart early (as on
+// nodes with CPUs to spare) the next attempt's jobs are handed ahead, the
+// moment the failure is seen: the restart line says so, the next attempt
+// meets at a port of its own, and its workers start once released.
 func TestClusterWarmRestart(t *testing.T) {
+	t.Run("default", func(t *testing.T) { warmRestart(t, false) })
+	t.Run("ahead", func(t *testing.T) { warmRestart(t, true) })
+}
+
+func warmRestart(t *testing.T, ahead bool) {
 	c := needCluster(t, 3)
 	mark := marker(t)
 	crashFile := filepath.Join(t.TempDir(), "crash-time")
-	r := startTrainingCrash(t, c, mark, crashFile, 8)
+	extra := []string{"--env", "PRINT_ENV=MASTER_PORT"}
+	if ahead {
+		extra = append(extra, "--warm-restart", "early")
+	}
+	r := startTrainingCrash(t, c, mark, crashFile, 8, extra...)
 	up := make(chan time.Time, 1)
 	go func() {
 		defer close(up)
@@ -225,16 +237,36 @@ func TestClusterWarmRestart(t *testing.T) {
 	if took > warmRestartWindow {
 		t.Errorf("attempt 1's workers started %v after the crash, want at most %v:\n%s", took, warmRestartWindow, out)
 	}
-	for _, want := range []string{"(warm on 3 of 3 nodes)", "restarting the whole group (attempt 2 of 2)"} {
+	wants := []string{"warm on 3 of 3 nodes)", "restarting the whole group (attempt 2 of 2)"}
+	if ahead {
+		wants = append(wants, "next torchrun handed its command line +", "(ahead on 3 of 3 nodes, warm on 3 of 3 nodes), stopped +", ", workers released +")
+	}
+	for _, want := range wants {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
+	}
+	if !ahead && strings.Contains(out, "(ahead on") {
+		t.Errorf("handed ahead on nodes without CPUs to spare:\n%s", out)
 	}
 	if strings.Contains(out, "SignalException") || strings.Contains(out, "starts cold") {
 		t.Errorf("a traceback from a stop gorun made, or a cold start:\n%s", out)
 	}
 	if n := strings.Count(out, "attempt=1 restart=1"); n != 6 {
 		t.Errorf("want 6 ranks in sync on attempt 1, got %d:\n%s", n, out)
+	}
+	// Every rank of an attempt meets at one port; handed ahead, the
+	// next attempt's is another (the old torchrun held its own).
+	ports := map[string]map[string]bool{"0": {}, "1": {}}
+	for _, m := range regexp.MustCompile(`ready attempt=(\d) affinity=\S+ env MASTER_PORT=(\d+)`).FindAllStringSubmatch(out, -1) {
+		if ports[m[1]] != nil {
+			ports[m[1]][m[2]] = true
+		}
+	}
+	if len(ports["0"]) != 1 || len(ports["1"]) != 1 {
+		t.Errorf("MASTER_PORT by attempt %v, want one port in each:\n%s", ports, out)
+	} else if moved := fmt.Sprint(ports["0"]) != fmt.Sprint(ports["1"]); moved != ahead {
+		t.Errorf("MASTER_PORT by attempt %v: moved %v, want %v", ports, moved, ahead)
 	}
 	noneLeft(t, mark, 5*time.Second)
 }
@@ -310,7 +342,7 @@ func TestClusterPrewarm(t *testing.T) {
 	if gap := time.Duration(first-started) * time.Millisecond; gap > prewarmImportWindow {
 		t.Errorf("workers started → first line took %v, want at most %v: %s", gap, prewarmImportWindow, restart)
 	}
-	for _, want := range []string{"(warm on 3 of 3 nodes)", "(6 of 6 pooled)", "restarting the whole group (attempt 2 of 2)"} {
+	for _, want := range []string{"warm on 3 of 3 nodes)", "(6 of 6 pooled)", "restarting the whole group (attempt 2 of 2)"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
 		}
