@@ -518,6 +518,38 @@ func TestLocalRestartsOwnedByGorun(t *testing.T) {
 	noneLeft(t, mark, 5*time.Second)
 }
 
+// TestLocalRestartAhead: in local mode with --warm-restart early the first
+// restart hands the next torchrun its command line ahead, on a port of
+// its own (torchrun's default placed on its command line, moved up),
+// releases its workers once the stop is over, and the job finishes with
+// both ranks in sync and nothing left.
+func TestLocalRestartAhead(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "CRASH_RANK=1", "CRASH_CODE=5", "PRINT_ENV=MASTER_PORT"},
+		"--warm-restart", "early", "--torchrun", shim(t), "--nproc-per-node", "2", "--max-restarts", "1", script(t), "--tag", mark)
+	if code := r.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	out := r.output()
+	for _, want := range []string{"(ahead on 1 of 1 nodes, warm on 1 of 1 nodes), stopped +", ", workers released +",
+		"env MASTER_PORT=29500", "ready attempt=1 affinity="} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	var moved []string
+	for _, m := range regexp.MustCompile(`ready attempt=1 affinity=\S+ env MASTER_PORT=(\d+)`).FindAllStringSubmatch(out, -1) {
+		if p, _ := strconv.Atoi(m[1]); p > 29500 {
+			moved = append(moved, m[1])
+		}
+	}
+	if len(moved) != 2 || moved[0] != moved[1] {
+		t.Errorf("attempt 1's workers on ports %v above the old 29500, want both on one:\n%s", moved, out)
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
 // TestClusterHangCaught: rank 3 stops making progress (a sleep), so its
 // peers wait in their next collective and the group goes silent. gorun
 // names the silent ranks, names rank 3 as the one stuck, with its stack,
