@@ -130,8 +130,9 @@ gorun options:
                            start each node's next torchrun ahead, its imports
                            done, while an attempt runs (default on: once the
                            workers are past their imports, or with the attempt
-                           on nodes with CPUs to spare; early: with the
-                           attempt on every node)
+                           on nodes with CPUs to spare, which also get the
+                           first restart's command line as the stop begins;
+                           early: both on every node)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
   --prewarm auto|MODULES|off
