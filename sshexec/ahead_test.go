@@ -250,3 +250,32 @@ func jobProcs(dir string) string {
 	}
 	return strings.Join(found, "; ")
 }
+
+// TestHandAheadStoppedAtTheGate: a runner closed while its job handed
+// ahead waits at the gate (the user's Ctrl-C during a restart's stop) stops
+// it as it stops any job, with its grace: the gated part never runs, and
+// nothing of it is left.
+func TestHandAheadStoppedAtTheGate(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, marks := aheadJob(t)
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if !l.HandAhead(job) || !waitFor(filepath.Join(marks, "connected"), 10*time.Second) {
+		t.Fatal("the job handed ahead never started")
+	}
+	done := make(chan struct{})
+	go func() { l.Close(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close did not return with a job waiting at its gate")
+	}
+	if exists(filepath.Join(marks, "released")) {
+		t.Error("the job handed ahead ran its gated part")
+	}
+	if left := jobProcs(marks); left != "" {
+		t.Errorf("after Close, the job handed ahead is still there: %s", left)
+	}
+}

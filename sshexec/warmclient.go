@@ -146,17 +146,11 @@ func (s *warmSlot) handAhead(job Job) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	a := s.a
-	if a == nil || a.ahead != nil {
+	if a == nil || a.ahead != nil || a.ended() {
 		return false
-	}
-	ap := a.proc.(agentOf).agent()
-	select {
-	case <-ap.done:
-		return false
-	default:
 	}
 	a.ahead = want
-	ap.ctl.handJob(line)
+	a.ctl().handJob(line)
 	return true
 }
 
@@ -174,14 +168,8 @@ func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
 	a := s.a
 	s.a = nil
 	s.mu.Unlock()
-	if a == nil {
+	if a == nil || a.ended() {
 		return nil
-	}
-	ap := a.proc.(agentOf).agent()
-	select {
-	case <-ap.done:
-		return nil
-	default:
 	}
 	line, err := json.Marshal(job)
 	if err != nil {
@@ -195,13 +183,26 @@ func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
 		}
 		a.out.set(stdout)
 		a.err.set(stderr)
-		ap.ctl.release()
+		a.ctl().release()
 		return a.proc
 	}
 	a.out.set(stdout)
 	a.err.set(stderr)
-	ap.ctl.handJob(line)
+	a.ctl().handJob(line)
 	return a.proc
+}
+
+// ctl is the agent's control stream.
+func (a *warmAgent) ctl() *controlWriter { return a.proc.(agentOf).agent().ctl }
+
+// ended reports whether the agent has exited.
+func (a *warmAgent) ended() bool {
+	select {
+	case <-a.proc.(agentOf).agent().done:
+		return true
+	default:
+		return false
+	}
 }
 
 // stopAndWait kills p's job at once and waits until p has ended, at most

@@ -14,6 +14,9 @@ import (
 // portSearch is how many ports above the planned one a restart tries.
 const portSearch = 32
 
+// aheadPortReason is MASTER_PORT's reason on a port masterPort.ahead chose.
+const aheadPortReason = "a port of the restart's own: it began while the last attempt stopped"
+
 // masterPort is the hook that moves the rendezvous store to the next free
 // port when the one the plan uses still accepts connections as the group
 // restarts (a store left by a process that is not the job's, or a port
@@ -35,7 +38,7 @@ func (m *masterPort) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	}
 	if a.Restart != nil && a.Restart.Ahead > 0 && m.next.k == a.K {
 		// The torchruns handed ahead listen there already: no check.
-		a.Plan = a.Plan.WithMasterPort(m.next.port, "a port of the restart's own: it began while the last attempt stopped")
+		a.Plan = a.Plan.WithMasterPort(m.next.port, aheadPortReason)
 		return nil
 	}
 	port, ok := a.Plan.MasterPort()
@@ -64,7 +67,7 @@ func (m *masterPort) ahead(ctx context.Context, plan envplan.Plan, k int) (envpl
 	if !ok {
 		return plan, false
 	}
-	q := plan.WithMasterPort(p, "a port of the restart's own: it began while the last attempt stopped")
+	q := plan.WithMasterPort(p, aheadPortReason)
 	if got, _ := q.StorePort(); got != p {
 		return plan, false
 	}
