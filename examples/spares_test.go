@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -160,6 +161,13 @@ func spareForFailedCheck(t *testing.T, extra ...string) {
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if slices.Contains(extra, "early") {
+		// node1's job, handed ahead, went unused: the spare took its place.
+		want := "(ahead on 2 of 3 nodes, 1 job handed ahead then stopped unused, warm on 3 of 3 nodes)"
+		if !strings.Contains(out, "gorun: restart after attempt 1: failure seen, next torchrun handed its command line +") || !strings.Contains(out, want) {
+			t.Errorf("the first restart's line lacks %q:\n%s", want, out)
 		}
 	}
 	checkNodeRanks(t, out, 1, n[0], n[3], n[2])

@@ -88,7 +88,10 @@ func (r Restart) String() string {
 		if p.Name == "next torchrun handed its command line" {
 			var how []string
 			if r.Ahead > 0 {
-				how = append(how, fmt.Sprintf("ahead on %d of %d nodes", r.Ahead, r.Nodes))
+				how = append(how, fmt.Sprintf("ahead on %d of %d nodes", r.AheadUsed, r.Nodes))
+				if unused := r.Ahead - r.AheadUsed; unused > 0 {
+					how = append(how, fmt.Sprintf("%s handed ahead then stopped unused", plural(unused, "job")))
+				}
 			}
 			if r.Warm > 0 {
 				how = append(how, fmt.Sprintf("warm on %d of %d nodes", r.Warm, r.Nodes))

@@ -55,11 +55,17 @@ func TestRestartString(t *testing.T) {
 		t.Errorf("partial: %s", got)
 	}
 	// Handed ahead: in the order the phases ended.
-	r = Restart{Stopped: 60 * time.Millisecond, Handed: 5 * time.Millisecond, Ahead: 2, Warm: 2, Nodes: 2, Released: 62 * time.Millisecond,
+	r = Restart{Stopped: 60 * time.Millisecond, Handed: 5 * time.Millisecond, Ahead: 2, AheadUsed: 2, Warm: 2, Nodes: 2, Released: 62 * time.Millisecond,
 		WorkersUp: 80 * time.Millisecond, FirstLine: 81 * time.Millisecond}
 	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line +5ms (ahead on 2 of 2 nodes, warm on 2 of 2 nodes), stopped +60ms, workers released +62ms, workers started +80ms, first line +81ms; longest: next torchrun handed its command line → stopped (55ms)"
 	if got := r.String(); got != want {
 		t.Errorf("String =\n%s\nwant\n%s", got, want)
+	}
+	// One node's job changed (replaced by the recheck): stopped unused.
+	r.Ahead, r.AheadUsed, r.Warm, r.Nodes = 3, 2, 3, 3
+	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line +5ms (ahead on 2 of 3 nodes, 1 job handed ahead then stopped unused, warm on 3 of 3 nodes), stopped +60ms"
+	if got := r.String(); !strings.HasPrefix(got, want) {
+		t.Errorf("String =\n%s\nwant it to begin\n%s", got, want)
 	}
 }
 
@@ -286,7 +292,10 @@ func TestRunHandsAhead(t *testing.T) {
 	fail := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		r.sc = fail
-		if k == 2 {
+		switch k {
+		case 1: // the agent says it released the job handed ahead
+			r.sc.frames = append([]timedFrame{{0, released()}}, fail.frames...)
+		case 2:
 			r.sc = script{after: 20 * ms, frames: []timedFrame{{ms, started(0, 0)}}}
 		}
 		return []Node{{Name: "node1", Runner: r, Workers: 1, Job: job}}, nil
@@ -314,7 +323,7 @@ func TestRunHandsAhead(t *testing.T) {
 		t.Fatalf("restarts %+v", res.Restarts)
 	}
 	first, second := res.Restarts[0], res.Restarts[1]
-	if first.Ahead != 1 || first.Handed <= 0 || first.Handed > first.Stopped || first.Released < first.Stopped || first.WorkersUp < first.Released {
+	if first.Ahead != 1 || first.AheadUsed != 1 || first.Handed <= 0 || first.Handed > first.Stopped || first.Released < first.Stopped || first.WorkersUp < first.Released {
 		t.Errorf("the first restart's timeline %+v: want handed ahead before the stop, released after it", first)
 	}
 	if second.Ahead != 0 || second.Released != 0 || second.Handed < second.Stopped {

@@ -615,6 +615,9 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 				if ev.start.Warm && rs != nil {
 					rs.Warm++
 				}
+				if ev.start.Released && rs != nil {
+					rs.AheadUsed++
+				}
 				if why := ev.start.Cold; why != "" {
 					say(notices.note(ms[ev.i].node.Name, "torchrun starts cold: "+why))
 				}

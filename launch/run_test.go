@@ -612,6 +612,11 @@ func line(kind byte, lr int, text string) []byte {
 	return sshexec.AppendFrame(nil, kind, append(wire.AppendRank(nil, lr), text...))
 }
 
+// released is the agent's word that the job handed ahead was released.
+func released() []byte {
+	return sshexec.AppendFrame(nil, sshexec.FrameStart, wire.JSON(sshexec.StartInfo{Released: true}))
+}
+
 func joined(lr int) []byte { return sshexec.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)) }
 
 // TestRunWorkerExitStopsGroup: a worker exits with 3 while its torchrun

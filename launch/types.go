@@ -216,6 +216,11 @@ type Restart struct {
 	// (Options.Ahead), that is before Stopped, on Ahead of the nodes.
 	Handed time.Duration
 	Ahead  int
+	// AheadUsed of the Ahead nodes had that job released at the start;
+	// the others' jobs were stopped unused (the next attempt's job there
+	// differed: a node replaced or dropped by the recheck) and they
+	// started as if nothing had been handed.
+	AheadUsed int
 	// Released: the next attempt's start released the jobs handed ahead
 	// (0: none was).
 	Released time.Duration

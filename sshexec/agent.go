@@ -466,7 +466,8 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			}
 			switch c.b {
 			case ctlRelease:
-				if a.relay != nil && a.relay.open() {
+				released := startFrame(StartInfo{Released: true, Time: time.Now().UnixNano()})
+				if a.relay != nil && a.relay.open(released) {
 					a.asks.endAhead() // the restart's asks are over
 				}
 			case ctlAsk:

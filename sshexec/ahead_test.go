@@ -49,7 +49,7 @@ func TestRelayGate(t *testing.T) {
 		if got := read(before, 100*time.Millisecond); got != "" {
 			t.Fatalf("a gated client was told %q before the release", got)
 		}
-		if !r.open() {
+		if !r.open(nil) {
 			t.Fatal("open: the relay was not gated")
 		}
 		if got := read(before, time.Second); got != string(RelayGo) {
@@ -59,7 +59,9 @@ func TestRelayGate(t *testing.T) {
 		if got := read(after, time.Second); got != string(RelayGo) {
 			t.Errorf("a client after the release got %q, want RelayGo at once", got)
 		}
-		r.open() // once only
+		if r.open(nil) {
+			t.Error("a second open reported a release")
+		}
 		if got := read(before, 100*time.Millisecond); got != "" {
 			t.Errorf("a second open told %q", got)
 		}
@@ -73,7 +75,9 @@ func TestRelayGate(t *testing.T) {
 		}
 		stop := []byte{RelayStop, 15}
 		r.stop(stop)
-		r.open()
+		if r.open(nil) {
+			t.Error("open after the stop reported a release")
+		}
 		if got := read(c, time.Second); got != string(stop) {
 			t.Errorf("stopped, then opened: the client got %q, want only the stop", got)
 		}
@@ -83,8 +87,8 @@ func TestRelayGate(t *testing.T) {
 	})
 	t.Run("not gated", func(t *testing.T) {
 		r := newRelay(t)
-		if r.open() {
-			t.Error("open reported a gate on a relay that had none")
+		if r.open(nil) {
+			t.Error("open reported a release on a relay that had no gate")
 		}
 		if got := read(dial(t, r), 100*time.Millisecond); got != "" {
 			t.Errorf("a client of an ungated relay got %q", got)
@@ -138,7 +142,8 @@ func waitFor(path string, d time.Duration) bool {
 // TestHandAhead: a job handed ahead starts at once (its program runs and
 // reaches the relay) but its gated part waits; the agent still answers
 // asks; a Start with the same job releases it, and its output and exit
-// are the job's, warm. One handed ahead per standby.
+// are the job's, warm, and the agent says it released it. One handed
+// ahead per standby.
 func TestHandAhead(t *testing.T) {
 	needPython(t)
 	l := newTestLocal(t)
@@ -175,8 +180,8 @@ func TestHandAhead(t *testing.T) {
 	if got := f.out.String(); got != "ran 2 gated 1\n" {
 		t.Errorf("the released job printed %q", got)
 	}
-	if len(f.start) != 1 || !f.start[0].Warm {
-		t.Errorf("start frames %+v, want one warm (held from before the release)", f.start)
+	if len(f.start) != 2 || !f.start[0].Warm || !f.start[1].Released {
+		t.Errorf("start frames %+v, want one warm (held from before the release), then the release", f.start)
 	}
 }
 

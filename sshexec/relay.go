@@ -267,6 +267,14 @@ func (r *relay) read(c *net.UnixConn) {
 func (r *relay) write(frames []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
+	r.writeLocked(frames)
+}
+
+// writeLocked is write with r.mu held.
+func (r *relay) writeLocked(frames []byte) {
+	if len(frames) == 0 {
+		return
+	}
 	if r.werr == nil {
 		_, r.werr = r.out.Write(frames)
 	}
@@ -305,13 +313,17 @@ func (r *relay) gate() {
 
 // open releases a gated job's workers: every client connected now, and
 // every one that connects later, gets RelayGo (one that is told of a stop
-// first gets that instead). It reports whether the job was gated.
-func (r *relay) open() bool {
+// first gets that instead). said, if any, goes on the agent's stream
+// first, before any worker can hear of the release. open reports whether
+// this call released the job: false when it had no gate, was released
+// already or was stopped.
+func (r *relay) open(said []byte) bool {
 	r.mu.Lock()
 	if !r.gated || r.released || r.stopped != nil {
 		r.mu.Unlock()
-		return r.gated
+		return false
 	}
+	r.writeLocked(said)
 	r.released = true
 	conns := r.connList()
 	r.mu.Unlock()

@@ -69,6 +69,9 @@ const FrameStart byte = 'W'
 // StartInfo says how a job's main process started.
 type StartInfo struct {
 	Warm bool `json:"warm"` // a warm interpreter was released
+	// Released: a job handed ahead (Job.Gated), already started, was
+	// released (said at the release, after the job's own StartInfo).
+	Released bool `json:"released,omitempty"`
 	// Cold says why a job that asked for a warm start did not get one.
 	Cold string `json:"cold,omitempty"`
 	// Time is when the job was handed over or started (node clock, Unix
@@ -493,8 +496,13 @@ func (a *agent) startInfo(info StartInfo) {
 	if a.relay == nil {
 		return
 	}
+	a.relay.write(startFrame(info))
+}
+
+// startFrame is info as a FrameStart frame.
+func startFrame(info StartInfo) []byte {
 	b, _ := json.Marshal(info)
-	a.relay.write(AppendFrame(nil, FrameStart, b))
+	return AppendFrame(nil, FrameStart, b)
 }
 
 // waitWords says how a reaped main process ended.

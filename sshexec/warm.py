@@ -84,6 +84,18 @@ def _exit_by_sigint():
     os.kill(os.getpid(), signal.SIGINT)
 
 
+# What torchrun's main() imports only as it runs: the rendezvous handler
+# for its backend (static with --master-addr, c10d with --standalone or
+# --rdzv-backend c10d), and the IDNA codec its hostname lookup loads.
+# docs/bench/torchrun_profile.py reads this list (PREIMPORT=1).
+TORCHRUN_LAZY_MODULES = (
+    "torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
+    "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
+    "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
+    "encodings.idna",
+)
+
+
 def _prepay_torchrun(modules):
     # torchrun (torch 2.x) asks torch.cuda.is_available() as it reads its
     # arguments (LaunchConfig.__post_init__): the CUDA driver's start, 226
@@ -103,13 +115,7 @@ def _prepay_torchrun(modules):
         cuda.device_count()
     except BaseException:  # torchrun asks again, and reports what it finds
         pass
-    # What main() imports only as it runs: the rendezvous handler for its
-    # backend (static with --master-addr, c10d with --standalone or
-    # --rdzv-backend c10d), and the IDNA codec its hostname lookup loads.
-    for name in ("torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
-                 "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
-                 "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
-                 "encodings.idna"):
+    for name in TORCHRUN_LAZY_MODULES:
         try:
             importlib.import_module(name)
         except BaseException:  # main() imports it again, and reports what it finds

@@ -27,11 +27,20 @@ import torch.distributed.run as run
 import os
 import importlib
 
+def _standby_modules():
+    # The list as the standby has it (sshexec/warm.py runs when imported,
+    # so its constant is read, not run).
+    import ast
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sshexec", "warm.py")
+    with open(path) as f:
+        for node in ast.parse(f.read()).body:
+            if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "TORCHRUN_LAZY_MODULES" for t in node.targets):
+                return ast.literal_eval(node.value)
+    raise SystemExit("TORCHRUN_LAZY_MODULES not found in " + path)
+
+
 if os.environ.get("PREIMPORT") == "1":
-    for name in ("torch.distributed.elastic.rendezvous.static_tcp_rendezvous",
-                 "torch.distributed.elastic.rendezvous.c10d_rendezvous_backend",
-                 "torch.distributed.elastic.rendezvous.dynamic_rendezvous",
-                 "encodings.idna"):
+    for name in _standby_modules():
         importlib.import_module(name)
 profile = os.environ.get("PROFILE") != "0"
 
