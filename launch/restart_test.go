@@ -333,3 +333,40 @@ func TestRunHandsAhead(t *testing.T) {
 		t.Errorf("diag = %s", diag.String())
 	}
 }
+
+// TestRunHandsAheadAtExit: a failure while the group exits (one worker
+// finished, the other then failed) restarts at once too, and hands the
+// next attempt's job ahead as a failure in training does.
+func TestRunHandsAheadAtExit(t *testing.T) {
+	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
+	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	atExit := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
+		{20 * ms, exited(0, 0, 0, 0, false, time.Now())}, {5 * ms, exited(1, 1, 3, 0, false, time.Now())}}}
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+		r.sc = atExit
+		if k == 1 {
+			r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}
+		}
+		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}, nil
+	}
+	ahead := func(_ context.Context, k int) []Node {
+		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
+	}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 1, Diag: &diag})
+	if err != nil || res.Attempts != 2 {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+	}
+	if !strings.Contains(diag.String(), "exited with 3 during exit (other workers had finished)") {
+		t.Errorf("the failure was not one at exit:\n%s", diag.String())
+	}
+	r.mu.Lock()
+	handed := len(r.ahead)
+	r.mu.Unlock()
+	if handed != 1 || len(res.Restarts) != 1 {
+		t.Fatalf("handed ahead %d times, restarts %+v; want once, one restart", handed, res.Restarts)
+	}
+	if rs := res.Restarts[0]; rs.Ahead != 1 || rs.AheadUsed != 1 || rs.Released < rs.Stopped {
+		t.Errorf("the restart's timeline %+v: want handed ahead and released after the stop", rs)
+	}
+}
