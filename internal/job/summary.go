@@ -79,6 +79,11 @@ type RestartSummary struct {
 	LongestMS    int64          `json:"longest_ms,omitempty"`
 	WarmNodes    int            `json:"warm_nodes"`
 	Nodes        int            `json:"nodes"`
+	// AheadNodes were handed the next attempt's job ahead of the stop;
+	// AheadReleased of them had it released (the others' jobs changed
+	// with the checks, and were stopped unused). Both 0 without it.
+	AheadNodes    int `json:"ahead_nodes"`
+	AheadReleased int `json:"ahead_released"`
 	// PooledWorkers of Workers came from their node's worker pool
 	// (--prewarm); both 0 without one.
 	PooledWorkers int    `json:"pooled_workers"`
@@ -162,7 +167,7 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	}
 	for _, r := range res.Restarts {
 		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},
-			WarmNodes: r.Warm, Nodes: r.Nodes, PooledWorkers: r.Pooled, Workers: r.Workers, Line: r.String()}
+			WarmNodes: r.Warm, Nodes: r.Nodes, AheadNodes: r.Ahead, AheadReleased: r.AheadUsed, PooledWorkers: r.Pooled, Workers: r.Workers, Line: r.String()}
 		for _, p := range r.Phases() {
 			rs.Phases = append(rs.Phases, PhaseSummary{Name: p.Name, AtMS: p.At.Milliseconds()})
 		}

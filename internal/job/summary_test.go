@@ -14,7 +14,7 @@ import (
 
 // TestSummarySpares: --summary names each attempt's nodes and every
 // replacement, with its reason and what it cost, from the restart's
-// timeline.
+// timeline, and how many nodes had the next job handed ahead and used it.
 func TestSummarySpares(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "s.json")
 	s := &summary{path: path, command: []string{"gorun", "x.py"}, start: time.Now()}
@@ -30,7 +30,7 @@ func TestSummarySpares(t *testing.T) {
 	a := &Attempt{K: 1, Plan: plan("n0", "n3", "n2"),
 		Replaced: []replacement{{left: "n1", spare: "n3", rank: 1, why: "torch.found failed", attempt: 1}}}
 	s.Starting(a)
-	res := launch.Result{Attempts: 2, Restarts: []launch.Restart{{Attempt: 0, Checked: 300 * time.Millisecond, FirstLine: 6 * time.Second}}}
+	res := launch.Result{Attempts: 2, Restarts: []launch.Restart{{Attempt: 0, Checked: 300 * time.Millisecond, FirstLine: 6 * time.Second, Ahead: 3, AheadUsed: 2}}}
 	if err := s.Finish(context.Background(), a, res, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -44,6 +44,9 @@ func TestSummarySpares(t *testing.T) {
 	}
 	if want := [][]string{{"n0", "n1", "n2"}, {"n0", "n3", "n2"}}; len(got.AttemptNodes) != 2 || got.AttemptNodes[1][1] != want[1][1] || got.AttemptNodes[0][1] != want[0][1] {
 		t.Errorf("attempt_nodes = %v, want %v", got.AttemptNodes, want)
+	}
+	if len(got.Restarts) != 1 || got.Restarts[0].AheadNodes != 3 || got.Restarts[0].AheadReleased != 2 {
+		t.Errorf("restarts = %+v, want one with ahead_nodes 3, ahead_released 2", got.Restarts)
 	}
 	want := ReplacementSummary{Attempt: 2, Left: "n1", Spare: "n3", NodeRank: 1, Reason: "torch.found failed", RecheckedMS: 300, FirstLineMS: 6000}
 	if len(got.Replacements) != 1 || got.Replacements[0] != want {
