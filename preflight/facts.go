@@ -229,6 +229,7 @@ type Route struct {
 // read from its version file without importing torch.
 type TorchFacts struct {
 	Python  string `json:"python,omitempty"`  // interpreter path used
+	Dir     string `json:"dir,omitempty"`     // the torch package's folder, where found
 	Version string `json:"version,omitempty"` // "2.11.0+cu130"
 	CUDA    string `json:"cuda,omitempty"`    // "13.0"; "" for CPU builds
 	NCCL    string `json:"nccl,omitempty"`    // "2.28.9" when known

@@ -38,6 +38,10 @@ type Request struct {
 	// recheck of a run without preflight, which is about reach and routes
 	// only); no torch check has anything to say then.
 	SkipTorch bool `json:"skip_torch,omitempty"`
+	// TorchAt, on a recheck during the run, is where an earlier check
+	// found torch on this node (RunOptions.TorchAt): the node reads it
+	// there instead of starting the interpreter to find it (ReadTorchAt).
+	TorchAt *TorchAt `json:"torch_at,omitempty"`
 }
 
 // Budget is how long the collector may take; zero means no bound beyond
@@ -94,6 +98,9 @@ type RunOptions struct {
 	Master *MasterProbe
 	// Fanout is how many nodes are asked at once (0: sshexec.DefaultFanout).
 	Fanout int
+	// TorchAt is where an earlier check of this run found torch, by host
+	// (Request.TorchAt).
+	TorchAt map[string]TorchAt
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -141,6 +148,12 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	done := 0
 	_ = sshexec.ForEach(ctx, hosts, opts.Fanout, func(ctx context.Context, host string) error {
 		t := targets[index[host]]
+		arg := arg
+		if at, ok := opts.TorchAt[host]; ok && !req.SkipTorch {
+			r := req
+			r.TorchAt = &at
+			arg, _ = json.Marshal(r)
+		}
 		reports[index[host]] = checkTarget(ctx, t, opts.Want, string(arg), timeout)
 		if opts.Progress != nil {
 			mu.Lock()

@@ -112,6 +112,14 @@ func FindTorch(ctx context.Context, python string, run func(ctx context.Context,
 		tf.Err = fmt.Sprintf("torch is not installed for %s", python)
 		return tf
 	}
+	return torchIn(tf, dir, lines[1:], readFile)
+}
+
+// torchIn completes tf with the torch package found in dir: its
+// version.py, and the NCCL wheel among beside (the names in dir's
+// parent folder that begin with nvidia_nccl).
+func torchIn(tf TorchFacts, dir string, beside []string, readFile func(string) ([]byte, error)) TorchFacts {
+	tf.Dir = dir
 	file := path.Join(dir, "version.py")
 	src, err := readFile(file)
 	if err != nil {
@@ -124,12 +132,42 @@ func FindTorch(ctx context.Context, python string, run func(ctx context.Context,
 		return tf
 	}
 	tf.Found, tf.Version, tf.CUDA = true, v.Version, v.CUDA
-	for _, l := range lines[1:] {
+	for _, l := range beside {
 		if m := ncclDistInfo().FindStringSubmatch(strings.TrimSpace(l)); m != nil {
 			tf.NCCL = m[1]
 		}
 	}
 	return tf
+}
+
+// TorchAt is where a check of the run found torch on a node: the
+// interpreter torchrun uses there, and the torch package's folder.
+type TorchAt struct {
+	Python string `json:"python"`
+	Dir    string `json:"dir"`
+}
+
+// ReadTorchAt is FindTorch for a recheck during the run, where an earlier
+// check found torch at at: when torchrun's interpreter is still
+// at.Python and is there (stat), it reads at.Dir's version.py and the
+// NCCL wheel beside it (listDir: the names in a folder) without starting
+// the interpreter, which is most of a node's recheck (about 50 ms of CPU
+// of 70 on a 2-core machine). A torch deleted, unmounted or replaced in
+// place since is found out as FindTorch would; one installed elsewhere on
+// the interpreter's path is not, until the next launch. Otherwise
+// (another interpreter now) it is FindTorch.
+func ReadTorchAt(ctx context.Context, python string, at TorchAt, stat func(string) error, run func(ctx context.Context, argv []string) ([]byte, error),
+	readFile func(string) ([]byte, error), listDir func(string) ([]string, error)) TorchFacts {
+	if python != at.Python || at.Dir == "" {
+		return FindTorch(ctx, python, run, readFile)
+	}
+	tf := TorchFacts{Python: python}
+	if err := stat(python); err != nil {
+		tf.Err = fmt.Sprintf("locate torch with %s: %v", python, err)
+		return tf
+	}
+	beside, _ := listDir(path.Dir(at.Dir)) // no folder to list: version.py's read says so
+	return torchIn(tf, at.Dir, beside, readFile)
 }
 
 // lastLine is the last non-empty line of b (a Python traceback's message).

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -58,12 +59,12 @@ func TestFindTorch(t *testing.T) {
 		{
 			name: "pip wheel with nccl",
 			out:  "/venv/lib/python3.12/site-packages/torch\nnvidia_nccl_cu13-2.28.9.dist-info\n",
-			want: TorchFacts{Python: "/venv/bin/python", Found: true, Version: "2.11.0+cu130", CUDA: "13.0", NCCL: "2.28.9"},
+			want: TorchFacts{Python: "/venv/bin/python", Dir: "/venv/lib/python3.12/site-packages/torch", Found: true, Version: "2.11.0+cu130", CUDA: "13.0", NCCL: "2.28.9"},
 		},
 		{
 			name: "nccl linked in",
 			out:  "/venv/lib/python3.12/site-packages/torch\n",
-			want: TorchFacts{Python: "/venv/bin/python", Found: true, Version: "2.11.0+cu130", CUDA: "13.0"},
+			want: TorchFacts{Python: "/venv/bin/python", Dir: "/venv/lib/python3.12/site-packages/torch", Found: true, Version: "2.11.0+cu130", CUDA: "13.0"},
 		},
 		{
 			name: "not installed",
@@ -73,7 +74,7 @@ func TestFindTorch(t *testing.T) {
 		{
 			name: "no version file",
 			out:  "/elsewhere/torch\n",
-			want: TorchFacts{Python: "/venv/bin/python", Err: "read /elsewhere/torch/version.py: file does not exist"},
+			want: TorchFacts{Python: "/venv/bin/python", Dir: "/elsewhere/torch", Err: "read /elsewhere/torch/version.py: file does not exist"},
 		},
 		{
 			name: "python fails",
@@ -128,8 +129,79 @@ func TestFindTorchRealPython(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if got.Version != v.Version || got.CUDA != v.CUDA || got.Python != python {
-		t.Errorf("FindTorch = %+v, version file says %+v", got, v)
+	if got.Version != v.Version || got.CUDA != v.CUDA || got.Python != python || got.Dir != dir {
+		t.Errorf("FindTorch = %+v, version file says %+v (in %s)", got, v, dir)
+	}
+	// Read again where it was found, as a recheck does: the same facts,
+	// and no interpreter started.
+	noRun := func(context.Context, []string) ([]byte, error) {
+		t.Error("ReadTorchAt started the interpreter")
+		return nil, errors.New("not run")
+	}
+	stat := func(p string) error { _, err := os.Stat(p); return err }
+	list := func(d string) ([]string, error) {
+		entries, err := os.ReadDir(d)
+		var names []string
+		for _, e := range entries {
+			names = append(names, e.Name())
+		}
+		return names, err
+	}
+	if again := ReadTorchAt(context.Background(), python, TorchAt{Python: got.Python, Dir: got.Dir}, stat, noRun, os.ReadFile, list); again != got {
+		t.Errorf("ReadTorchAt = %+v, FindTorch found %+v", again, got)
+	}
+}
+
+// TestReadTorchAt: a recheck reads torch where an earlier check found it,
+// without the interpreter, and finds a torch gone from there out; with
+// another interpreter now it looks for torch as FindTorch does.
+func TestReadTorchAt(t *testing.T) {
+	const python, dir = "/venv/bin/python", "/venv/lib/python3.12/site-packages/torch"
+	files := map[string]string{dir + "/version.py": string(readTestdata(t, "torch/cu130-version.py"))}
+	readFile := func(p string) ([]byte, error) {
+		if s, ok := files[p]; ok {
+			return []byte(s), nil
+		}
+		return nil, os.ErrNotExist
+	}
+	exists := map[string]bool{python: true, "/other/bin/python": true}
+	stat := func(p string) error {
+		if exists[p] {
+			return nil
+		}
+		return os.ErrNotExist
+	}
+	list := func(d string) ([]string, error) {
+		if d == path.Dir(dir) {
+			return []string{"numpy", "nvidia_nccl_cu13-2.28.9.dist-info", "torch"}, nil
+		}
+		return nil, os.ErrNotExist
+	}
+	tests := []struct {
+		name   string
+		python string
+		at     TorchAt
+		ran    bool
+		want   TorchFacts
+	}{
+		{"where it was", python, TorchAt{python, dir}, false,
+			TorchFacts{Python: python, Dir: dir, Found: true, Version: "2.11.0+cu130", CUDA: "13.0", NCCL: "2.28.9"}},
+		{"gone from there", python, TorchAt{python, "/mnt/gone/torch"}, false,
+			TorchFacts{Python: python, Dir: "/mnt/gone/torch", Err: "read /mnt/gone/torch/version.py: file does not exist"}},
+		{"interpreter gone", "/venv2/bin/python", TorchAt{"/venv2/bin/python", dir}, false,
+			TorchFacts{Python: "/venv2/bin/python", Err: "locate torch with /venv2/bin/python: file does not exist"}},
+		{"another interpreter now", "/other/bin/python", TorchAt{python, dir}, true,
+			TorchFacts{Python: "/other/bin/python", Err: "torch is not installed for /other/bin/python"}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			ran := false
+			run := func(context.Context, []string) ([]byte, error) { ran = true; return []byte("\n"), nil }
+			got := ReadTorchAt(context.Background(), tt.python, tt.at, stat, run, readFile, list)
+			if got != tt.want || ran != tt.ran {
+				t.Errorf("got  %+v (interpreter started: %v)\nwant %+v (%v)", got, ran, tt.want, tt.ran)
+			}
+		})
 	}
 }
 
@@ -152,7 +224,7 @@ func TestTorchLocateDoesNotImport(t *testing.T) {
 		return cmd.CombinedOutput()
 	}
 	got := FindTorch(context.Background(), python, run, os.ReadFile)
-	want := TorchFacts{Python: python, Found: true, Version: "9.9.9+cu999", CUDA: "99.9", NCCL: "2.27.3"}
+	want := TorchFacts{Python: python, Dir: pkg, Found: true, Version: "9.9.9+cu999", CUDA: "99.9", NCCL: "2.27.3"}
 	if got != want {
 		t.Errorf("got %+v, want %+v", got, want)
 	}

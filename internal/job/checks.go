@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
@@ -43,20 +45,24 @@ const maxScriptBytes = 16 << 20
 // Check runs preflight on every node (preflight.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
 func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
-	return check(ctx, cl, nodes, runners, cfg, ui, false)
+	return check(ctx, cl, nodes, runners, cfg, ui, false, nil)
 }
 
 // recheck is Check during the run, quietly. Without preflight no node is
 // asked for its torch, which starts an interpreter on every node: such a
 // check is about reach and routes, and the plan was made without torch's
-// facts. With it, torch is looked for every time: a node whose torch broke
-// since fails its check, and a spare takes its place.
-func recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config) preflight.Report {
-	return check(ctx, cl, nodes, runners, cfg, UI{Err: io.Discard}, cl.Gorun.Preflight == "off")
+// facts. With it, torch is looked for every time, so that a node whose
+// torch broke since fails its check and a spare takes its place; where an
+// earlier check found it (known), the node reads it there without
+// starting the interpreter (preflight.ReadTorchAt).
+func recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, known map[string]preflight.TorchAt) preflight.Report {
+	return check(ctx, cl, nodes, runners, cfg, UI{Err: io.Discard}, cl.Gorun.Preflight == "off", known)
 }
 
-// check is Check, asking no node for its torch with skipTorch.
-func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, skipTorch bool) (report preflight.Report) {
+// check is Check, asking no node for its torch with skipTorch, and
+// asking a node to read its torch where known says an earlier check found
+// it.
+func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, skipTorch bool, known map[string]preflight.TorchAt) (report preflight.Report) {
 	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	var unconnected []preflight.NodeReport // a spare that could not be reached: nothing to ask
 	if len(nodes) > 0 {
@@ -83,6 +89,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		Environ: cfg.Environ,
 		Across:  slurmNodeFindings(ctx, cl.Gorun, nodes, cfg.Getenv),
 		Fanout:  cl.Gorun.Fanout,
+		TorchAt: known,
 	}
 	if bw := cl.Gorun.PreflightBandwidth; bw != "" && bw != "off" {
 		opts.Bandwidth = bw
@@ -196,4 +203,40 @@ func absIn(dir, p string) string {
 		return p
 	}
 	return filepath.Join(dir, p)
+}
+
+// torchPlaces is where the run's checks found each node's torch, so that
+// a recheck reads it there (recheck). A node dialled again (it may have
+// been rebuilt meanwhile) is looked at afresh.
+type torchPlaces struct {
+	mu sync.Mutex
+	m  map[string]preflight.TorchAt
+}
+
+// known is a copy of what was found, by host.
+func (t *torchPlaces) known() map[string]preflight.TorchAt {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return maps.Clone(t.m)
+}
+
+// learn keeps where the nodes of r found their torch.
+func (t *torchPlaces) learn(r preflight.Report) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range r.Nodes {
+		if tf := n.Facts.Torch; tf.Found && tf.Dir != "" {
+			if t.m == nil {
+				t.m = map[string]preflight.TorchAt{}
+			}
+			t.m[n.Host] = preflight.TorchAt{Python: tf.Python, Dir: tf.Dir}
+		}
+	}
+}
+
+// forget drops what was found on host.
+func (t *torchPlaces) forget(host string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	delete(t.m, host)
 }

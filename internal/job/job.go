@@ -111,6 +111,8 @@ type run struct {
 	perPod bool
 	// spares wait to take a failing node's place (nil: none).
 	spares *spares
+	// torch is where the checks found each node's torch.
+	torch torchPlaces
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -177,6 +179,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 		if ctx.Err() != nil {
 			return interrupted(ctx, "during preflight; nothing was started", nil)
 		}
+		r.torch.learn(report)
 		var text strings.Builder
 		report.WriteText(&text)
 		switch {

@@ -34,6 +34,8 @@ type shrink struct {
 	diag io.Writer
 	// check runs preflight on hosts (Check, through the run's runners).
 	check func(ctx context.Context, nodes []hosts.Host) preflight.Report
+	// forget drops where check found a node's torch: it was dialled again.
+	forget func(node string)
 	// early is the check started as the last attempt began to stop
 	// (Stopping), for the restart after it; nil when none is under way.
 	early *earlyCheck
@@ -104,8 +106,10 @@ func (s *shrink) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
 
 func newShrink(r *run) *shrink {
 	return &shrink{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
-		return recheck(ctx, r.cl, nodes, r.conns, r.cfg)
-	}, cool: func(node string) {
+		report := recheck(ctx, r.cl, nodes, r.conns, r.cfg, r.torch.known())
+		r.torch.learn(report)
+		return report
+	}, forget: r.torch.forget, cool: func(node string) {
 		if w, ok := r.conns[node].(sshexec.Warmer); ok {
 			w.Cool()
 		}
@@ -147,6 +151,9 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 				old.Close()
 			}
 			s.conns[name] = r
+			if s.forget != nil {
+				s.forget(name)
+			}
 		}
 		ok = ok && len(back) == 0 // checked again through the new runners
 	}

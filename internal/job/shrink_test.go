@@ -323,10 +323,39 @@ func TestRecheckTorch(t *testing.T) {
 		}}
 		cl := parse(t, "--hosts", "node0:1", "--preflight", tc.preflight, "x.py")
 		runners := map[string]sshexec.Runner{"node0": node0}
-		recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm())
+		recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), nil)
 		Check(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), UI{Err: &bytes.Buffer{}})
 		if want := []bool{tc.asked, true}; !slices.Equal(asked, want) {
 			t.Errorf("--preflight %s: torch asked for by the recheck, then the launch's check: %v, want %v", tc.preflight, asked, want)
 		}
+	}
+}
+
+// TestRecheckReadsTorchWhereFound: the launch's check finds each node's
+// torch; a recheck asks the node to read it there (no interpreter), a
+// node with nothing known is asked to look for it, and a node dialled
+// again is looked at afresh.
+func TestRecheckReadsTorchWhereFound(t *testing.T) {
+	var asked []*preflight.TorchAt
+	node0 := &fakeRunner{name: "node0", agent: func(args []string) ([]byte, error) {
+		var req preflight.Request
+		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
+			return nil, err
+		}
+		asked = append(asked, req.TorchAt)
+		return json.Marshal(preflight.Facts{Hostname: "node0",
+			Torch: preflight.TorchFacts{Python: "/usr/bin/python3", Dir: "/usr/lib/python3/dist-packages/torch", Found: true, Version: "1.13.0a0"}})
+	}}
+	cl := parse(t, "--hosts", "node0:1", "--preflight", "on", "x.py")
+	runners := map[string]sshexec.Runner{"node0": node0}
+	nodes := []hosts.Host{{Name: "node0", Slots: 1}}
+	var places torchPlaces
+	places.learn(Check(context.Background(), cl, nodes, runners, noSlurm(), UI{Err: &bytes.Buffer{}}))
+	recheck(context.Background(), cl, nodes, runners, noSlurm(), places.known())
+	places.forget("node0")
+	recheck(context.Background(), cl, nodes, runners, noSlurm(), places.known())
+	want := preflight.TorchAt{Python: "/usr/bin/python3", Dir: "/usr/lib/python3/dist-packages/torch"}
+	if len(asked) != 3 || asked[0] != nil || asked[1] == nil || *asked[1] != want || asked[2] != nil {
+		t.Errorf("torch_at asked by the launch's check, a recheck, a recheck after a redial: %v; want nil, %+v, nil", asked, want)
 	}
 }

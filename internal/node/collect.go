@@ -51,7 +51,12 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 		Route:      preflight.HostRoute,
 		Torch: func(ctx context.Context) preflight.TorchFacts {
 			python, guessed := torchrunPython(req.Torchrun)
-			tf := preflight.FindTorch(ctx, python, runArgv, os.ReadFile)
+			var tf preflight.TorchFacts
+			if at := req.TorchAt; at != nil {
+				tf = preflight.ReadTorchAt(ctx, python, *at, statFile, runArgv, os.ReadFile, listDir)
+			} else {
+				tf = preflight.FindTorch(ctx, python, runArgv, os.ReadFile)
+			}
 			tf.Guessed = guessed
 			return tf
 		},
@@ -78,4 +83,19 @@ func runCommand(ctx context.Context, name string, args ...string) ([]byte, error
 
 func runArgv(ctx context.Context, argv []string) ([]byte, error) {
 	return runCommand(ctx, argv[0], argv[1:]...)
+}
+
+func statFile(path string) error {
+	_, err := os.Stat(path)
+	return err
+}
+
+// listDir is the names in a folder.
+func listDir(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	names := make([]string, len(entries))
+	for i, e := range entries {
+		names[i] = e.Name()
+	}
+	return names, err
 }

@@ -213,3 +213,34 @@ func TestServeAgent(t *testing.T) {
 		t.Errorf("agent with no job: %v, want exit %d; stderr %q", err, sshexec.AgentExitBadSpec, stderr.String())
 	}
 }
+
+// TestCollectTorchAt: a recheck's request that says where torch was found
+// reads it there, without the interpreter (this one fails if started);
+// without it the interpreter is asked, and fails.
+func TestCollectTorchAt(t *testing.T) {
+	torchrun, python := fakeTorchrun(t)
+	site := filepath.Join(t.TempDir(), "site-packages")
+	dir := filepath.Join(site, "torch")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "version.py"), []byte("__version__ = '2.11.0+cu130'\ncuda = '13.0'\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(site, "nvidia_nccl_cu13-2.28.9.dist-info"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	at := &preflight.TorchAt{Python: python, Dir: dir}
+	got := collect(t.Context(), preflight.Request{Torchrun: torchrun, TorchAt: at}, noNVML()).Torch
+	want := preflight.TorchFacts{Python: python, Dir: dir, Found: true, Version: "2.11.0+cu130", CUDA: "13.0", NCCL: "2.28.9"}
+	if got != want {
+		t.Errorf("read where found: %+v\nwant %+v", got, want)
+	}
+	if got := collect(t.Context(), preflight.Request{Torchrun: torchrun}, noNVML()).Torch; got.Found || !strings.Contains(got.Err, "no torch here") {
+		t.Errorf("looked for: %+v, want the interpreter's failure", got)
+	}
+	os.Remove(filepath.Join(dir, "version.py")) // torch gone from there since
+	if got := collect(t.Context(), preflight.Request{Torchrun: torchrun, TorchAt: at}, noNVML()).Torch; got.Found || !strings.HasPrefix(got.Err, "read "+dir+"/version.py: ") {
+		t.Errorf("gone since: %+v, want its read's failure", got)
+	}
+}
