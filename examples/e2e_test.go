@@ -116,7 +116,13 @@ func noAgentDirLeft(t *testing.T) {
 			}
 		}
 		for _, d := range left {
-			t.Errorf("left behind: %s", d)
+			var names []string
+			if entries, err := os.ReadDir(d); err == nil {
+				for _, e := range entries {
+					names = append(names, e.Name())
+				}
+			}
+			t.Errorf("left behind: %s, holding %q", d, names)
 		}
 	})
 }

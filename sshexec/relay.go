@@ -407,6 +407,11 @@ func (r *relay) clients() int {
 func (r *relay) close() {
 	r.ln.Close()
 	r.readers.Wait()
-	os.RemoveAll(r.dir)
+	// A process of the job that is still ending may write into the folder
+	// as it goes (a supervisor that never connected, its heartbeat file),
+	// and the folder's removal then fails: a few more passes take it.
+	for try := 0; os.RemoveAll(r.dir) != nil && try < 5; try++ {
+		time.Sleep(20 * time.Millisecond)
+	}
 	r.lock.Close()
 }
