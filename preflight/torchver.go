@@ -116,8 +116,8 @@ func FindTorch(ctx context.Context, python string, run func(ctx context.Context,
 }
 
 // torchIn completes tf with the torch package found in dir: its
-// version.py, and the NCCL wheel among beside (the names in dir's
-// parent folder that begin with nvidia_nccl).
+// version.py, and the NCCL wheel's version where beside (names in dir's
+// parent folder) has an nvidia_nccl_cu* dist-info.
 func torchIn(tf TorchFacts, dir string, beside []string, readFile func(string) ([]byte, error)) TorchFacts {
 	tf.Dir = dir
 	file := path.Join(dir, "version.py")
