@@ -7,14 +7,17 @@ import (
 	"github.com/gorun/gorun/sshexec"
 )
 
-// The hand-off ahead (Options.Ahead): when attempt k fails and the group
-// restarts at once (the first restart after a worker's failure), the
-// next attempt's jobs go to the nodes' agents on standby while attempt k
-// is still stopping. Each node's next torchrun then runs its main, meets
-// at its store and starts its workers' supervisors, which wait at the
-// gate (sshexec.Job.Gated); the next attempt's start releases them. What
-// a restart still waits for after the stop is the release and the
-// workers' own start.
+// The hand-off ahead (Options.Ahead): while attempt k runs, if a failure
+// would restart the group at once (the first restart after a worker's
+// failure), the next attempt's jobs go to the nodes' agents on standby
+// as soon as each is in place. Each node's next torchrun then runs its
+// main, meets at its store and starts its workers' supervisors, which
+// wait at the gate (sshexec.Job.Gated) for as long as the attempt runs;
+// the next attempt's start releases them, and the run's end stops them
+// with their standby. What a restart still waits for after the stop is
+// the release and the workers' own start. A node whose standby comes
+// only when the attempt is stopped (a crash at start-up) is handed its
+// job then, beside the stop.
 
 // aheadState is an attempt's hand-off ahead, once begun.
 type aheadState struct {
@@ -26,10 +29,13 @@ type aheadState struct {
 }
 
 // handAhead begins the hand-off ahead of attempt k+1, once, if the run
-// asks for it and the restart will not pause first. A node lost (or not
-// started) gets none: the group will likely change.
+// asks for it, a restart is left and it will not pause first: as the
+// attempt starts. Each node is handed its job once its standby is in
+// place, until the attempt ends. A node lost (or not started) by the
+// time of the call gets none: the group will likely change.
 func (sv *supervisor) handAhead() {
-	if sv.opts.Ahead == nil || sv.ahead != nil || backoff(sv.opts, sv.attempt+1, false) > 0 {
+	if sv.opts.Ahead == nil || sv.ahead != nil || sv.interrupted || sv.attempt >= sv.opts.MaxRestarts ||
+		backoff(sv.opts, sv.attempt+1, false) > 0 {
 		return
 	}
 	if f := sv.nodeFailure; f != nil && f.Code == -1 {

@@ -46,8 +46,9 @@ type Phase struct {
 // Phases lists the phases the restart reached, in order: stopped, GPU
 // memory free, nodes rechecked, next torchrun handed its command line,
 // workers started, first line; handed ahead (Ahead), the hand-off comes
-// first and workers released before workers started (one not reached,
-// or not checked, is left out).
+// first, at a negative offset when it came before the failure, and
+// workers released before workers started (one not reached, or not
+// checked, is left out).
 func (r Restart) Phases() []Phase {
 	handed := Phase{"next torchrun handed its command line", r.Handed}
 	all := []Phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked},
@@ -57,7 +58,7 @@ func (r Restart) Phases() []Phase {
 	}
 	out := all[:0]
 	for _, p := range all {
-		if p.At > 0 {
+		if p.At > 0 || (p.At < 0 && p.Name == handed.Name) {
 			out = append(out, p)
 		}
 	}
@@ -65,11 +66,15 @@ func (r Restart) Phases() []Phase {
 }
 
 // Longest names the phase that took longest, "failure seen → stopped"
-// say, and how long it took; "" when no phase was reached.
+// say, and how long it took; "" when no phase was reached. A hand-off
+// before the failure is no phase of the restart.
 func (r Restart) Longest() (string, time.Duration) {
 	longest, prev, from := "", time.Duration(0), "failure seen"
 	var longestD time.Duration
 	for _, p := range r.Phases() {
+		if p.At < 0 {
+			continue
+		}
 		if d := p.At - prev; d > longestD {
 			longest, longestD = from+" → "+p.Name, d
 		}
@@ -84,7 +89,11 @@ func (r Restart) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gorun: restart after attempt %d: failure seen", r.Attempt+1)
 	for _, p := range r.Phases() {
-		fmt.Fprintf(&b, ", %s +%s", p.Name, ShortDuration(p.At))
+		if p.At < 0 {
+			fmt.Fprintf(&b, ", %s %s before", p.Name, ShortDuration(-p.At))
+		} else {
+			fmt.Fprintf(&b, ", %s +%s", p.Name, ShortDuration(p.At))
+		}
 		if p.Name == "next torchrun handed its command line" {
 			var how []string
 			if r.Ahead > 0 {

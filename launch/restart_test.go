@@ -67,6 +67,17 @@ func TestRestartString(t *testing.T) {
 	if got := r.String(); !strings.HasPrefix(got, want) {
 		t.Errorf("String =\n%s\nwant it to begin\n%s", got, want)
 	}
+	// Handed ahead while the attempt ran: before the failure, and no
+	// phase of the restart.
+	r = Restart{Stopped: 60 * time.Millisecond, Handed: -4200 * time.Millisecond, Ahead: 1, AheadUsed: 1, Warm: 1, Nodes: 1, Released: 62 * time.Millisecond,
+		WorkersUp: 70 * time.Millisecond, FirstLine: 71 * time.Millisecond}
+	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line 4200ms before (ahead on 1 of 1 nodes, warm on 1 of 1 nodes), stopped +60ms, workers released +62ms, workers started +70ms, first line +71ms; longest: failure seen → stopped (60ms)"
+	if got := r.String(); got != want {
+		t.Errorf("String =\n%s\nwant\n%s", got, want)
+	}
+	if ps := r.Phases(); len(ps) != 5 || ps[0].At != r.Handed {
+		t.Errorf("Phases = %+v, want the hand-off first, at its negative offset", ps)
+	}
 }
 
 // warmRunner is a fakeRunner that is also an sshexec.Warmer.
@@ -280,12 +291,13 @@ func (a *aheadRunner) HandAhead(job sshexec.Job) bool {
 	return true
 }
 
-// TestRunHandsAhead: the first restart after a worker's failure hands the
-// next attempt's job (Options.Ahead) to the node's runner while the
-// attempt stops, made as the attempt's start makes it (relayed), and the
-// timeline has it before the stop and the release after; a restart that
-// pauses first (the second) hands nothing ahead, and neither does the
-// last attempt.
+// TestRunHandsAhead: where the first restart after a worker's failure
+// would not pause, the next attempt's job (Options.Ahead) goes to the
+// node's runner while the attempt runs, once its standby is in place
+// (its workers past their imports), made as the attempt's start makes it
+// (relayed); the timeline has the hand-off before the failure and the
+// release after the stop. An attempt whose restart pauses first (the
+// second) hands nothing ahead, and neither does the last attempt.
 func TestRunHandsAhead(t *testing.T) {
 	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
 	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
@@ -323,14 +335,46 @@ func TestRunHandsAhead(t *testing.T) {
 		t.Fatalf("restarts %+v", res.Restarts)
 	}
 	first, second := res.Restarts[0], res.Restarts[1]
-	if first.Ahead != 1 || first.AheadUsed != 1 || first.Handed <= 0 || first.Handed > first.Stopped || first.Released < first.Stopped || first.WorkersUp < first.Released {
-		t.Errorf("the first restart's timeline %+v: want handed ahead before the stop, released after it", first)
+	if first.Ahead != 1 || first.AheadUsed != 1 || first.Handed >= 0 || first.Released < first.Stopped || first.WorkersUp < first.Released {
+		t.Errorf("the first restart's timeline %+v: want handed ahead before the failure, released after the stop", first)
+	}
+	if line := first.String(); !strings.Contains(line, "failure seen, next torchrun handed its command line ") ||
+		!strings.Contains(line, "ms before (ahead on 1 of 1 nodes), stopped +") || !strings.Contains(line, "longest: failure seen → stopped") {
+		t.Errorf("the first restart's line: %s", line)
 	}
 	if second.Ahead != 0 || second.Released != 0 || second.Handed < second.Stopped {
 		t.Errorf("the second restart's timeline %+v: nothing handed ahead", second)
 	}
 	if !strings.Contains(diag.String(), "(ahead on 1 of 1 nodes)") {
 		t.Errorf("diag = %s", diag.String())
+	}
+}
+
+// TestRunHandsAheadAtStartupCrash: a worker that fails before every
+// worker is past its imports leaves the node without its standby until
+// the stop starts one; its job is handed ahead then, beside the stop, and
+// released after it.
+func TestRunHandsAheadAtStartupCrash(t *testing.T) {
+	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
+	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+		r.sc = script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)},
+			{20 * ms, exited(1, 1, 3, 0, false, time.Now())}}}
+		if k == 1 {
+			r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}
+		}
+		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}, nil
+	}
+	ahead := func(_ context.Context, k int) []Node {
+		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
+	}
+	var diag syncBuffer
+	res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 1, Diag: &diag})
+	if err != nil || res.Attempts != 2 || len(res.Restarts) != 1 {
+		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+	}
+	if rs := res.Restarts[0]; rs.Ahead != 1 || rs.AheadUsed != 1 || rs.Handed <= 0 || rs.Released < rs.Stopped {
+		t.Errorf("the restart's timeline %+v: want handed ahead after the failure, released after the stop", rs)
 	}
 }
 

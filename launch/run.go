@@ -113,7 +113,11 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		}
 		restart = &Restart{Attempt: k, Failed: o.failSeen, Stopped: o.end.Sub(o.failSeen), Ahead: o.ahead}
 		if o.ahead > 0 {
-			restart.Handed = max(o.aheadAt.Sub(o.failSeen), time.Millisecond) // 0 means none
+			// Before the failure (negative) when every node was handed its
+			// job while the attempt ran; 0 means none.
+			if restart.Handed = o.aheadAt.Sub(o.failSeen); restart.Handed == 0 {
+				restart.Handed = time.Millisecond
+			}
 		}
 		pause := backoff(opts, k+1, o.failure.Code == -1)
 		msg := fmt.Sprintf("gorun: %s failed (%s); restarting the whole group (attempt %d of %d)", o.failure.Node, o.failure.Reason, k+2, opts.MaxRestarts+1)
@@ -539,6 +543,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			sv.nodeFailed, sv.nodeFirst = i, true
 		}
 	}
+	sv.handAhead() // each node's once its standby is in place
 
 	exits := make(chan exit, len(ms))
 	waiting := 0

@@ -155,7 +155,6 @@ func (sv *supervisor) stopAll(now bool) int {
 			if sv.opts.Stopping != nil {
 				sv.opts.Stopping(sv.ctx, sv.attempt)
 			}
-			sv.handAhead()
 		}
 	}
 	if sv.phase.diagnosing() {

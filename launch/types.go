@@ -124,12 +124,13 @@ type Options struct {
 	Stopping func(ctx context.Context, k int)
 	// Ahead, when set, gives attempt k+1's nodes as they will be unless
 	// something between the attempts changes them (a node dropped or
-	// replaced): the first restart after a worker's failure hands each
-	// node's job to its agent on standby at once (sshexec.AheadHander),
-	// beside the stop, and the next attempt's start releases it, or stops
-	// it when its job differs. Nil nodes: none. It is called once per
-	// failed attempt, from a goroutine of its own, while the attempt
-	// stops; ctx is the run's.
+	// replaced): when a failure would restart the group at once (the
+	// first restart after a worker's failure), each node's job goes to
+	// its agent on standby (sshexec.AheadHander) as soon as that is in
+	// place, while attempt k runs, and the next attempt's start releases
+	// it, or stops it when its job differs. Nil nodes: none. It is called
+	// at most once per attempt, as the attempt starts, from a goroutine of
+	// its own; ctx is the run's.
 	Ahead func(ctx context.Context, k int) []Node
 }
 
@@ -213,7 +214,8 @@ type Restart struct {
 	Checked time.Duration
 	// Handed: the next attempt's torchrun was handed its command line
 	// (its agents started, or warm ones given their jobs). Handed ahead
-	// (Options.Ahead), that is before Stopped, on Ahead of the nodes.
+	// (Options.Ahead), on Ahead of the nodes: before Stopped, and
+	// negative when the last node was handed its job before the failure.
 	Handed time.Duration
 	Ahead  int
 	// AheadUsed of the Ahead nodes had that job released at the start;

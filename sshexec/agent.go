@@ -180,17 +180,19 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 	}
 	defer a.pool.close() // before the relay's folder goes
 	if sidecar != nil && a.relay != nil && len(job.Sidecar) > 0 {
-		defer a.runSidecar(ctx, sidecar, job.Sidecar, r.mainDone)()
+		defer a.runSidecar(ctx, sidecar, job.Sidecar, r.mainDone, a.relay.releasedC())()
 	}
 	code := a.supervise(ctx, job, r, ctl, sigs)
 	out.wait()
 	return code
 }
 
-// runSidecar starts the sidecar and returns the function that ends it:
-// its context ends when the job's main process is gone (or ctx ends), and
-// the returned function waits for it, at most sidecarWait.
-func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.RawMessage, mainDone <-chan struct{}) func() {
+// runSidecar starts the sidecar, once released is closed for a job
+// handed ahead (nil: at once; a gated job may wait through a whole
+// attempt, whose telemetry is not its own), and returns the function that
+// ends it: its context ends when the job's main process is gone (or ctx
+// ends), and the returned function waits for it, at most sidecarWait.
+func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.RawMessage, mainDone, released <-chan struct{}) func() {
 	sctx, cancel := context.WithCancel(ctx)
 	done := make(chan struct{})
 	go func() {
@@ -207,6 +209,13 @@ func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.R
 				a.logf("sidecar: %v", p) // the job is worth more than its telemetry
 			}
 		}()
+		if released != nil {
+			select {
+			case <-released:
+			case <-sctx.Done():
+				return
+			}
+		}
 		sidecar(sctx, settings, func(payload []byte) {
 			if len(payload) <= MaxFrame {
 				a.relay.write(AppendFrame(nil, FrameTelemetry, payload))

@@ -169,6 +169,8 @@ type relay struct {
 	// supervisors wait for RelayGo; released once the head said so. A
 	// client that connects after the release gets RelayGo at once.
 	gated, released bool
+	// goC is closed by the release of a gated job (made by gate).
+	goC chan struct{}
 
 	readers sync.WaitGroup
 
@@ -308,7 +310,16 @@ const (
 func (r *relay) gate() {
 	r.mu.Lock()
 	r.gated = true
+	r.goC = make(chan struct{})
 	r.mu.Unlock()
+}
+
+// releasedC is closed when a gated job is released (open), and is nil for
+// a job without a gate: it starts as it is.
+func (r *relay) releasedC() <-chan struct{} {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return r.goC
 }
 
 // open releases a gated job's workers: every client connected now, and
@@ -325,6 +336,7 @@ func (r *relay) open(said []byte) bool {
 	}
 	r.writeLocked(said)
 	r.released = true
+	close(r.goC)
 	conns := r.connList()
 	r.mu.Unlock()
 	send(conns, []byte{RelayGo})

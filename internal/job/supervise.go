@@ -119,13 +119,7 @@ func (r *run) ahead(hooks []Hook, a *Attempt) func(ctx context.Context, k int) [
 		next := &Attempt{K: k + 1, Spec: a.Spec, Plan: plan}
 		next.Nodes = jobs(plan, r.conns, k+1, r.jobSettings())
 		shape(hooks, next)
-		// Only where the node has CPUs to spare (the standby's own rule
-		// for starting with the attempt, launch.Node.WarmEarly): the
-		// torchrun handed ahead and its workers' supervisors start on the
-		// CPUs the stop and the recheck use, and where those are all
-		// busy they slow the restart more than they save (2 CPUs, 2
-		// ranks: docs/BENCHMARKS.md, "Restarts").
-		return slices.DeleteFunc(next.Nodes, func(n launch.Node) bool { return !n.WarmEarly })
+		return next.Nodes
 	}
 }
 

@@ -9,13 +9,15 @@ import (
 )
 
 // awaitGate holds the worker of a job handed ahead (sshexec.GateVar: the
-// next attempt's torchrun started while the last attempt still stops)
+// next attempt's torchrun started while the last attempt runs or stops)
 // until the node agent releases it (sshexec.RelayGo), with everything
 // but the worker's start done. It returns 0 then. When the job is
 // stopped instead it returns the stop's signal: told by the agent, or a
 // stop signal sent to this process (torchrun's own stop); when the agent
-// is gone, SIGKILL. Other signals that came are left in sigs for the
-// worker, as start leaves them.
+// is gone, SIGKILL. Other signals that come meanwhile are dropped: sent
+// while the attempt before runs (a `pkill -USR1 -f train.py`, a step's
+// signal), they were for its workers, and a worker started after them,
+// as torchrun's own restart starts its workers, never has them.
 func (w *worker) awaitGate(sigs chan os.Signal) syscall.Signal {
 	type word struct {
 		sig syscall.Signal // 0: go
@@ -57,27 +59,29 @@ func (w *worker) awaitGate(sigs chan os.Signal) syscall.Signal {
 			}
 		}
 	}()
-	var held []os.Signal
-	defer func() {
-		for _, s := range held {
-			select {
-			case sigs <- s:
-			default:
-			}
-		}
-	}()
 	for {
 		select {
 		case wd := <-words:
 			if wd.err != nil {
 				return syscall.SIGKILL
 			}
-			return wd.sig
+			if wd.sig != 0 {
+				return wd.sig
+			}
+			for { // what came before the release, and was not read yet
+				select {
+				case s := <-sigs:
+					if isStopSignal(s) {
+						return s.(syscall.Signal)
+					}
+				default:
+					return 0
+				}
+			}
 		case s := <-sigs:
 			if isStopSignal(s) {
 				return s.(syscall.Signal)
 			}
-			held = append(held, s)
 		}
 	}
 }
