@@ -256,6 +256,19 @@ type agent struct {
 	relay  *relay // nil unless Job.Relay
 	pool   *pool  // nil unless Job.Pool, and once dropped
 	asks   asks   // children run for the head's asks (standbyask.go)
+	// released: the head released the job handed ahead (ctlRelease)
+	// before the agent on standby had taken the job; supervise releases
+	// it as it begins.
+	released bool
+}
+
+// release releases a job handed ahead (Job.Gated): its workers'
+// supervisors start their workers. The agent's stream says so first.
+func (a *agent) release() {
+	said := startFrame(StartInfo{Released: true, Time: time.Now().UnixNano()})
+	if a.relay != nil && a.relay.open(said) {
+		a.asks.endAhead() // the restart's asks are over
+	}
 }
 
 // startPool starts the job's worker pool, when it asks for one; without
@@ -452,6 +465,9 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		}
 	}
 
+	if a.released {
+		a.release()
+	}
 	for {
 		if lookNow {
 			lookNow = false
@@ -475,10 +491,7 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			}
 			switch c.b {
 			case ctlRelease:
-				released := startFrame(StartInfo{Released: true, Time: time.Now().UnixNano()})
-				if a.relay != nil && a.relay.open(released) {
-					a.asks.endAhead() // the restart's asks are over
-				}
+				a.release()
 			case ctlAsk:
 				// A job handed ahead (Job.Gated) is asked what an agent on
 				// standby is (standbyask.go) until it is released.

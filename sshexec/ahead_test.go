@@ -185,6 +185,46 @@ func TestHandAhead(t *testing.T) {
 	}
 }
 
+// TestHandAheadReleasedAtOnce: a job handed ahead and released at once,
+// both on their way to an agent on standby that is still starting (a
+// start-up crash, with the standby started as the attempt stops), is
+// released all the same: the release, read before the agent took the
+// job, is kept for it. Each round would lose the release one time in two
+// if the agent dropped it.
+func TestHandAheadReleasedAtOnce(t *testing.T) {
+	needPython(t)
+	l := newTestLocal(t)
+	job, _ := aheadJob(t)
+	for round := range 4 {
+		if err := l.Warm(context.Background(), job); err != nil {
+			t.Fatal(err)
+		}
+		if !l.HandAhead(job) {
+			t.Fatal("not handed")
+		}
+		var f frames
+		p, err := l.Start(context.Background(), job, f.decoder(), &bytes.Buffer{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		type result struct {
+			code int
+			err  error
+		}
+		done := make(chan result, 1)
+		go func() { code, err := p.Wait(); done <- result{code, err} }()
+		select {
+		case r := <-done:
+			if r.err != nil || r.code != 0 || f.out.String() != "ran 1 gated 1\n" {
+				t.Fatalf("round %d: exit %d, %v, printed %q", round, r.code, r.err, f.out.String())
+			}
+		case <-time.After(20 * time.Second):
+			p.Stop(true)
+			t.Fatalf("round %d: the job handed ahead was never released", round)
+		}
+	}
+}
+
 // TestHandAheadMismatch: a Start whose job is not the one handed ahead
 // stops that one before its gated part ran, waits for it, and starts its
 // own job cold; one handed ahead goes with its standby at Cool.

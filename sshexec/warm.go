@@ -411,6 +411,11 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 				return Job{}, nil, nil, AgentExitBadSpec
 			case c.b == ctlAsk:
 				go a.answer(ctx, c.line)
+			case c.b == ctlRelease:
+				// The head releases only the job it handed ahead, which
+				// came first and waits in jobc (read after this, as both
+				// were ready): supervise releases it as it begins.
+				a.released = true
 			}
 			hb.Reset(heartbeat)
 		case <-hb.C:
