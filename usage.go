@@ -128,11 +128,11 @@ gorun options:
                            each attempt's failure, each restart's phases in ms
   --warm-restart on|early|off
                            start each node's next torchrun ahead, its imports
-                           done, while an attempt runs (default on: once the
-                           workers are past their imports, or with the attempt
-                           on nodes with CPUs to spare, which also get the
-                           first restart's command line as the stop begins;
-                           early: both on every node)
+                           done, while an attempt runs, and hand it the first
+                           restart's command line then, its workers held at a
+                           gate (default on: once the workers are past their
+                           imports, or with the attempt on nodes with CPUs to
+                           spare; early: with the attempt on every node)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
   --prewarm auto|MODULES|off

@@ -107,9 +107,10 @@ type Options struct {
 	// Report (--report FILE.html) is where the run's HTML report is
 	// written at the end; "" writes none.
 	Report string
-	// WarmRestart (--warm-restart on|off): on, each node's torchrun for
-	// the next attempt is started ahead, its imports done, while an
-	// attempt runs.
+	// WarmRestart (--warm-restart on|early|off): on, each node's torchrun
+	// for the next attempt is started ahead, its imports done, while an
+	// attempt runs, and is handed the first restart's command line then;
+	// early starts it with the attempt on every node.
 	WarmRestart string
 	// StopGrace (--stop-grace) is how long the workers have, after the
 	// signal of a stop from outside (SIGTERM or Ctrl-C to gorun, scancel,
