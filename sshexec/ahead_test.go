@@ -3,11 +3,13 @@ package sshexec
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 )
@@ -222,6 +224,54 @@ func TestHandAheadReleasedAtOnce(t *testing.T) {
 			p.Stop(true)
 			t.Fatalf("round %d: the job handed ahead was never released", round)
 		}
+	}
+}
+
+// TestHandAheadSidecarAtRelease: the sidecar (GPU telemetry) of a job
+// handed ahead starts at its release, not while it waits at the gate
+// through the attempt before: waiting 500 ms, it would have sent about 50
+// ticks (one every 10 ms), held until the release and then passed on as
+// if they were the next attempt's.
+func TestHandAheadSidecarAtRelease(t *testing.T) {
+	needPython(t)
+	l := NewLocal(os.Args[0])
+	l.agentEnv = append(os.Environ(), testAgentEnv+"=sidecar")
+	t.Cleanup(func() { _ = l.Close() })
+	job, marks := aheadJob(t)
+	job.Sidecar = json.RawMessage(`{"interval":1}`)
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	if !l.HandAhead(job) || !waitFor(filepath.Join(marks, "connected"), 10*time.Second) {
+		t.Fatal("the job handed ahead never started")
+	}
+	time.Sleep(500 * time.Millisecond)
+	var mu sync.Mutex
+	var telemetry []string
+	dec := NewFrameDecoder(func(kind byte, p []byte) {
+		if kind == FrameTelemetry {
+			mu.Lock()
+			telemetry = append(telemetry, string(p))
+			mu.Unlock()
+		}
+	})
+	p, err := l.Start(context.Background(), job, dec, &bytes.Buffer{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, err := p.Wait(); code != 0 || err != nil {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	ticks := 0
+	for _, f := range telemetry {
+		if f == "tick" {
+			ticks++
+		}
+	}
+	if len(telemetry) == 0 || !strings.HasPrefix(telemetry[0], "settings ") || ticks > 20 {
+		t.Errorf("telemetry %q (%d ticks): want the sidecar started at the release, not at the hand-off", telemetry, ticks)
 	}
 }
 
