@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/sshexec"
 )
 
 // Worker-level supervision on the real cluster: real sshd, Debian's real
@@ -513,6 +514,60 @@ func TestLocalRestartsOwnedByGorun(t *testing.T) {
 		t.Errorf("want both workers of attempt 1 to see 1 in both variables, got %d:\n%s", n, out)
 	}
 	noneLeft(t, mark, 5*time.Second)
+}
+
+// TestLocalAheadUnused: a run that needs no restart, with one left. The
+// next attempt's job is handed ahead while the run goes (its two
+// supervisors wait at their gate, GORUN_GATED=1, beside attempt 0's
+// workers), and the run's end stops it unused: exit 0, nothing of it on
+// the console (a traceback of its stop, its agent's words), nothing
+// left.
+func TestLocalAheadUnused(t *testing.T) {
+	needTorch(t)
+	mark := marker(t)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "STEPS=40", "STEP_SLEEP=0.2"},
+		"--torchrun", shim(t), "--nproc-per-node", "2", "--max-restarts", "1", script(t), "--tag", mark)
+	gated := 0
+	for deadline := time.Now().Add(2 * time.Minute); time.Now().Before(deadline) && gated < 2; time.Sleep(50 * time.Millisecond) {
+		gated = gatedSupervisors(mark)
+	}
+	if gated != 2 {
+		t.Errorf("%d supervisors of the next attempt at their gate while the run went, want 2", gated)
+	}
+	if n := len(workers(mark, 0)); n != 2 {
+		t.Errorf("%d workers of attempt 0 beside them, want 2", n)
+	}
+	if code := r.wait(t, 3*time.Minute); code != 0 {
+		t.Fatalf("exit %d:\n%s", code, r.output())
+	}
+	out := r.output()
+	if n := strings.Count(out, "params-in-sync OK"); n != 2 || strings.Contains(out, "attempt=1") {
+		t.Errorf("want attempt 0 alone to finish, on 2 ranks:\n%s", out)
+	}
+	for _, bad := range []string{"Traceback", "SignalException", "gorun: restart", "restarting the whole group", "gorun agent:"} {
+		if strings.Contains(out, bad) {
+			t.Errorf("the job handed ahead showed on the console (%q):\n%s", bad, out)
+		}
+	}
+	noneLeft(t, mark, 5*time.Second)
+}
+
+// gatedSupervisors counts the `gorun _rank` processes of the run marked
+// mark that wait at their gate (sshexec.GateVar).
+func gatedSupervisors(mark string) int {
+	n := 0
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		dir := filepath.Join("/proc", e.Name())
+		cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte(mark)) || !bytes.Contains(cmd, []byte("\x00_rank\x00")) {
+			continue
+		}
+		if env, _ := os.ReadFile(filepath.Join(dir, "environ")); bytes.Contains(env, []byte("\x00"+sshexec.GateVar+"=1\x00")) {
+			n++
+		}
+	}
+	return n
 }
 
 // TestLocalRestartAhead: in local mode the next torchrun is handed its

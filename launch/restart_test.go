@@ -301,7 +301,9 @@ func (a *aheadRunner) HandAhead(job sshexec.Job) bool {
 func TestRunHandsAhead(t *testing.T) {
 	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
 	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
-	fail := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}, {20 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
+	// The failure 100 ms after the join: the standby and the hand-off
+	// ahead come before it, even on a loaded machine.
+	fail := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}, {100 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		r.sc = fail
 		switch k {
@@ -358,7 +360,9 @@ func TestRunHandsAheadAtStartupCrash(t *testing.T) {
 	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
 	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
-		r.sc = script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)},
+		// Neither joined: the ended one is past its imports, the other not,
+		// so the standby starts only with the stop.
+		r.sc = script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)},
 			{20 * ms, exited(1, 1, 3, 0, false, time.Now())}}}
 		if k == 1 {
 			r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}

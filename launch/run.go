@@ -114,8 +114,9 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		restart = &Restart{Attempt: k, Failed: o.failSeen, Stopped: o.end.Sub(o.failSeen), Ahead: o.ahead}
 		if o.ahead > 0 {
 			// Before the failure (negative) when every node was handed its
-			// job while the attempt ran; 0 means none.
-			if restart.Handed = o.aheadAt.Sub(o.failSeen); restart.Handed == 0 {
+			// job while the attempt ran; 0 means none, and a hand-off
+			// within a millisecond of the failure is said as at it.
+			if restart.Handed = o.aheadAt.Sub(o.failSeen); restart.Handed.Abs() < time.Millisecond {
 				restart.Handed = time.Millisecond
 			}
 		}
