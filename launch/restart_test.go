@@ -352,69 +352,58 @@ func TestRunHandsAhead(t *testing.T) {
 	}
 }
 
-// TestRunHandsAheadAtStartupCrash: a worker that fails before every
-// worker is past its imports leaves the node without its standby until
-// the stop starts one; its job is handed ahead then, beside the stop, and
-// released after it.
-func TestRunHandsAheadAtStartupCrash(t *testing.T) {
-	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
-	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
-	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
-		// Neither joined: the ended one is past its imports, the other not,
-		// so the standby starts only with the stop.
-		r.sc = script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)},
-			{20 * ms, exited(1, 1, 3, 0, false, time.Now())}}}
-		if k == 1 {
-			r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}
-		}
-		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}, nil
-	}
-	ahead := func(_ context.Context, k int) []Node {
-		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
-	}
-	var diag syncBuffer
-	res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 1, Diag: &diag})
-	if err != nil || res.Attempts != 2 || len(res.Restarts) != 1 {
-		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
-	}
-	if rs := res.Restarts[0]; rs.Ahead != 1 || rs.AheadUsed != 1 || rs.Handed <= 0 || rs.Released < rs.Stopped {
-		t.Errorf("the restart's timeline %+v: want handed ahead after the failure, released after the stop", rs)
-	}
-}
-
-// TestRunHandsAheadAtExit: a failure while the group exits (one worker
-// finished, the other then failed) restarts at once too, and hands the
-// next attempt's job ahead as a failure in training does.
-func TestRunHandsAheadAtExit(t *testing.T) {
-	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
-	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
-	atExit := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
-		{20 * ms, exited(0, 0, 0, 0, false, time.Now())}, {5 * ms, exited(1, 1, 3, 0, false, time.Now())}}}
-	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
-		r.sc = atExit
-		if k == 1 {
-			r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}
-		}
-		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}, nil
-	}
-	ahead := func(_ context.Context, k int) []Node {
-		return []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
-	}
-	var diag syncBuffer
-	res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 1, Diag: &diag})
-	if err != nil || res.Attempts != 2 {
-		t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
-	}
-	if !strings.Contains(diag.String(), "exited with 3 during exit (other workers had finished)") {
-		t.Errorf("the failure was not one at exit:\n%s", diag.String())
-	}
-	r.mu.Lock()
-	handed := len(r.ahead)
-	r.mu.Unlock()
-	if handed != 1 || len(res.Restarts) != 1 {
-		t.Fatalf("handed ahead %d times, restarts %+v; want once, one restart", handed, res.Restarts)
-	}
-	if rs := res.Restarts[0]; rs.Ahead != 1 || rs.AheadUsed != 1 || rs.Released < rs.Stopped {
-		t.Errorf("the restart's timeline %+v: want handed ahead and released after the stop", rs)
+// TestRunHandsAheadOnce: other failures that restart at once hand the
+// next attempt's job ahead too, once, and it is released after the stop:
+//   - at start-up: a worker that fails before every worker is past its
+//     imports leaves the node without its standby until the stop starts
+//     one, so its job is handed then, after the failure (neither worker
+//     joined: the ended one counts as past its imports, the other not);
+//   - at exit: one worker finished, the other then failed.
+func TestRunHandsAheadOnce(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		frames []timedFrame
+		check  func(t *testing.T, rs Restart, diag string)
+	}{
+		{"start-up crash", []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {20 * ms, exited(1, 1, 3, 0, false, time.Now())}},
+			func(t *testing.T, rs Restart, _ string) {
+				if rs.Handed <= 0 {
+					t.Errorf("handed at %v, want after the failure", rs.Handed)
+				}
+			}},
+		{"at exit", []timedFrame{{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
+			{20 * ms, exited(0, 0, 0, 0, false, time.Now())}, {5 * ms, exited(1, 1, 3, 0, false, time.Now())}},
+			func(t *testing.T, _ Restart, diag string) {
+				if !strings.Contains(diag, "exited with 3 during exit (other workers had finished)") {
+					t.Errorf("the failure was not one at exit:\n%s", diag)
+				}
+			}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
+			job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+			node := []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
+			attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
+				r.sc = script{stopCode: 1, linger: 30 * ms, frames: tc.frames}
+				if k == 1 {
+					r.sc = script{after: 20 * ms, frames: []timedFrame{{0, released()}, {ms, started(0, 0)}, {ms, started(1, 1)}}}
+				}
+				return node, nil
+			}
+			ahead := func(context.Context, int) []Node { return node }
+			var diag syncBuffer
+			res, err := Run(context.Background(), Options{Attempt: attempt, Ahead: ahead, MaxRestarts: 1, Diag: &diag})
+			if err != nil || res.Attempts != 2 || len(res.Restarts) != 1 {
+				t.Fatalf("Run = %+v, %v\n%s", res, err, diag.String())
+			}
+			r.mu.Lock()
+			handed := len(r.ahead)
+			r.mu.Unlock()
+			rs := res.Restarts[0]
+			if handed != 1 || rs.Ahead != 1 || rs.AheadUsed != 1 || rs.Released < rs.Stopped {
+				t.Errorf("handed ahead %d times, the restart's timeline %+v: want once, released after the stop", handed, rs)
+			}
+			tc.check(t, rs, diag.String())
+		})
 	}
 }
