@@ -165,12 +165,12 @@ type relay struct {
 	// before it was frozen) gets it at once, or its worker would run on
 	// until the grace ran out.
 	stopped []byte
-	// gated: the job was handed ahead (Job.Gated), and its workers'
-	// supervisors wait for RelayGo; released once the head said so. A
-	// client that connects after the release gets RelayGo at once.
-	gated, released bool
-	// goC is closed by the release of a gated job (made by gate).
-	goC chan struct{}
+	// goC is made when the job was handed ahead (Job.Gated: its workers'
+	// supervisors wait for RelayGo; nil otherwise) and closed by its
+	// release, once the head said so. A client that connects after the
+	// release gets RelayGo at once.
+	goC      chan struct{}
+	released bool
 
 	readers sync.WaitGroup
 
@@ -214,7 +214,7 @@ func (r *relay) accept() {
 		}
 		r.mu.Lock()
 		r.conns[c] = struct{}{}
-		stopped, goNow := r.stopped, r.gated && r.released
+		stopped, goNow := r.stopped, r.released
 		r.mu.Unlock()
 		switch {
 		case stopped != nil:
@@ -309,7 +309,6 @@ const (
 // job starts.
 func (r *relay) gate() {
 	r.mu.Lock()
-	r.gated = true
 	r.goC = make(chan struct{})
 	r.mu.Unlock()
 }
@@ -330,7 +329,7 @@ func (r *relay) releasedC() <-chan struct{} {
 // already or was stopped.
 func (r *relay) open(said []byte) bool {
 	r.mu.Lock()
-	if !r.gated || r.released || r.stopped != nil {
+	if r.goC == nil || r.released || r.stopped != nil {
 		r.mu.Unlock()
 		return false
 	}
