@@ -170,11 +170,10 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		}
 	} else {
 		var err error
-		if out, err = startJob(job, jobOut, jobErr); err != nil {
+		if out, err = a.startJob(job, jobOut, jobErr); err != nil {
 			a.logf("start %s: %v", job.Argv[0], err)
 			return AgentExitNoStart
 		}
-		a.startPool(job)
 		r = a.newReaper(out.pid)
 		go r.run()
 	}
@@ -269,6 +268,23 @@ func (a *agent) release() {
 	if a.relay != nil && a.relay.open(said) {
 		a.asks.endAhead() // the restart's asks are over
 	}
+}
+
+// startJob starts the job's main process and its worker pool, when it
+// asks for one: the main process as the pool's fork server where the two
+// can share their imports (startPoolWithMain), else side by side.
+func (a *agent) startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
+	if job.Pool != nil && a.relay != nil {
+		if out, p, _ := startPoolWithMain(job, a.relay.dir, stdout, stderr, a.logf); out != nil {
+			a.pool = p
+			return out, nil
+		}
+	}
+	out, err := startJob(job, stdout, stderr)
+	if err == nil {
+		a.startPool(job)
+	}
+	return out, err
 }
 
 // startPool starts the job's worker pool, when it asks for one; without

@@ -175,31 +175,85 @@ type poolSlot struct {
 // tied to it), before the reaper that passes them to reaped runs. The
 // error says why no pool could start; the job runs without one.
 func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
-	base, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
+	pp, err := planPool(job)
 	if err != nil {
 		return nil, err
+	}
+	p, err := pp.listen(job, dir, logf)
+	if err != nil {
+		return nil, err
+	}
+	if n := len(pp.groups); job.Pool.Auto && n > 0 {
+		p.off = autoPoolOff(usableCPUs(), n, job.Pool.Beside, idleCPUs)
+	}
+	p.mu.Lock()                               // the reaper waits until each fork server is known
+	failed, failedAt, started := "", 0, false // the first server's failure, its first slot; whether one started
+	for k, g := range pp.groups {
+		if p.off != "" {
+			break
+		}
+		f, err := p.startFork(job, g, dir, k)
+		switch {
+		case err != nil && failed == "":
+			failed, failedAt = err.Error(), g.slots[0]
+		case err != nil:
+			logf("pool: interpreter for slots %v: %v", g.slots, err)
+		default:
+			started = true
+			p.adopt(f, g)
+		}
+	}
+	if failed != "" && !started {
+		p.off = "the node's pool did not start: " + failed // each worker is told
+	} else if failed != "" {
+		logf("pool: interpreter for slot %d: %v", failedAt, failed)
+	}
+	p.mu.Unlock()
+	p.conns.Add(1)
+	go p.accept()
+	return p, nil
+}
+
+// poolPlan is what a pool is made of before anything starts.
+type poolPlan struct {
+	base   []string // the job's environment
+	interp string   // the workers' interpreter, as a path
+	dir    string   // the workers' folder
+	groups []forkGroup
+}
+
+func planPool(job Job) (poolPlan, error) {
+	base, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
+	if err != nil {
+		return poolPlan{}, err
 	}
 	interp := envValue(base, "PYTHON_EXEC") // torchrun's own rule for its workers
 	if interp == "" {
 		prog, err := pythonProgram(job.Argv, base, job.Dir)
 		if err != nil {
-			return nil, err
+			return poolPlan{}, err
 		}
 		interp = prog.interp[0]
 	}
 	if interp, err = lookPath(interp, envValue(base, "PATH"), job.Dir); err != nil {
-		return nil, err
+		return poolPlan{}, err
 	}
 	wd := job.Dir
 	if wd == "" {
 		if wd, err = os.Getwd(); err != nil {
-			return nil, err
+			return poolPlan{}, err
 		}
 	}
 	groups, err := forkGroups(job, base)
 	if err != nil {
-		return nil, err
+		return poolPlan{}, err
 	}
+	return poolPlan{base: base, interp: interp, dir: wd, groups: groups}, nil
+}
+
+// listen makes the pool, listening on its socket in dir, with no
+// interpreter started yet.
+func (pp poolPlan) listen(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	var sub int32
 	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&sub)), 0, 0, 0); err != nil || sub == 0 {
 		// The forked interpreters would go to init, out of the agent's reach.
@@ -214,39 +268,91 @@ func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
 	if wait <= 0 {
 		wait = poolWait
 	}
-	p := &pool{ln: ln, interp: interp, dir: wd, late: job.Pool.Late, wait: wait, logf: logf, stopped: make(chan struct{}),
-		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}
-	if n := len(groups); job.Pool.Auto && n > 0 {
-		p.off = autoPoolOff(usableCPUs(), n, job.Pool.Beside, idleCPUs)
+	return &pool{ln: ln, interp: pp.interp, dir: pp.dir, late: job.Pool.Late, wait: wait, logf: logf, stopped: make(chan struct{}),
+		slots: make([]*poolSlot, len(job.Pool.Slots)), forks: map[int]*poolFork{}, byPID: map[int]*poolSlot{}, early: map[int]unix.WaitStatus{}}, nil
+}
+
+// adopt makes f's slots the pool's; under p.mu.
+func (p *pool) adopt(f *poolFork, g forkGroup) {
+	for i, sl := range f.slots {
+		p.slots[g.slots[i]] = sl
 	}
-	p.mu.Lock()                               // the reaper waits until each fork server is known
-	failed, failedAt, started := "", 0, false // the first server's failure, its first slot; whether one started
-	for k, g := range groups {
-		if p.off != "" {
-			break
+}
+
+// The job's main process as its own workers' fork server: torchrun is a
+// Python program, and the interpreter that runs it can import the pool's
+// modules for itself and for its workers at once, where two would import
+// them side by side (one for torchrun's own start, one for the pool). On
+// a node whose CPUs are busy, as at a launch, that is one import of torch
+// less on the way to the workers' first line. It is done only where
+// nothing that either sees changes: the same interpreter, run without
+// options of its own; one fork server for every slot; the same value of
+// every variable read at import but PYTHONFAULTHANDLER, which the slots
+// arm as Python would have at their start; and slots whose CPU binding
+// sizes no library's threads as it loads (OMP_NUM_THREADS set, or none).
+
+// sharedImport says why job's main process cannot be its pool's fork
+// server, "" when it can.
+func (pp poolPlan) sharedImport(job Job) (warmProgram, string) {
+	prog, err := pythonProgram(job.Argv, pp.base, job.Dir)
+	switch {
+	case err != nil:
+		return prog, err.Error()
+	case len(prog.interp) != 1 || prog.interp[0] != pp.interp:
+		return prog, fmt.Sprintf("torchrun runs under %s, its workers under %s", strings.Join(prog.interp, " "), pp.interp)
+	case len(pp.groups) != 1:
+		return prog, "the workers import with environments or CPUs of their own"
+	case len(job.Pool.Modules) == 0:
+		return prog, "the pool imports nothing"
+	}
+	g := pp.groups[0]
+	if len(g.cpus) > 0 && envValue(g.env, "OMP_NUM_THREADS") == "" {
+		return prog, "the workers' CPU binding would size OpenMP's threads at import"
+	}
+	for _, name := range changedVars(pp.base, g.env) {
+		if importTimeVar(name) && name != "PYTHONFAULTHANDLER" {
+			return prog, fmt.Sprintf("%s, read at import time, differs between torchrun and its workers", name)
 		}
-		f, err := p.startFork(job, g, dir, k)
-		switch {
-		case err != nil && failed == "":
-			failed, failedAt = err.Error(), g.slots[0]
-		case err != nil:
-			logf("pool: interpreter for slots %v: %v", g.slots, err)
-		default:
-			started = true
-			for i, sl := range f.slots {
-				p.slots[g.slots[i]] = sl
-			}
-		}
 	}
-	if failed != "" && !started {
-		p.off = "the node's pool did not start: " + failed // each worker is told
-	} else if failed != "" {
-		logf("pool: interpreter for slot %d: %v", failedAt, failed)
+	return prog, ""
+}
+
+// startPoolWithMain starts job's main process as the fork server of its
+// own workers' pool (warm.py main) where the two can share their imports
+// (sharedImport), with the job's environment, folder and streams, as
+// startJob would start it. Otherwise it starts nothing and says why; so
+// does a pool that cannot listen. The rules of startPool apply.
+func startPoolWithMain(job Job, dir string, stdout, stderr io.Writer, logf func(string, ...any)) (*startedJob, *pool, string) {
+	pp, err := planPool(job)
+	if err != nil {
+		return nil, nil, err.Error()
 	}
-	p.mu.Unlock()
+	prog, why := pp.sharedImport(job)
+	if why != "" {
+		return nil, nil, why
+	}
+	p, err := pp.listen(job, dir, logf)
+	if err != nil {
+		return nil, nil, err.Error()
+	}
+	g := pp.groups[0]
+	main := struct {
+		Mode   string   `json:"mode"`
+		Target string   `json:"target"`
+		Args   []string `json:"args"`
+		Shown  []string `json:"shown"` // a cold start's argv, for ps
+	}{prog.mode, prog.target, prog.args, append(slices.Concat(prog.interp, map[bool][]string{true: {"-m"}}[prog.mode == "module"]), append([]string{prog.target}, prog.args...)...)}
+	p.mu.Lock() // the reaper waits until the server is known
+	defer p.mu.Unlock()
+	f, out, err := p.startServer(job, g, dir, "main", main, envValue(g.env, "PYTHONFAULTHANDLER") != "", pp.base, stdout, stderr)
+	if err != nil {
+		p.ln.Close()
+		return nil, nil, err.Error()
+	}
+	p.adopt(f, g)
 	p.conns.Add(1)
 	go p.accept()
-	return p, nil
+	return out, p, ""
 }
 
 // forkGroup is the slots one fork server serves: the same environment,
@@ -329,26 +435,49 @@ func noPool(path, why string, logf func(string, ...any)) *pool {
 // startFork starts group g's fork server, the k-th, with a shim of its
 // own in dir (the relay's private folder, which goes with the agent),
 // removed once read; a socket pair for it and one for each of its slots.
+// Under p.mu.
 func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, error) {
-	shim := filepath.Join(dir, fmt.Sprintf("warm-%d.py", k))
-	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
+	// What it prints while it imports, it holds, and each interpreter
+	// writes to its worker's streams once it has them (warm.py).
+	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
+	if err != nil {
 		return nil, err
+	}
+	defer devnull.Close()
+	f, _, err := p.startServer(job, g, dir, fmt.Sprint(k), nil, false, g.env, devnull, devnull)
+	return f, err
+}
+
+// startServer starts a fork server for group g: warm.py pool, named by
+// name in dir, or, with main (what warm.py main runs once the slots are
+// forked), the job's main process. env is its environment, and stdout
+// and stderr its streams. Under p.mu.
+func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, faulthandler bool, env []string, stdout, stderr io.Writer) (*poolFork, *startedJob, error) {
+	shim := filepath.Join(dir, "warm-"+name+".py")
+	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
+		return nil, nil, err
 	}
 	type slotSettings struct {
 		CPUs []int `json:"cpus,omitempty"`
 	}
 	settings := struct {
-		CPUs    []int          `json:"cpus,omitempty"`
-		Signals []int          `json:"signals,omitempty"`
-		Modules []string       `json:"modules"`
-		Slots   []slotSettings `json:"slots"`
-	}{CPUs: g.cpus, Signals: job.PassSignals, Modules: job.Pool.Modules}
+		CPUs         []int          `json:"cpus,omitempty"`
+		Signals      []int          `json:"signals,omitempty"`
+		Modules      []string       `json:"modules"`
+		Slots        []slotSettings `json:"slots"`
+		Main         any            `json:"main,omitempty"`
+		FaultHandler bool           `json:"faulthandler,omitempty"`
+	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main, FaultHandler: faulthandler}
+	mode, stdin := "main", job.Stdin
+	if main == nil {
+		mode, stdin, settings.CPUs = "pool", nil, g.cpus
+	}
 	for _, c := range g.sets {
 		settings.Slots = append(settings.Slots, slotSettings{c})
 	}
 	b, err := json.Marshal(settings)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	var ours []*net.UnixConn
 	var theirs []*os.File
@@ -357,12 +486,12 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 			f.Close()
 		}
 	}()
-	fail := func(err error) (*poolFork, error) {
+	fail := func(err error) (*poolFork, *startedJob, error) {
 		for _, c := range ours {
 			c.Close()
 		}
 		os.Remove(shim)
-		return nil, err
+		return nil, nil, err
 	}
 	for range 1 + len(g.slots) {
 		c, f, err := socketPair()
@@ -375,23 +504,19 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 	for i, c := range ours[1:] {
 		f.slots = append(f.slots, &poolSlot{fork: f, cpus: g.sets[i], ctrl: c, forked: make(chan struct{}), gone: make(chan struct{})})
 	}
-	// What it prints while it imports, it holds, and each interpreter
-	// writes to its worker's streams once it has them (warm.py).
-	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-	if err != nil {
-		return fail(err)
+	argv := []string{p.interp, "-u", shim, mode, string(b), strings.Repeat(" ", poolRoom)}
+	if main != nil {
+		argv = slices.Delete(argv, 1, 2) // the program's own interpreter: no -u (its slots write as -u would)
 	}
-	defer devnull.Close()
-	argv := []string{p.interp, "-u", shim, "pool", string(b), strings.Repeat(" ", poolRoom)}
-	withRoom := append(slices.Clip(g.env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
-	started, err := forkExec(p.interp, argv, withRoom, p.dir, nil, devnull, devnull, theirs...)
+	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
+	started, err := forkExec(p.interp, argv, withRoom, p.dir, stdin, stdout, stderr, theirs...)
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", p.interp, err))
 	}
 	f.pid = started.pid
 	p.forks[f.pid] = f
 	go p.watchFork(f)
-	return f, nil
+	return f, started, nil
 }
 
 // socketPair is a connected pair of unix stream sockets: ours, and the

@@ -209,6 +209,8 @@ def main():
         "ahead", "noisy" in sys.modules, "cpus", sorted(os.sched_getaffinity(0)),
         "fh", os.environ.get("PYTHONFAULTHANDLER"), "stdin", repr(sys.stdin.read()), "lc", os.environ.get("LC_CTYPE"))
     say("file", __file__, "package", __package__, "spec", __spec__, "loader", type(__loader__).__name__)
+    import faulthandler
+    say("stdio", type(sys.stdout.buffer).__name__, sys.stdout.write_through, sys.stderr.line_buffering, "fh on", faulthandler.is_enabled())
     # what ps and the like read of this process
     procargv = [a.decode() for a in open("/proc/self/cmdline", "rb").read().split(b"\0") if a]
     procenv = [e.decode() for e in open("/proc/self/environ", "rb").read().split(b"\0") if e]
@@ -745,5 +747,106 @@ func TestPoolDidNotStart(t *testing.T) {
 	delete(job.Env, "PYTHON_EXEC")
 	if out := runPool(t, job); !strings.Contains(out, "take 0: cold: the node's pool did not start: ") {
 		t.Errorf("want the worker told why the pool did not start:\n%s", out)
+	}
+}
+
+// poolMain is a torchrun of the test's: a Python script that says what
+// it sees and then runs the pool helper as its workers' supervisors.
+const poolMain = `#!/usr/bin/python3
+import faulthandler, os, subprocess, sys
+say = lambda *a: sys.stdout.write(" ".join(str(x) for x in a) + "\n")
+procargv = [a.decode() for a in open("/proc/self/cmdline", "rb").read().split(b"\0") if a]
+procenv = [e.decode() for e in open("/proc/self/environ", "rb").read().split(b"\0") if e]
+say("main argv", sys.argv, "name", __name__, "ahead", "aheadpkg" in sys.modules, "fh on", faulthandler.is_enabled(),
+    "buffer", type(sys.stdout.buffer).__name__, "path0", sys.path[0] == os.path.dirname(os.path.realpath(__file__)))
+def link(f):
+    try:
+        return os.readlink("/proc/self/fd/" + f)
+    except OSError:
+        return ""
+sockets = [f for f in os.listdir("/proc/self/fd") if link(f).startswith("socket:")]
+say("main proc argv", procargv[1:], "room", any("POOL_ROOM" in e for e in procenv), "sockets", sockets)
+sys.stdout.flush()
+sys.exit(subprocess.call([os.environ["GORUN_TEST_HELPER"]], close_fds=True))
+`
+
+// TestPoolWithMain: where torchrun and its workers import alike, the job's
+// main process is its pool's fork server: it imports the modules once, for
+// itself and for the slots it forks, and then runs as it would have cold
+// (its own arguments, streams, buffering and faulthandler, nothing of the
+// pool's shown in ps), while its workers run as a pool's do (as python -u,
+// faulthandler armed). Where they import differently, the two start side by
+// side, as ever.
+func TestPoolWithMain(t *testing.T) {
+	needPython(t)
+	for _, tc := range []struct {
+		name    string
+		shared  bool
+		slotOMP string // OMP_NUM_THREADS the slots get when unset (torchrun's, for nproc > 1)
+	}{
+		{name: "shared", shared: true},
+		{name: "workers import otherwise", slotOMP: "1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			takes := []testTake{
+				{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
+				{Slot: 1, Target: "job.py", Env: map[string]string{"END": "TERM"}},
+			}
+			job, dir := poolJob(t, 2, takes)
+			main := filepath.Join(dir, "main.py")
+			if err := os.WriteFile(main, []byte(poolMain), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			job.Argv = []string{main, "x", "y z"}
+			job.Env["GORUN_TEST_HELPER"] = os.Args[0]
+			job.Env["PYTHONUNBUFFERED"] = "" // not -u, as torchrun runs
+			// a package, which stays imported (a module runs afresh if the program runs it)
+			if err := os.Mkdir(filepath.Join(dir, "aheadpkg"), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(filepath.Join(dir, "aheadpkg", "__init__.py"), nil, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			job.Pool.Modules = append(job.Pool.Modules, "aheadpkg")
+			if tc.slotOMP != "" {
+				for i := range job.Pool.Slots {
+					job.Pool.Slots[i].Default = map[string]string{"PYTHONFAULTHANDLER": "1", "OMP_NUM_THREADS": tc.slotOMP}
+				}
+				takes[0].Env["OMP_NUM_THREADS"], takes[1].Env["OMP_NUM_THREADS"] = tc.slotOMP, tc.slotOMP
+				b, _ := json.Marshal(takes)
+				job.Env["GORUN_TEST_TAKES"] = string(b)
+			}
+			var f frames
+			code := runWarm(t, newTestLocal(t), job, &f)
+			out := f.out.String()
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			for _, want := range []string{
+				fmt.Sprintf("main argv ['%s', 'x', 'y z'] name __main__ ahead %s fh on False buffer BufferedWriter path0 True", main, map[bool]string{true: "True", false: "False"}[tc.shared]),
+				// ps shows a cold start's command line; the room and the pool's sockets are gone
+				fmt.Sprintf("main proc argv ['%s', 'x', 'y z'] room False sockets []", main),
+				"argv ['job.py', 'a'] name __main__",
+				"stdio FileIO True False fh on True",
+				": exit 3\n",
+				fmt.Sprintf(": signal %d\n", syscall.SIGTERM),
+			} {
+				if !strings.Contains(out, want) {
+					t.Errorf("output lacks %q:\n%s", want, out)
+				}
+			}
+			if strings.Contains(out, "cold") || strings.Count(out, "pooled pid") != 2 {
+				t.Errorf("want both workers pooled:\n%s", out)
+			}
+			// The import's line: once for each worker, and once for the
+			// main process where it imported the modules too.
+			want := 2
+			if tc.shared {
+				want = 3
+			}
+			if n := strings.Count(out, "noisy at import"); n != want {
+				t.Errorf("the import's line shows %d times, want %d:\n%s", n, want, out)
+			}
+		})
 	}
 }

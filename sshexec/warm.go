@@ -470,12 +470,11 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	}
 	drop()
 	a.startInfo(StartInfo{Cold: cold, Time: time.Now().UnixNano()})
-	out, err := startJob(job, stdout, stderr)
+	out, err := a.startJob(job, stdout, stderr)
 	if err != nil {
 		a.logf("start %s: %v", job.Argv[0], err)
 		return Job{}, nil, nil, AgentExitNoStart
 	}
-	a.startPool(job)
 	r = a.newReaper(out.pid)
 	go r.run()
 	return job, out, r, 0

@@ -18,6 +18,13 @@
 #       On its socket, now its fd 3, each slot's interpreter waits for
 #       the job's line, which brings the worker's stdin, stdout and
 #       stderr and names its script.
+#   warm.py main SETTINGS                     torchrun itself and the fork
+#       server of its workers' pool in one interpreter (sshexec.Job.Pool,
+#       where the two share their import-time environment): SETTINGS and
+#       the fds as for pool, and SETTINGS' "main" names the program. It
+#       imports the modules once, with the program's own environment and
+#       streams; a fork of it then forks the slots, as pool does, and the
+#       interpreter runs the program, the modules already imported.
 import array
 import atexit
 import builtins
@@ -314,6 +321,9 @@ def _run(job, mode, target, mask=None):
 def _main():
     mode = sys.argv[1]
     _forget_shim()
+    if mode == "main":
+        _main_and_pool(json.loads(sys.argv[2]))
+        return
     if mode != "pool":
         target, modules = sys.argv[2], sys.argv[3:]
         _import(modules)
@@ -332,28 +342,119 @@ def _main():
     _pool(json.loads(sys.argv[2]))
 
 
-def _pool(settings):
-    slots = settings.get("slots") or []
+def _started(settings):
     os.environ.pop("GORUN_POOL_ROOM", None)  # room for the worker's own (_show_as), no variable of its
     # The environment as this interpreter has it once started (Python
     # may have set LC_CTYPE, coercing a C locale), which a worker's must
     # match.
     _send(3, json.dumps(["%s=%s" % kv for kv in os.environ.items()]).encode() + b"\n")
-    # The agent ignores the signals it passes on; a worker has them as
-    # Python would at its start.
-    for n in settings.get("signals") or []:
-        signal.signal(n, signal.default_int_handler if n == signal.SIGINT else signal.SIG_DFL)
-    if settings.get("cpus"):
-        os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
+
+
+def _hold():
     # What the imports print belongs to every worker: held until their
     # streams come.
     held = {1: os.memfd_create("gorun-held-out"), 2: os.memfd_create("gorun-held-err")}
     for fd, h in held.items():
         os.dup2(h, fd)
+    return held
+
+
+def _replay(held):
+    for fd, h in held.items():
+        at = 0
+        while True:
+            b = os.pread(h, 1 << 16, at)
+            if not b:
+                break
+            at += len(b)
+            _send(fd, b)
+        os.close(h)
+
+
+def _worker_signals(settings):
+    # The agent ignores the signals it passes on; a worker has them as
+    # Python would at its start.
+    for n in settings.get("signals") or []:
+        signal.signal(n, signal.default_int_handler if n == signal.SIGINT else signal.SIG_DFL)
+
+
+def _pool(settings):
+    _started(settings)
+    _worker_signals(settings)
+    if settings.get("cpus"):
+        os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
+    held = _hold()
     _import(settings.get("modules") or [])
+    _fork_slots(settings, os.getppid(), held)
+
+
+def _main_and_pool(settings):
+    # The program (torchrun) imports the modules its workers' slots need,
+    # once for all: with its own environment, signal dispositions and CPUs
+    # (the agent checked that the slots' import-time environment is the
+    # same, but for PYTHONFAULTHANDLER, and that their CPUs cannot size a
+    # library's threads: OMP_NUM_THREADS is set, or they are unbound).
+    _started(settings)
+    own = {1: os.dup(1), 2: os.dup(2)}
+    held = _hold()
+    _import(settings.get("modules") or [])
+    for f in (sys.stdout, sys.stderr):  # what Python holds goes where the held bytes go, once
+        try:
+            f.flush()
+        except Exception:
+            pass
+    agent = os.getppid()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a fork with threads about: the forked one runs alone
+        server = os.fork()
+    if server == 0:
+        for fd in own.values():
+            os.close(fd)
+        _worker_signals(settings)
+        _as_python_u()
+        if settings.get("faulthandler"):  # as PYTHONFAULTHANDLER makes Python do at its start
+            import faulthandler
+
+            faulthandler.enable(all_threads=True)
+        _fork_slots(settings, agent, held)
+    os.waitpid(server, 0)
+    for fd in range(3, 4 + len(settings.get("slots") or [])):
+        os.close(fd)  # the slots' sockets and the agent's, theirs now
+    for fd, o in own.items():
+        os.dup2(o, fd)
+        os.close(o)
+    _replay(held)  # what the imports printed, as the program's own start would have
+    main = settings["main"]
+    for name in settings.get("modules") or []:
+        if not hasattr(sys.modules.get(name), "__path__"):
+            sys.modules.pop(name, None)  # runs afresh if the program runs it (see script mode)
+    job = {"env": ["%s=%s" % kv for kv in os.environ.items()], "args": main.get("args") or [], "shown": main.get("shown")}
+    _run(job, main["mode"], main["target"])
+
+
+def _as_python_u():
+    # The slots' interpreters write as `python -u` does, as a pool's own
+    # (started with -u, as `gorun _rank` starts a worker) would: stdout
+    # and stderr unbuffered, through to their fds.
+    for name, fd in (("stdout", 1), ("stderr", 2)):
+        old = getattr(sys, name)
+        if old is None:
+            continue
+        raw = io.FileIO(fd, "wb", closefd=False)
+        raw.name = "<%s>" % name
+        new = io.TextIOWrapper(raw, encoding=old.encoding, errors=old.errors, newline="\n", write_through=True)
+        new.mode = "w"
+        setattr(sys, name, new)
+        setattr(sys, "__%s__" % name, new)
+
+
+def _fork_slots(settings, agent, held):
+    # The fork server's part once the modules are imported: it forks each
+    # slot's interpreter, sends their pids to the agent, and exits.
+    slots = settings.get("slots") or []
     libc = ctypes.CDLL(None, use_errno=True)
     gc.freeze()  # the imported objects stay shared with the forks: no collection touches them
-    agent, me = os.getppid(), os.getpid()
+    me = os.getpid()
     ready_r, ready_w = os.pipe()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
     pids = []
@@ -428,15 +529,7 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     for i, fd in enumerate(fds):
         os.dup2(fd, i)
         os.close(fd)
-    for fd, h in held.items():
-        at = 0
-        while True:
-            b = os.pread(h, 1 << 16, at)
-            if not b:
-                break
-            at += len(b)
-            _send(fd, b)
-        os.close(h)
+    _replay(held)
     _run(job, job["mode"], job["target"], mask)
 
 
