@@ -275,9 +275,9 @@ func (a *agent) release() {
 // can share their imports (startPoolWithMain), else side by side.
 func (a *agent) startJob(job Job, stdout, stderr io.Writer) (*startedJob, error) {
 	if job.Pool != nil && a.relay != nil {
-		if out, p, _ := startPoolWithMain(job, a.relay.dir, stdout, stderr, a.logf); out != nil {
-			a.pool = p
-			return out, nil
+		if ms, _ := startPoolWithMain(job, a.relay.dir, nil, stdout, stderr, a.logf); ms != nil {
+			a.pool = ms.pool
+			return ms.out, nil
 		}
 	}
 	out, err := startJob(job, stdout, stderr)

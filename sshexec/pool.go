@@ -317,42 +317,60 @@ func (pp poolPlan) sharedImport(job Job) (warmProgram, string) {
 	return prog, ""
 }
 
+// mainServer is a job's main process started as its pool's fork server.
+type mainServer struct {
+	out  *startedJob
+	pool *pool
+	prog warmProgram
+	env  []string // the main process's environment
+}
+
 // startPoolWithMain starts job's main process as the fork server of its
 // own workers' pool (warm.py main) where the two can share their imports
 // (sharedImport), with the job's environment, folder and streams, as
-// startJob would start it. Otherwise it starts nothing and says why; so
-// does a pool that cannot listen. The rules of startPool apply.
-func startPoolWithMain(job Job, dir string, stdout, stderr io.Writer, logf func(string, ...any)) (*startedJob, *pool, string) {
+// startJob would start it; with release (the read end of a pipe), as a
+// standby (startStandby) whose job comes on that pipe. Otherwise it starts
+// nothing and says why; so does a pool that cannot listen. The rules of
+// startPool apply.
+func startPoolWithMain(job Job, dir string, release *os.File, stdout, stderr io.Writer, logf func(string, ...any)) (*mainServer, string) {
 	pp, err := planPool(job)
 	if err != nil {
-		return nil, nil, err.Error()
+		return nil, err.Error()
 	}
 	prog, why := pp.sharedImport(job)
 	if why != "" {
-		return nil, nil, why
+		return nil, why
 	}
 	p, err := pp.listen(job, dir, logf)
 	if err != nil {
-		return nil, nil, err.Error()
+		return nil, err.Error()
 	}
 	g := pp.groups[0]
 	main := struct {
-		Mode   string   `json:"mode"`
-		Target string   `json:"target"`
-		Args   []string `json:"args"`
-		Shown  []string `json:"shown"` // a cold start's argv, for ps
-	}{prog.mode, prog.target, prog.args, append(slices.Concat(prog.interp, map[bool][]string{true: {"-m"}}[prog.mode == "module"]), append([]string{prog.target}, prog.args...)...)}
+		Mode      string   `json:"mode"`
+		Target    string   `json:"target"`
+		Args      []string `json:"args,omitempty"`
+		Shown     []string `json:"shown,omitempty"` // a cold start's argv, for ps
+		Pipe      int      `json:"pipe,omitempty"`  // a standby's job comes on this fd
+		Preimport []string `json:"preimport,omitempty"`
+	}{Mode: prog.mode, Target: prog.target}
+	var extra []*os.File
+	if release != nil {
+		main.Pipe, main.Preimport, extra = 4+len(g.slots), job.Preimport, []*os.File{release}
+	} else {
+		main.Args, main.Shown = prog.args, prog.shown()
+	}
 	p.mu.Lock() // the reaper waits until the server is known
 	defer p.mu.Unlock()
-	f, out, err := p.startServer(job, g, dir, "main", main, envValue(g.env, "PYTHONFAULTHANDLER") != "", pp.base, stdout, stderr)
+	f, out, err := p.startServer(job, g, dir, "main", main, envValue(g.env, "PYTHONFAULTHANDLER") != "", pp.base, stdout, stderr, extra...)
 	if err != nil {
 		p.ln.Close()
-		return nil, nil, err.Error()
+		return nil, err.Error()
 	}
 	p.adopt(f, g)
 	p.conns.Add(1)
 	go p.accept()
-	return out, p, ""
+	return &mainServer{out: out, pool: p, prog: prog, env: pp.base}, ""
 }
 
 // forkGroup is the slots one fork server serves: the same environment,
@@ -450,9 +468,10 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 
 // startServer starts a fork server for group g: warm.py pool, named by
 // name in dir, or, with main (what warm.py main runs once the slots are
-// forked), the job's main process. env is its environment, and stdout
-// and stderr its streams. Under p.mu.
-func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, faulthandler bool, env []string, stdout, stderr io.Writer) (*poolFork, *startedJob, error) {
+// forked), the job's main process. env is its environment, stdout and
+// stderr its streams, and extra its fds after the slots' sockets. Under
+// p.mu.
+func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, faulthandler bool, env []string, stdout, stderr io.Writer, extra ...*os.File) (*poolFork, *startedJob, error) {
 	shim := filepath.Join(dir, "warm-"+name+".py")
 	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
 		return nil, nil, err
@@ -509,7 +528,7 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, fau
 		argv = slices.Delete(argv, 1, 2) // the program's own interpreter: no -u (its slots write as -u would)
 	}
 	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
-	started, err := forkExec(p.interp, argv, withRoom, p.dir, stdin, stdout, stderr, theirs...)
+	started, err := forkExec(p.interp, argv, withRoom, p.dir, stdin, stdout, stderr, append(slices.Clip(theirs), extra...)...)
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", p.interp, err))
 	}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -848,5 +849,66 @@ func TestPoolWithMain(t *testing.T) {
 				t.Errorf("the import's line shows %d times, want %d:\n%s", n, want, out)
 			}
 		})
+	}
+}
+
+// TestStandbyWithPool: a standby whose workers import alike is its next
+// attempt's pool's fork server: one import for the standby and its
+// workers' interpreters. Handed its job, it runs with the job's arguments
+// and environment and shows a cold start's command line, and its workers
+// take their interpreters from it.
+func TestStandbyWithPool(t *testing.T) {
+	needPython(t)
+	takes := []testTake{
+		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
+		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
+	}
+	job, dir := poolJob(t, 2, takes)
+	main := filepath.Join(dir, "main.py")
+	if err := os.WriteFile(main, []byte(poolMain), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "aheadpkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "aheadpkg", "__init__.py"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Argv = []string{main, "x"}
+	job.Env["GORUN_TEST_HELPER"] = os.Args[0]
+	job.Env["PYTHONUNBUFFERED"] = ""
+	job.Pool.Modules = append(job.Pool.Modules, "aheadpkg")
+	job.Preimport = []string{"email.mime.text"}
+	l := newTestLocal(t)
+	if err := l.Warm(context.Background(), job); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(500 * time.Millisecond) // the imports, while "the attempt runs"
+	next := job
+	next.Argv = []string{main, "b", "c"}
+	next.Env = maps.Clone(job.Env)
+	next.Env["FOO"] = "next"
+	var f frames
+	code := runWarm(t, l, next, &f)
+	out := f.out.String()
+	if code != 0 {
+		t.Fatalf("exit %d:\n%s", code, out)
+	}
+	for _, want := range []string{
+		fmt.Sprintf("main argv ['%s', 'b', 'c'] name __main__ ahead True fh on False buffer BufferedWriter path0 True", main),
+		fmt.Sprintf("main proc argv ['%s', 'b', 'c'] room False sockets []", main),
+		"FOO next RC None ahead True",
+		"stdio FileIO True False fh on True",
+		": exit 3\n",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("output lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "cold") || strings.Count(out, "pooled pid") != 2 {
+		t.Errorf("want both workers pooled:\n%s", out)
+	}
+	if len(f.start) != 1 || !f.start[0].Warm {
+		t.Errorf("start frames: %+v, want one warm", f.start)
 	}
 }

@@ -89,6 +89,15 @@ type warmProgram struct {
 	args   []string // the job's arguments after the script or module
 }
 
+// shown is the program's command line as a cold start's shows in ps.
+func (w warmProgram) shown() []string {
+	argv := slices.Clone(w.interp)
+	if w.mode == "module" {
+		argv = append(argv, "-m")
+	}
+	return append(append(argv, w.target), w.args...)
+}
+
 // pythonProgram tells how job's program would run under Python: a script
 // whose #! line names a Python interpreter (directly or through env), or
 // a Python interpreter given -m MODULE. Anything else cannot start warm,
@@ -187,9 +196,38 @@ type standby struct {
 	env     []string // its environment
 	program warmProgram
 	pid     int
-	release *os.File // fd 3's write end
-	dir     string   // holds the shim, which removes it once read; removed here too if the standby is killed
-	lock    *os.File // privateDir's, held until the standby is handed its job or killed
+	release *os.File // the write end of the pipe its job comes on
+	// dir holds the shim, which removes it once read; removed here too if
+	// the standby is killed. lock is privateDir's, held until the standby
+	// is handed its job or killed. Neither for a pool's fork server, whose
+	// shim is in the relay's folder.
+	dir  string
+	lock *os.File
+	room bool // it has room to show its job's command line (poolRoom)
+}
+
+// startStandby starts the standby and its pool, when the job asks for
+// one: the standby as the pool's fork server where the two can share
+// their imports (startPoolWithMain), else side by side.
+func (a *agent) startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
+	if job.Pool != nil && a.relay != nil {
+		pr, pw, err := os.Pipe()
+		if err != nil {
+			return nil, nil, err
+		}
+		ms, _ := startPoolWithMain(job, a.relay.dir, pr, stdout, stderr, a.logf)
+		pr.Close()
+		if ms != nil {
+			a.pool = ms.pool
+			return &standby{job: job, env: ms.env, program: ms.prog, pid: ms.out.pid, release: pw, room: true}, ms.out, nil
+		}
+		pw.Close()
+	}
+	sb, out, err := startStandby(job, stdout, stderr)
+	if err == nil {
+		a.startPool(job)
+	}
+	return sb, out, err
 }
 
 // startStandby starts job's interpreter with the shim, in a new session,
@@ -258,7 +296,11 @@ func (s *standby) handOver(job Job) (string, error) {
 			return fmt.Sprintf("%s, read at import time, changed", name), nil
 		}
 	}
-	return "", s.hand(env, job.Dir, prog.args, job.WaitFor)
+	var shown []string
+	if s.room {
+		shown = prog.shown()
+	}
+	return "", s.hand(env, job.Dir, prog.args, shown, job.WaitFor)
 }
 
 // WaitForLimit bounds a warm program's wait for Job.WaitFor's address:
@@ -296,7 +338,7 @@ func envMap(env []string) map[string]string {
 // hand writes the standby its job: the environment, working directory
 // and arguments it runs with, and the address it waits for first
 // (Job.WaitFor; "": none).
-func (s *standby) hand(env []string, dir string, args []string, waitFor string) error {
+func (s *standby) hand(env []string, dir string, args, shown []string, waitFor string) error {
 	type wait struct {
 		Host  string  `json:"host"`
 		Port  string  `json:"port"`
@@ -311,11 +353,12 @@ func (s *standby) hand(env []string, dir string, args []string, waitFor string) 
 		w = &wait{host, port, WaitForLimit.Seconds()}
 	}
 	line, err := json.Marshal(struct {
-		Env  []string `json:"env"`
-		Dir  string   `json:"dir"`
-		Args []string `json:"args"`
-		Wait *wait    `json:"wait_for,omitempty"`
-	}{env, dir, args, w})
+		Env   []string `json:"env"`
+		Dir   string   `json:"dir"`
+		Args  []string `json:"args"`
+		Shown []string `json:"shown,omitempty"` // for ps
+		Wait  *wait    `json:"wait_for,omitempty"`
+	}{env, dir, args, shown, w})
 	if err != nil {
 		return err
 	}
@@ -323,15 +366,19 @@ func (s *standby) hand(env []string, dir string, args []string, waitFor string) 
 	if cerr := s.release.Close(); err == nil {
 		err = cerr
 	}
-	s.lock.Close()
+	if s.lock != nil {
+		s.lock.Close()
+	}
 	return err
 }
 
 // kill ends the standby and whatever it started.
 func (s *standby) kill() {
 	s.release.Close()
-	os.RemoveAll(s.dir)
-	s.lock.Close()
+	if s.dir != "" {
+		os.RemoveAll(s.dir)
+		s.lock.Close()
+	}
 	_ = syscall.Kill(-s.pid, syscall.SIGKILL) // its own session and group
 	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 }
@@ -363,11 +410,10 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	var r *reaper
 	var mainDone <-chan struct{}
 	cold := ""
-	sb, sbOut, err := startStandby(sj, stdout, stderr)
+	sb, sbOut, err := a.startStandby(sj, stdout, stderr)
 	if err != nil {
 		cold = err.Error()
 	} else {
-		a.startPool(sj)
 		r = a.newReaper(sb.pid)
 		go r.run()
 		mainDone = r.mainDone

@@ -24,7 +24,9 @@
 #       the fds as for pool, and SETTINGS' "main" names the program. It
 #       imports the modules once, with the program's own environment and
 #       streams; a fork of it then forks the slots, as pool does, and the
-#       interpreter runs the program, the modules already imported.
+#       interpreter runs the program, the modules already imported. With
+#       "pipe" in "main", a warm torchrun as script mode's, whose job line
+#       comes on that fd.
 import array
 import atexit
 import builtins
@@ -129,9 +131,9 @@ def _prepay_torchrun(modules):
             pass
 
 
-def _wait_on_pipe():
+def _wait_on_pipe(fd=3):
     line = b""
-    with os.fdopen(3, "rb", buffering=0) as f:
+    with os.fdopen(fd, "rb", buffering=0) as f:
         while not line.endswith(b"\n"):
             chunk = f.read(1 << 16)
             if not chunk:
@@ -424,11 +426,20 @@ def _main_and_pool(settings):
         os.dup2(o, fd)
         os.close(o)
     _replay(held)  # what the imports printed, as the program's own start would have
-    main = settings["main"]
-    for name in settings.get("modules") or []:
+    main, modules = settings["main"], settings.get("modules") or []
+    if main.get("pipe"):  # a standby: as script mode, with the slots forked
+        pre = main.get("preimport") or []
+        _import(pre)
+        _prepay_torchrun(pre)
+        modules = modules + pre
+    for name in modules:
         if not hasattr(sys.modules.get(name), "__path__"):
             sys.modules.pop(name, None)  # runs afresh if the program runs it (see script mode)
-    job = {"env": ["%s=%s" % kv for kv in os.environ.items()], "args": main.get("args") or [], "shown": main.get("shown")}
+    if main.get("pipe"):
+        job, _ = _wait_on_pipe(main["pipe"])
+        _wait_for(job.get("wait_for"))
+    else:
+        job = {"env": ["%s=%s" % kv for kv in os.environ.items()], "args": main.get("args") or [], "shown": main.get("shown")}
     _run(job, main["mode"], main["target"])
 
 
