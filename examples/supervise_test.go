@@ -560,7 +560,8 @@ func gatedSupervisors(mark string) int {
 	for _, e := range ents {
 		dir := filepath.Join("/proc", e.Name())
 		cmd, err := os.ReadFile(filepath.Join(dir, "cmdline"))
-		if err != nil || !bytes.Contains(cmd, []byte(mark)) || !bytes.Contains(cmd, []byte("\x00_rank\x00")) {
+		// `gorun _rank`, not torchrun, whose command line names it too
+		if args := bytes.Split(cmd, []byte{0}); err != nil || !bytes.Contains(cmd, []byte(mark)) || len(args) < 2 || string(args[1]) != "_rank" {
 			continue
 		}
 		if env, _ := os.ReadFile(filepath.Join(dir, "environ")); bytes.Contains(env, []byte("\x00"+sshexec.GateVar+"=1\x00")) {
