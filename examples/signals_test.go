@@ -154,21 +154,21 @@ func TestClusterSIGTERMCheckpoint(t *testing.T) {
 // worker's supervisor leaves nothing of the job on any node within 5 s.
 // (SIGKILL of the head itself: TestClusterHeadKilled.)
 func TestClusterGorunProcessKilled(t *testing.T) {
-	for _, victim := range []string{" _agent", " _rank "} {
-		t.Run(strings.TrimSpace(victim), func(t *testing.T) {
+	for _, victim := range []string{"_agent", "_rank"} {
+		t.Run(victim, func(t *testing.T) {
 			// CKPT_SECS=0: the other workers, stopped because one failed,
 			// end at once.
 			r, mark, _ := clusterSignalRun(t, []string{"CKPT_SECS=0"})
 			pid := 0
 			for _, p := range leftovers(mark) {
-				if strings.Contains(p, victim) {
-					pidText, _, _ := strings.Cut(p, " ")
-					pid = atoiOr(pidText)
+				// "PID gorun _rank ...": not torchrun, whose command line names _rank too
+				if f := strings.Fields(p); len(f) > 2 && f[2] == victim {
+					pid = atoiOr(f[0])
 					break
 				}
 			}
 			if pid == 0 {
-				t.Fatalf("no%s process found:\n%s", victim, strings.Join(leftovers(mark), "\n"))
+				t.Fatalf("no gorun %s process found:\n%s", victim, strings.Join(leftovers(mark), "\n"))
 			}
 			if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
 				t.Fatal(err)
@@ -177,11 +177,11 @@ func TestClusterGorunProcessKilled(t *testing.T) {
 			// gorun sees a lost node or a killed worker and ends the run.
 			code := r.wait(t, 20*time.Second)
 			if code == 0 {
-				t.Errorf("exit 0 after a SIGKILL of%s:\n%s", victim, r.output())
+				t.Errorf("exit 0 after a SIGKILL of gorun %s:\n%s", victim, r.output())
 			}
 			// The agents' directories (socket, heartbeat files) go too:
 			// needCluster's noAgentDirLeft.
-			t.Logf("every process gone %v after SIGKILL of%s; gorun exited %d", took, victim, code)
+			t.Logf("every process gone %v after SIGKILL of gorun %s; gorun exited %d", took, victim, code)
 		})
 	}
 }
