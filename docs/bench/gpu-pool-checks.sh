@@ -3,7 +3,7 @@
 # output goes under DIR; a line per check on stdout.
 #   usage: GORUN=path [ROUNDS=3] docs/bench/gpu-pool-checks.sh DIR
 #   1. CUDA and NCCL in pooled workers: examples/gpu/nccl_allreduce.py under gorun --prewarm
-#      torch (each rank prints its interpreter's command line: the pool's shim when pooled)
+#      torch (each rank prints its interpreter's command line: the pool's shim when pooled, warm-N.py pool or, torchrun being its fork server, warm-main.py main)
 #      and under plain torchrun
 #   2. NCCL restart: gpu-supervision.sh restart ROUNDS with PREWARM=torch, and gorun's restart
 #      lines (how many workers were pooled)
@@ -21,7 +21,7 @@ for i in 1 2; do
   "$torchrun" --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py >"$dir/allreduce-torchrun-$i.txt" 2>&1
   echo "torchrun allreduce $i: exit $? $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-torchrun-$i.txt" | tr '\n' ' ')"
   "$gorun" --torchrun "$torchrun" --prewarm torch --nproc_per_node "$ngpu" examples/gpu/nccl_allreduce.py >"$dir/allreduce-pool-$i.txt" 2>&1
-  echo "gorun --prewarm torch allreduce $i: exit $? ranks in a pooled interpreter: $(grep -c 'interpreter=.*warm-[0-9]*\.py pool' "$dir/allreduce-pool-$i.txt") of $ngpu; $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-pool-$i.txt" | tr '\n' ' ')"
+  echo "gorun --prewarm torch allreduce $i: exit $? ranks in a pooled interpreter: $(grep -cE 'interpreter=.*warm-[0-9a-z]*\.py (pool|main)' "$dir/allreduce-pool-$i.txt") of $ngpu; $(grep -hE 'ALLREDUCE|MATMUL' "$dir/allreduce-pool-$i.txt" | tr '\n' ' ')"
 done
 PREWARM=torch bash docs/bench/gpu-supervision.sh restart "$rounds" "$dir" | sed 's/^/restart: /'
 tar xzf "$dir/restart-logs.tgz" -O $(tar tzf "$dir/restart-logs.tgz" | grep gorun) | grep 'restart after' | sed 's/^/restart: /'
