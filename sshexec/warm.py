@@ -405,6 +405,9 @@ def _main_and_pool(settings):
             f.flush()
         except Exception:
             pass
+    # The imported objects stay shared with the fork: no collection in
+    # the program touches them (each would copy the pages it walks).
+    gc.freeze()
     agent = os.getppid()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # a fork with threads about: the forked one runs alone
@@ -419,7 +422,6 @@ def _main_and_pool(settings):
 
             faulthandler.enable(all_threads=True)
         _fork_slots(settings, agent, held)
-    os.waitpid(server, 0)
     for fd in range(3, 4 + len(settings.get("slots") or [])):
         os.close(fd)  # the slots' sockets and the agent's, theirs now
     for fd, o in own.items():
@@ -435,6 +437,7 @@ def _main_and_pool(settings):
     for name in modules:
         if not hasattr(sys.modules.get(name), "__path__"):
             sys.modules.pop(name, None)  # runs afresh if the program runs it (see script mode)
+    os.waitpid(server, 0)  # it has forked the slots, beside what this one did since
     if main.get("pipe"):
         job, _ = _wait_on_pipe(main["pipe"])
         _wait_for(job.get("wait_for"))
