@@ -225,6 +225,16 @@ def main():
         raise ValueError("from the worker")
     if end == "SLEEP":
         signal.pause()
+    if end == "OWN":  # how much of its memory it shares (with the idle slot beside it), now and later
+        def shared_dirty():
+            for line in open("/proc/self/smaps_rollup"):
+                if line.startswith("Shared_Dirty:"):
+                    return int(line.split()[1])
+        import time
+        first = shared_dirty()
+        time.sleep(3)
+        say("shared dirty kB", first, "then", shared_dirty())
+        end = "0"
     if end == "SPAWN":
         import multiprocessing
         with multiprocessing.get_context("spawn").Pool(1) as p:
@@ -912,3 +922,23 @@ func TestStandbyWithPool(t *testing.T) {
 		t.Errorf("start frames: %+v, want one warm", f.start)
 	}
 }
+
+// TestPoolWorkerOwnsItsPages: a second into its run, a pooled worker makes
+// the pages it still shares with its fork server's other interpreters its
+// own (warm.py _own_later), so that its interpreter's exit copies none of
+// them at its end.
+func TestPoolWorkerOwnsItsPages(t *testing.T) {
+	needPython(t)
+	job, _ := poolJob(t, 2, []testTake{{Slot: 0, Target: "job.py", Env: map[string]string{"END": "OWN"}}})
+	out := runPool(t, job)
+	m := regexp.MustCompile(`shared dirty kB (\d+) then (\d+)`).FindStringSubmatch(out)
+	if m == nil {
+		t.Fatalf("no figures:\n%s", out)
+	}
+	first, then := atoi(m[1]), atoi(m[2])
+	if first < 1024 || then*10 > first {
+		t.Errorf("shared dirty memory %d kB at the start, %d kB 3 s later: want it mostly gone (under a tenth)", first, then)
+	}
+}
+
+func atoi(s string) int { n, _ := strconv.Atoi(s); return n }

@@ -27,6 +27,7 @@
 #       interpreter runs the program, the modules already imported. With
 #       "pipe" in "main", a warm torchrun as script mode's, whose job line
 #       comes on that fd.
+import _thread
 import array
 import atexit
 import builtins
@@ -544,7 +545,63 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
         os.dup2(fd, i)
         os.close(fd)
     _replay(held)
+    _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S))  # SIGINT still held: never delivered there
     _run(job, job["mode"], job["target"], mask)
+
+
+# A pooled worker shares the pages of its fork server's import with the
+# interpreters forked beside it (and with torchrun, where that is the
+# server) until one of them writes a page, which is then copied. Its
+# interpreter's exit writes nearly all (its modules' teardown): a worker
+# that raised took 0.5 s from its traceback to its end against 0.2 s cold
+# (docs/bench/results/pooled-worker-end-2026-12-06.txt), and a run's end
+# came 0.8 s later. So a thread of the worker's own, _OWN_LATER_S after
+# its start, makes every page it still shares its own, without changing a
+# byte (MADV_POPULATE_WRITE, Linux 5.14; elsewhere nothing happens): it
+# then holds what a cold start would have held, and ends as fast. Only
+# pages present and shared are touched (pagemap), so no untouched memory
+# is filled in. The thread is no threading.Thread (not in
+# threading.enumerate()) and ends once done.
+_OWN_LATER_S = 1.0
+_MADV_POPULATE_WRITE = 23
+
+
+def _own_later(libc, delay):
+    time.sleep(delay)
+    try:
+        madvise = libc.madvise
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        page = os.sysconf("SC_PAGE_SIZE")
+        ranges = []
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.split()
+                if len(fields) > 1 and fields[1] == "rw-p":
+                    lo, hi = fields[0].split("-")
+                    ranges.append((int(lo, 16), int(hi, 16)))
+        fd = os.open("/proc/self/pagemap", os.O_RDONLY)
+        try:
+            for lo, hi in ranges:
+                step = 512 * page
+                for at in range(lo, hi, step):
+                    n = (min(hi, at + step) - at) // page
+                    entries = array.array("Q")
+                    entries.frombytes(os.pread(fd, 8 * n, at // page * 8))
+                    run = -1
+                    for i, e in enumerate(entries):
+                        shared = e >> 63 and not (e >> 56) & 1  # present, and not mapped here alone
+                        if shared and run < 0:
+                            run = i
+                        elif not shared and run >= 0:
+                            if madvise(at + run * page, (i - run) * page, _MADV_POPULATE_WRITE) != 0:
+                                return  # not on this kernel
+                            run = -1
+                    if run >= 0 and madvise(at + run * page, (n - run) * page, _MADV_POPULATE_WRITE) != 0:
+                        return
+        finally:
+            os.close(fd)
+    except Exception:  # a mapping that went meanwhile, no pagemap: the exit pays the copies
+        pass
 
 
 _main()
