@@ -522,6 +522,7 @@ def _send(fd, b):
 
 
 def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
+    shared = _private_ranges()
     os.close(ready_r)
     os.setsid()
     os.dup2(4 + i, 3)  # its own socket, in the server's
@@ -545,7 +546,7 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
         os.dup2(fd, i)
         os.close(fd)
     _replay(held)
-    _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S))  # SIGINT still held: never delivered there
+    _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared))  # SIGINT still held: never delivered there
     _run(job, job["mode"], job["target"], mask)
 
 
@@ -555,30 +556,58 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
 # interpreter's exit writes nearly all (its modules' teardown): a worker
 # that raised took 0.5 s from its traceback to its end against 0.2 s cold
 # (docs/bench/results/pooled-worker-end-2026-12-06.txt), and a run's end
-# came 0.8 s later. So a thread of the worker's own, _OWN_LATER_S after
+# came 0.8 s later (1.3 s against torchrun's 0.5). So a thread of the worker's own, _OWN_LATER_S after
 # its start, makes every page it still shares its own, without changing a
 # byte (MADV_POPULATE_WRITE, Linux 5.14; elsewhere nothing happens): it
 # then holds what a cold start would have held, and ends as fast. Only
 # pages present and shared are touched (pagemap), so no untouched memory
-# is filled in. The thread is no threading.Thread (not in
+# is filled in, and only in the mappings there were at the fork
+# (_private_ranges), so that it walks the import's memory, not what the
+# worker maps later. The thread is no threading.Thread (not in
 # threading.enumerate()) and ends once done.
 _OWN_LATER_S = 1.0
 _MADV_POPULATE_WRITE = 23
 
 
-def _own_later(libc, delay):
-    time.sleep(delay)
+def _private_ranges():
+    # The private writable mappings: where this interpreter can share
+    # pages with those forked beside it (read as it is forked, so that the
+    # worker's own later mappings, CUDA's reservations, are never walked).
+    ranges = []
     try:
-        madvise = libc.madvise
-        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        page = os.sysconf("SC_PAGE_SIZE")
-        ranges = []
         with open("/proc/self/maps") as f:
             for line in f:
                 fields = line.split()
                 if len(fields) > 1 and fields[1] == "rw-p":
                     lo, hi = fields[0].split("-")
                     ranges.append((int(lo, 16), int(hi, 16)))
+    except OSError:
+        pass
+    return ranges
+
+
+def _has_children():
+    try:
+        for task in os.listdir("/proc/self/task"):
+            with open("/proc/self/task/%s/children" % task) as f:
+                if f.read().strip():
+                    return True
+    except OSError:
+        pass
+    return False
+
+
+def _own_later(libc, delay, ranges):
+    time.sleep(delay)
+    if _has_children():
+        # Forked already (DataLoader workers): they share these pages too,
+        # and copies made here would be on top of theirs, as a cold
+        # worker's would not be. The exit pays the copies instead.
+        return
+    try:
+        madvise = libc.madvise
+        madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        page = os.sysconf("SC_PAGE_SIZE")
         fd = os.open("/proc/self/pagemap", os.O_RDONLY)
         try:
             for lo, hi in ranges:
