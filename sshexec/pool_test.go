@@ -781,6 +781,29 @@ sys.stdout.flush()
 sys.exit(subprocess.call([os.environ["GORUN_TEST_HELPER"]], close_fds=True))
 `
 
+// poolMainJob is poolJob's job with poolMain as its main process, run
+// without -u as torchrun is, and a package aheadpkg the pool imports too
+// (a package stays imported where a module would run afresh).
+func poolMainJob(t *testing.T, takes []testTake, args ...string) (Job, string) {
+	t.Helper()
+	job, dir := poolJob(t, len(takes), takes)
+	main := filepath.Join(dir, "main.py")
+	if err := os.WriteFile(main, []byte(poolMain), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Mkdir(filepath.Join(dir, "aheadpkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "aheadpkg", "__init__.py"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	job.Argv = append([]string{main}, args...)
+	job.Env["GORUN_TEST_HELPER"] = os.Args[0]
+	job.Env["PYTHONUNBUFFERED"] = ""
+	job.Pool.Modules = append(job.Pool.Modules, "aheadpkg")
+	return job, main
+}
+
 // TestPoolWithMain: where torchrun and its workers import alike, the job's
 // main process is its pool's fork server: it imports the modules once, for
 // itself and for the slots it forks, and then runs as it would have cold
@@ -803,22 +826,7 @@ func TestPoolWithMain(t *testing.T) {
 				{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
 				{Slot: 1, Target: "job.py", Env: map[string]string{"END": "TERM"}},
 			}
-			job, dir := poolJob(t, 2, takes)
-			main := filepath.Join(dir, "main.py")
-			if err := os.WriteFile(main, []byte(poolMain), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			job.Argv = []string{main, "x", "y z"}
-			job.Env["GORUN_TEST_HELPER"] = os.Args[0]
-			job.Env["PYTHONUNBUFFERED"] = "" // not -u, as torchrun runs
-			// a package, which stays imported (a module runs afresh if the program runs it)
-			if err := os.Mkdir(filepath.Join(dir, "aheadpkg"), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(filepath.Join(dir, "aheadpkg", "__init__.py"), nil, 0o644); err != nil {
-				t.Fatal(err)
-			}
-			job.Pool.Modules = append(job.Pool.Modules, "aheadpkg")
+			job, main := poolMainJob(t, takes, "x", "y z")
 			if tc.slotOMP != "" {
 				for i := range job.Pool.Slots {
 					job.Pool.Slots[i].Default = map[string]string{"PYTHONFAULTHANDLER": "1", "OMP_NUM_THREADS": tc.slotOMP}
@@ -873,21 +881,7 @@ func TestStandbyWithPool(t *testing.T) {
 		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
 		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
 	}
-	job, dir := poolJob(t, 2, takes)
-	main := filepath.Join(dir, "main.py")
-	if err := os.WriteFile(main, []byte(poolMain), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Mkdir(filepath.Join(dir, "aheadpkg"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "aheadpkg", "__init__.py"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	job.Argv = []string{main, "x"}
-	job.Env["GORUN_TEST_HELPER"] = os.Args[0]
-	job.Env["PYTHONUNBUFFERED"] = ""
-	job.Pool.Modules = append(job.Pool.Modules, "aheadpkg")
+	job, main := poolMainJob(t, takes, "x")
 	job.Preimport = []string{"email.mime.text"}
 	l := newTestLocal(t)
 	if err := l.Warm(context.Background(), job); err != nil {
