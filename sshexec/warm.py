@@ -560,8 +560,8 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
 # its start, makes every page it still shares its own, without changing a
 # byte (MADV_POPULATE_WRITE, Linux 5.14; elsewhere nothing happens): it
 # then holds what a cold start would have held, and ends as fast. Only
-# pages present and shared are touched (pagemap), so no untouched memory
-# is filled in, and only in the mappings there were at the fork
+# anonymous pages present and shared are touched (pagemap), so no
+# untouched memory is filled in and no file's page copied, and only in the mappings there were at the fork
 # (_private_ranges), so that it walks the import's memory, not what the
 # worker maps later. The thread is no threading.Thread (not in
 # threading.enumerate()) and ends once done.
@@ -618,7 +618,9 @@ def _own_later(libc, delay, ranges):
                     entries.frombytes(os.pread(fd, 8 * n, at // page * 8))
                     run = -1
                     for i, e in enumerate(entries):
-                        shared = e >> 63 and not (e >> 56) & 1  # present, and not mapped here alone
+                        # present, not mapped here alone, and not a file's page (a library's
+                        # data only read: the page cache's, which a cold start shares too)
+                        shared = e >> 63 and not (e >> 56) & 1 and not (e >> 61) & 1
                         if shared and run < 0:
                             run = i
                         elif not shared and run >= 0:
