@@ -554,16 +554,17 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
 # interpreters forked beside it (and with torchrun, where that is the
 # server) until one of them writes a page, which is then copied. Its
 # interpreter's exit writes nearly all (its modules' teardown): a worker
-# that raised took 0.5 s from its traceback to its end against 0.2 s cold
-# (docs/bench/results/pooled-worker-end-2026-12-06.txt), and a run's end
-# came 0.8 s later (1.3 s against torchrun's 0.5). So a thread of the worker's own, _OWN_LATER_S after
-# its start, makes every page it still shares its own, without changing a
-# byte (MADV_POPULATE_WRITE, Linux 5.14; elsewhere nothing happens): it
-# then holds what a cold start would have held, and ends as fast. Only
-# anonymous pages present and shared are touched (pagemap), so no
-# untouched memory is filled in and no file's page copied, and only in the mappings there were at the fork
-# (_private_ranges), so that it walks the import's memory, not what the
-# worker maps later. The thread is no threading.Thread (not in
+# that raised took 0.5 s from its traceback to its end against 0.2 s
+# cold (docs/bench/results/pooled-worker-end-2026-12-06.txt), and a
+# run's end came 0.8 s later (1.3 s against torchrun's 0.5). So a thread
+# of the worker's own, _OWN_LATER_S after its start, makes every page it
+# still shares its own, without changing a byte (MADV_POPULATE_WRITE,
+# Linux 5.14; elsewhere nothing happens): it then holds what a cold
+# start would have held, and ends as fast. Only anonymous pages present
+# and shared are touched (pagemap), so no untouched memory is filled in
+# and no file's page copied, and only in the mappings there were at the
+# fork (_private_ranges), so that it walks the import's memory, not what
+# the worker maps later. The thread is no threading.Thread (not in
 # threading.enumerate()) and ends once done.
 _OWN_LATER_S = 1.0
 _MADV_POPULATE_WRITE = 23
