@@ -362,7 +362,7 @@ func startPoolWithMain(job Job, dir string, release *os.File, stdout, stderr io.
 	}
 	p.mu.Lock() // the reaper waits until the server is known
 	defer p.mu.Unlock()
-	f, out, err := p.startServer(job, g, dir, "main", main, envValue(g.env, "PYTHONFAULTHANDLER") != "", pp.base, stdout, stderr, extra...)
+	f, out, err := p.startServer(job, g, dir, "main", main, pp.base, stdout, stderr, extra...)
 	if err != nil {
 		p.ln.Close()
 		return nil, err.Error()
@@ -462,7 +462,7 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 		return nil, err
 	}
 	defer devnull.Close()
-	f, _, err := p.startServer(job, g, dir, fmt.Sprint(k), nil, false, g.env, devnull, devnull)
+	f, _, err := p.startServer(job, g, dir, fmt.Sprint(k), nil, g.env, devnull, devnull)
 	return f, err
 }
 
@@ -471,7 +471,7 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 // forked), the job's main process. env is its environment, stdout and
 // stderr its streams, and extra its fds after the slots' sockets. Under
 // p.mu.
-func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, faulthandler bool, env []string, stdout, stderr io.Writer, extra ...*os.File) (*poolFork, *startedJob, error) {
+func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env []string, stdout, stderr io.Writer, extra ...*os.File) (*poolFork, *startedJob, error) {
 	shim := filepath.Join(dir, "warm-"+name+".py")
 	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
 		return nil, nil, err
@@ -486,10 +486,14 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, fau
 		Slots        []slotSettings `json:"slots"`
 		Main         any            `json:"main,omitempty"`
 		FaultHandler bool           `json:"faulthandler,omitempty"`
-	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main, FaultHandler: faulthandler}
+	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main}
 	mode, stdin := "main", job.Stdin
 	if main == nil {
 		mode, stdin, settings.CPUs = "pool", nil, g.cpus
+	} else {
+		// The slots arm it as Python would have at their start; a pool's
+		// own server started with it.
+		settings.FaultHandler = envValue(g.env, "PYTHONFAULTHANDLER") != ""
 	}
 	for _, c := range g.sets {
 		settings.Slots = append(settings.Slots, slotSettings{c})

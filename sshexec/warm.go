@@ -200,10 +200,10 @@ type standby struct {
 	// dir holds the shim, which removes it once read; removed here too if
 	// the standby is killed. lock is privateDir's, held until the standby
 	// is handed its job or killed. Neither for a pool's fork server, whose
-	// shim is in the relay's folder.
+	// shim is in the relay's folder, and which has room to show its job's
+	// command line (poolRoom).
 	dir  string
 	lock *os.File
-	room bool // it has room to show its job's command line (poolRoom)
 }
 
 // startStandby starts the standby and its pool, when the job asks for
@@ -219,7 +219,7 @@ func (a *agent) startStandby(job Job, stdout, stderr io.Writer) (*standby, *star
 		pr.Close()
 		if ms != nil {
 			a.pool = ms.pool
-			return &standby{job: job, env: ms.env, program: ms.prog, pid: ms.out.pid, release: pw, room: true}, ms.out, nil
+			return &standby{job: job, env: ms.env, program: ms.prog, pid: ms.out.pid, release: pw}, ms.out, nil
 		}
 		pw.Close()
 	}
@@ -297,7 +297,7 @@ func (s *standby) handOver(job Job) (string, error) {
 		}
 	}
 	var shown []string
-	if s.room {
+	if s.dir == "" { // a pool's fork server: it has the room
 		shown = prog.shown()
 	}
 	return "", s.hand(env, job.Dir, prog.args, shown, job.WaitFor)

@@ -132,7 +132,7 @@ def _prepay_torchrun(modules):
             pass
 
 
-def _wait_on_pipe(fd=3):
+def _wait_on_pipe(fd):
     line = b""
     with os.fdopen(fd, "rb", buffering=0) as f:
         while not line.endswith(b"\n"):
@@ -142,7 +142,7 @@ def _wait_on_pipe(fd=3):
             line += chunk
     if not line.endswith(b"\n"):
         os._exit(125)  # the agent went away before the job came
-    return json.loads(line), []
+    return json.loads(line)
 
 
 def _wait_on_socket():
@@ -331,18 +331,28 @@ def _main():
         target, modules = sys.argv[2], sys.argv[3:]
         _import(modules)
         _prepay_torchrun(modules)
-        # A module (not a package) imported ahead runs afresh when the
-        # program imports or runs it, its own imports done: a wrapper
-        # that runs torchrun's module with runpy, as `python -m` does,
-        # gets no warning that it was found imported.
-        for name in modules:
-            if not hasattr(sys.modules.get(name), "__path__"):
-                sys.modules.pop(name, None)
-        job, _ = _wait_on_pipe()
-        _wait_for(job.get("wait_for"))
-        _run(job, mode, target)
+        _run_afresh(modules)
+        _run(_handed(3), mode, target)
         return
     _pool(json.loads(sys.argv[2]))
+
+
+def _run_afresh(modules):
+    # A module (not a package) imported ahead runs afresh when the program
+    # imports or runs it, its own imports done: a wrapper that runs
+    # torchrun's module with runpy, as `python -m` does, gets no warning
+    # that it was found imported.
+    for name in modules:
+        if not hasattr(sys.modules.get(name), "__path__"):
+            sys.modules.pop(name, None)
+
+
+def _handed(fd):
+    # A warm program's job, once it comes on fd, and once the server it
+    # connects to first accepts.
+    job = _wait_on_pipe(fd)
+    _wait_for(job.get("wait_for"))
+    return job
 
 
 def _started(settings):
@@ -435,13 +445,10 @@ def _main_and_pool(settings):
         _import(pre)
         _prepay_torchrun(pre)
         modules = modules + pre
-    for name in modules:
-        if not hasattr(sys.modules.get(name), "__path__"):
-            sys.modules.pop(name, None)  # runs afresh if the program runs it (see script mode)
+    _run_afresh(modules)
     os.waitpid(server, 0)  # it has forked the slots, beside what this one did since
     if main.get("pipe"):
-        job, _ = _wait_on_pipe(main["pipe"])
-        _wait_for(job.get("wait_for"))
+        job = _handed(main["pipe"])
     else:
         job = {"env": ["%s=%s" % kv for kv in os.environ.items()], "args": main.get("args") or [], "shown": main.get("shown")}
     _run(job, main["mode"], main["target"])
