@@ -679,7 +679,7 @@ func (p *pool) kill(sl *poolSlot) {
 }
 
 func (sl *poolSlot) killForked() {
-	_ = unix.Kill(-sl.pid, syscall.SIGKILL) // its own session and group
+	_ = unix.Kill(-sl.pid, syscall.SIGKILL) // its own group
 	_ = unix.Kill(sl.pid, syscall.SIGKILL)
 }
 
@@ -898,6 +898,9 @@ func (sl *poolSlot) becomes(take PoolTake) []string {
 	out := slices.Clone(take.Env)
 	for _, kv := range sl.fork.started {
 		k, _, _ := strings.Cut(kv, "=")
+		if k == RelaySocketVar || k == PoolSocketVar || k == GateVar {
+			continue // torchrun's, where it is the fork server: a cold worker's supervisor drops them
+		}
 		if !hasKey(given, k) && !hasKey(want, k) {
 			out = append(out, kv)
 		}

@@ -27,9 +27,14 @@
 #       interpreter runs the program, the modules already imported. With
 #       "pipe" in "main", a warm torchrun as script mode's, whose job line
 #       comes on that fd.
+#
+# A worker run here must observe what it would have cold (README, "What a
+# pooled worker guarantees"; examples/fidelity checks it against torchrun).
+# The names a fresh interpreter's __main__ starts with (this file runs as
+# one): a worker's __main__ starts with the same, in the same order.
+_FRESH_MAIN = list(globals())
 import _thread
 import array
-import atexit
 import builtins
 import ctypes
 import gc
@@ -38,6 +43,7 @@ import importlib.util
 import io
 import json
 import os
+import re
 import runpy
 import select
 import signal
@@ -46,8 +52,27 @@ import sys
 import time
 import types
 import warnings
+import zipfile
 
 _SHIM = os.path.abspath(__file__)
+
+
+def _open_fds():
+    fds = [int(x) for x in os.listdir("/proc/self/fd")]
+    out = set()
+    for fd in fds:  # the listing's own fd is closed by now
+        try:
+            os.fstat(fd)
+            out.add(fd)
+        except OSError:
+            pass
+    return out
+
+
+# What this interpreter was started with beside its streams (the agent's
+# sockets and pipe, and what the agent's own parent left open): a cold
+# worker is started with its streams alone.
+_INHERITED = _open_fds()
 
 
 def _forget_shim():
@@ -65,9 +90,6 @@ def _forget_shim():
 # ahead: the job gets it as soon as it runs, as it would have in its own
 # import, instead of it being lost.
 _interrupted = False
-# Set when the job ended with an uncaught KeyboardInterrupt: once the
-# interpreter has finalised, it dies by SIGINT, as python does.
-_die_by_sigint = False
 
 
 def _import(modules):
@@ -80,18 +102,6 @@ def _import(modules):
             return
         except BaseException:  # the job imports it again, and reports the failure as it would
             pass
-
-
-def _exit_by_sigint():
-    if not _die_by_sigint:
-        return
-    for f in (sys.stdout, sys.stderr):
-        try:
-            f.flush()
-        except Exception:
-            pass
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-    os.kill(os.getpid(), signal.SIGINT)
 
 
 # What torchrun's main() imports only as it runs: the rendezvous handler
@@ -181,21 +191,42 @@ def _wait_for(w):
             time.sleep(0.005)
 
 
-def _run_script(path):
+def _fresh_main(**names):
+    # __main__ as a fresh interpreter has it before its program runs: the
+    # names it starts with, in their order, then names (set by how it runs).
+    main = types.ModuleType("__main__")
+    fresh = {"__name__": "__main__", "__doc__": None, "__package__": None, "__loader__": importlib.machinery.BuiltinImporter,
+             "__spec__": None, "__annotations__": {}, "__builtins__": builtins}
+    fresh.update(names)
+    d = main.__dict__
+    d.clear()
+    for k in _FRESH_MAIN:
+        if k in fresh:
+            d[k] = fresh.pop(k)
+    d.update(fresh)
+    sys.modules["__main__"] = main
+    return main
+
+
+def _run_script(path, given):
     # As `python script` runs it: a fresh __main__ (no spec, no package,
     # a source loader), the code compiled with the script's absolute
     # name; runpy.run_path would differ in sys.argv[0], __package__ and
-    # __loader__.
+    # __loader__. A folder or a zip file holding __main__.py runs as
+    # Python runs it: on sys.path first, its __main__ module run by runpy.
+    if os.path.isdir(path) or (os.path.isfile(path) and zipfile.is_zipfile(path)):
+        sys.path.insert(0, path)
+        _fresh_main()
+        runpy._run_module_as_main("__main__", alter_argv=False)
+        return
+    sys.path.insert(0, os.path.dirname(os.path.realpath(given)))
     try:
         with io.open_code(path) as f:
             source = f.read()
     except OSError as e:
         sys.stderr.write("%s: can't open file %r: [Errno %d] %s\n" % (sys.executable, path, e.errno, e.strerror))
         sys.exit(2)
-    main = types.ModuleType("__main__")
-    main.__dict__.update(__file__=path, __cached__=None, __package__=None, __spec__=None,
-                         __loader__=importlib.machinery.SourceFileLoader("__main__", path), __builtins__=builtins)
-    sys.modules["__main__"] = main
+    main = _fresh_main(__file__=path, __cached__=None, __loader__=importlib.machinery.SourceFileLoader("__main__", path))
     exec(compile(source, path, "exec", dont_inherit=True), main.__dict__)
 
 
@@ -209,13 +240,15 @@ def _show_as(argv):
     # read): the worker's variables that differ from those (RANK, the
     # TORCHELASTIC_ ones, ...) take the room variable's place. What does
     # not fit, or a /proc/self/mem that cannot be written, leaves the
-    # pool's. With CAP_SYS_RESOURCE both ends are trimmed to fit; without,
-    # trailing NULs show as empty strings.
+    # pool's. Both areas' ends are then moved to what they hold
+    # (_set_ends); where the kernel refuses, trailing NULs show as empty
+    # strings.
     try:
         with open("/proc/self/stat", "rb") as f:
             fields = f.read().rsplit(b")", 1)[1].split()
         # arg_start, arg_end, env_start, env_end: fields 48-51 of stat(5)
         arg_start, arg_end, env_start, env_end = (int(x) for x in fields[45:49])
+        new_arg_end = None
         with open("/proc/self/mem", "r+b", buffering=0) as m:
             m.seek(arg_start)
             first = m.read(arg_end - arg_start).split(b"\0", 1)[0]
@@ -224,17 +257,19 @@ def _show_as(argv):
             if len(cmd) <= arg_end - at:
                 m.seek(at)
                 m.write(cmd.ljust(arg_end - at, b"\0"))
-                _trim(9, at + len(cmd))  # PR_SET_MM_ARG_END
+                new_arg_end = at + len(cmd)
             m.seek(env_start)
             old = m.read(env_end - env_start)
             room = old.find(b"\0GORUN_POOL_ROOM=")
             if room < 0:
+                _set_ends(new_arg_end, None)
                 return
             room += 1
             final = [k + b"=" + v for k, v in os.environb.items()]
             kept = set(final)
             add = b"".join(e + b"\0" for e in final if e not in set(old[:room].split(b"\0")))
             if len(add) > len(old) - room:
+                _set_ends(new_arg_end, None)
                 return
             # An entry whose variable the worker has otherwise, or not at
             # all, goes (NULs: no library may rely on one of those, which
@@ -247,34 +282,58 @@ def _show_as(argv):
                 at += len(e) + 1
             m.seek(env_start + room)
             m.write(add.ljust(len(old) - room, b"\0"))
-            _trim(11, env_start + room + len(add))  # PR_SET_MM_ENV_END
+            _set_ends(new_arg_end, env_start + room + len(add))
     except (OSError, ValueError):
         pass
 
 
-def _trim(option, end):
-    try:
-        import ctypes
+class _MMMap(ctypes.Structure):
+    # struct prctl_mm_map (linux/prctl.h)
+    _fields_ = [(n, ctypes.c_uint64) for n in ("start_code", "end_code", "start_data", "end_data", "start_brk", "brk",
+                                               "start_stack", "arg_start", "arg_end", "env_start", "env_end")] + [
+        ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32)]
 
-        ctypes.CDLL(None, use_errno=True).prctl(35, option, ctypes.c_ulong(end), 0, 0)  # PR_SET_MM
+
+def _set_ends(arg_end, env_end):
+    # The ends of the command line's and the environment's areas, for
+    # /proc/PID/cmdline and environ: PR_SET_MM_MAP, which needs no
+    # capability (Linux 3.18, CONFIG_CHECKPOINT_RESTORE); else
+    # PR_SET_MM_ARG_END and _ENV_END, which need CAP_SYS_RESOURCE.
+    if arg_end is None and env_end is None:
+        return
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        with open("/proc/self/stat", "rb") as f:
+            fields = f.read().rsplit(b")", 1)[1].split()
+        field = lambda n: int(fields[n - 3])  # stat(5)'s numbering
+        libc.sbrk.restype = ctypes.c_void_p
+        m = _MMMap(field(26), field(27), field(45), field(46), field(47), libc.sbrk(0) or field(47), field(28),
+                   field(48), arg_end or field(49), field(50), env_end or field(51), None, 0, 0xFFFFFFFF)
+        if libc.prctl(35, 14, ctypes.byref(m), ctypes.sizeof(m), 0) == 0:  # PR_SET_MM, PR_SET_MM_MAP
+            return
+        for option, end in ((9, arg_end), (11, env_end)):  # PR_SET_MM_ARG_END, PR_SET_MM_ENV_END
+            if end is not None:
+                libc.prctl(35, option, ctypes.c_ulong(end), 0, 0)
     except Exception:
         pass
 
 
-def _become(job, mode, target):
+def _become(job, mode, target, then):
     os.environ.clear()
     for kv in job["env"]:
         name, _, value = kv.partition("=")
         os.environ[name] = value
     if job.get("shown"):
         _show_as(job["shown"])
+        sys.orig_argv = list(job["shown"])
+    if then is not None:
+        then()
     if job.get("dir"):
         os.chdir(job["dir"])
     sys.argv = [target] + (job.get("args") or [])
     if mode == "script":
-        sys.path.insert(0, os.path.dirname(os.path.realpath(target)))
         # Python 3.9 and later give __main__ an absolute __file__.
-        _run_script(os.path.abspath(target))
+        _run_script(os.path.abspath(target), target)
     else:
         sys.path.insert(0, os.getcwd())
         # Imported ahead, it runs afresh as __main__, as under `python -m`
@@ -291,34 +350,38 @@ def _become(job, mode, target):
         runpy.run_module(target, run_name="__main__", alter_sys=True)
 
 
-def _run(job, mode, target, mask=None):
-    # An error's traceback starts at the job's own frame, as it would
-    # without this shim; an uncaught KeyboardInterrupt ends the process by
-    # SIGINT once the job's atexit handlers have run (registered first,
-    # this one runs last). mask: the signal mask to restore first (a
-    # pooled interpreter holds SIGINT from its fork until here, so that
-    # one sent meanwhile ends the worker as a KeyboardInterrupt would at
-    # its start, instead of the shim).
-    global _die_by_sigint
-    atexit.register(_exit_by_sigint)
+def _run(job, mode, target, mask=None, then=None):
+    # The job runs as this interpreter's program, and ends as one: an
+    # exception it raises leaves this file's top level, so Python itself
+    # prints it, runs the atexit handlers and exits with 1, or, for a
+    # KeyboardInterrupt, dies by SIGINT once finalised. Only the
+    # traceback's first frames, this shim's and runpy's, go: it starts at
+    # the job's own frame (none for a SyntaxError in the script, whose
+    # message Python then prints as its own). mask: the signal mask to
+    # restore first (a pooled interpreter holds SIGINT from its fork until
+    # here, so that one sent meanwhile ends the worker as a
+    # KeyboardInterrupt would at its start, instead of the shim). then:
+    # called once the process shows as the job (_become).
     try:
         if mask is not None:
             signal.pthread_sigmask(signal.SIG_SETMASK, mask)
         if _interrupted:
             raise KeyboardInterrupt
-        _become(job, mode, target)
+        _become(job, mode, target, then)
     except SystemExit:
         raise
-    except BaseException as e:
-        tb = e.__traceback__
-        while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__, "<frozen runpy>"):
-            tb = tb.tb_next
-        if tb is not None or isinstance(e, KeyboardInterrupt):
-            e.__traceback__ = tb  # the default hook prints the exception's own
-        sys.excepthook(type(e), e, e.__traceback__)
-        if isinstance(e, KeyboardInterrupt):
-            _die_by_sigint = True
-        sys.exit(1)
+    except BaseException:
+        hook = sys.excepthook  # the job's, if it set one
+
+        def once(kind, value, tb):
+            sys.excepthook = hook
+            while tb is not None and tb.tb_frame.f_code.co_filename in (_SHIM, runpy.__file__, "<frozen runpy>"):
+                tb = tb.tb_next
+            value.__traceback__ = tb  # what Python's hook prints
+            hook(kind, value, tb)
+
+        sys.excepthook = once
+        raise
 
 
 def _main():
@@ -531,7 +594,9 @@ def _send(fd, b):
 def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     shared = _private_ranges()
     os.close(ready_r)
-    os.setsid()
+    # A group of its own, as `gorun _rank` starts a cold worker: a signal
+    # to its group finds it before its pid is known.
+    os.setpgid(0, 0)
     os.dup2(4 + i, 3)  # its own socket, in the server's
     for fd in range(4, 4 + n):
         os.close(fd)
@@ -553,8 +618,41 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
         os.dup2(fd, i)
         os.close(fd)
     _replay(held)
-    _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared))  # SIGINT still held: never delivered there
-    _run(job, job["mode"], job["target"], mask)
+    _as_cold()
+    # SIGINT still held as it starts: never delivered there.
+    _run(job, job["mode"], job["target"], mask, lambda: _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared)))
+
+
+def _as_cold():
+    # What a fork copied of the fork server that a cold worker would have
+    # of its own. Its fds: none but its streams, as a cold start's
+    # (close_fds); what the imports opened stays, as it would cold. Its
+    # collector's state: nothing frozen. Its random state: what a fresh
+    # interpreter draws from the OS as it imports, torch's default (CPU)
+    # generator and numpy's legacy global one, drawn again (Python's
+    # random draws again after a fork by itself; hash() randomisation
+    # cannot be, README's allowlist says so).
+    for fd in _INHERITED:
+        if fd > 2:
+            try:
+                if os.get_inheritable(fd):
+                    os.close(fd)
+            except OSError:
+                pass
+    gc.unfreeze()
+    torch = sys.modules.get("torch")
+    gen = getattr(torch, "default_generator", None)
+    if gen is not None:
+        try:
+            gen.seed()
+        except Exception:
+            pass
+    nprandom = sys.modules.get("numpy.random")
+    if nprandom is not None and hasattr(nprandom, "seed"):
+        try:
+            nprandom.seed()
+        except Exception:
+            pass
 
 
 # A pooled worker shares the pages of its fork server's import with the
@@ -619,28 +717,28 @@ def _own_later(libc, delay, ranges):
         fd = os.open("/proc/self/pagemap", os.O_RDONLY)
         try:
             for lo, hi in ranges:
-                step = 512 * page
-                for at in range(lo, hi, step):
-                    n = (min(hi, at + step) - at) // page
-                    entries = array.array("Q")
-                    entries.frombytes(os.pread(fd, 8 * n, at // page * 8))
-                    run = -1
-                    for i, e in enumerate(entries):
-                        # present, not mapped here alone, and not a file's page (a library's
-                        # data only read: the page cache's, which a cold start shares too)
-                        shared = e >> 63 and not (e >> 56) & 1 and not (e >> 61) & 1
-                        if shared and run < 0:
-                            run = i
-                        elif not shared and run >= 0:
-                            if madvise(at + run * page, (i - run) * page, _MADV_POPULATE_WRITE) != 0:
-                                return  # not on this kernel
-                            run = -1
-                    if run >= 0 and madvise(at + run * page, (n - run) * page, _MADV_POPULATE_WRITE) != 0:
-                        return
+                step = 1 << 15  # pages a read
+                for at in range(lo, hi, step * page):
+                    n = (min(hi, at + step * page) - at) // page
+                    # Each entry's top byte (little-endian: its 8th) holds
+                    # the flags, read at C speed so that the walk holds
+                    # the GIL as little as the script would notice.
+                    flags = os.pread(fd, 8 * n, at // page * 8)[7::8].translate(_SHARED)
+                    for run in _RUN.finditer(flags):
+                        start, end = run.span()
+                        if madvise(at + start * page, (end - start) * page, _MADV_POPULATE_WRITE) != 0:
+                            return  # not on this kernel
         finally:
             os.close(fd)
     except Exception:  # a mapping that went meanwhile, no pagemap: the exit pays the copies
         pass
+
+
+# A page to own: present (bit 63), not mapped here alone (56), and not a
+# file's page (61: a library's data only read, the page cache's, which a
+# cold start shares too). Bits 56-63 are the entry's top byte.
+_SHARED = bytes(ord("s") if f & 0xA1 == 0x80 else ord(".") for f in range(256))
+_RUN = re.compile(b"s+")
 
 
 _main()
