@@ -61,6 +61,15 @@ type Pool struct {
 	// launch's pool, the attempt's for the next attempt's, started while
 	// it runs.
 	Beside int `json:"beside,omitempty"`
+	// Worker is what each worker runs, as its supervisor gets it: the
+	// script (or, with Module, the module) and its arguments. The fork
+	// server reads the script before its imports, and a worker whose
+	// script does what a pooled interpreter would not see (sets a
+	// variable read at import, changes sys.path, ... before it imports
+	// the modules) starts cold and says why (warm.py _scan). Its room to
+	// show the worker's command line (poolRoom) fits these arguments.
+	Worker []string `json:"worker,omitempty"`
+	Module bool     `json:"module,omitempty"`
 	// Wait bounds how long a worker's supervisor waits for its
 	// interpreter while the pool is still importing (0: poolWait); then
 	// the worker starts cold, as a process of its own that a hang check
@@ -98,6 +107,24 @@ type PoolTake struct {
 // worker then shows its own in ps, pgrep -f and /proc/PID/cmdline and
 // environ, as a cold start's would.
 const poolRoom = 4096
+
+// roomArgs are the arguments that make a pooled interpreter's room for
+// its worker's command line: poolRoom bytes, or what the worker's
+// arguments take where that is more, in arguments of at most 64 KiB
+// (Linux takes none longer than 128 KiB).
+func roomArgs(pool *Pool) []string {
+	need := poolRoom
+	if n := len("python -u -m ") + len(strings.Join(pool.Worker, " ")) + 1; n > need {
+		need = n + poolRoom
+	}
+	var args []string
+	for need > 0 {
+		n := min(need, 64<<10)
+		args = append(args, strings.Repeat(" ", n-1))
+		need -= n
+	}
+	return args
+}
 
 // PoolRoomVar is the variable that holds a pooled interpreter's room in
 // its environment; warm.py drops it before anything reads the
@@ -153,7 +180,10 @@ type poolFork struct {
 	ctrl  *net.UnixConn // its fd 3, our end
 	// started is its environment as the interpreter has it, once it said
 	// (Python may set LC_CTYPE as it starts); nil if it never did.
-	started     []string
+	started []string
+	// script is what it read of the workers' script before its imports
+	// (warm.py _scan), said with started.
+	script      scriptVerdict
 	startedRead chan struct{} // closed once started is read, or never will be
 }
 
@@ -479,6 +509,14 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 	type slotSettings struct {
 		CPUs []int `json:"cpus,omitempty"`
 	}
+	type script struct {
+		Target string `json:"target"`
+		Module bool   `json:"module,omitempty"`
+	}
+	type rules struct {
+		Prefixes []string `json:"prefixes"`
+		Names    []string `json:"names"`
+	}
 	settings := struct {
 		CPUs         []int          `json:"cpus,omitempty"`
 		Signals      []int          `json:"signals,omitempty"`
@@ -486,7 +524,13 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 		Slots        []slotSettings `json:"slots"`
 		Main         any            `json:"main,omitempty"`
 		FaultHandler bool           `json:"faulthandler,omitempty"`
+		Script       *script        `json:"script,omitempty"`
+		ImportTime   rules          `json:"import_time"`
 	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main}
+	settings.ImportTime.Prefixes, settings.ImportTime.Names = importTimeRules()
+	if len(job.Pool.Worker) > 0 {
+		settings.Script = &script{job.Pool.Worker[0], job.Pool.Module}
+	}
 	mode, stdin := "main", job.Stdin
 	if main == nil {
 		mode, stdin, settings.CPUs = "pool", nil, g.cpus
@@ -527,7 +571,7 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 	for i, c := range ours[1:] {
 		f.slots = append(f.slots, &poolSlot{fork: f, cpus: g.sets[i], ctrl: c, forked: make(chan struct{}), gone: make(chan struct{})})
 	}
-	argv := []string{p.interp, "-u", shim, mode, string(b), strings.Repeat(" ", poolRoom)}
+	argv := append([]string{p.interp, "-u", shim, mode, string(b)}, roomArgs(job.Pool)...)
 	if main != nil {
 		argv = slices.Delete(argv, 1, 2) // the program's own interpreter: no -u (its slots write as -u would)
 	}
@@ -568,7 +612,13 @@ func (p *pool) watchFork(f *poolFork) {
 	var pids []int
 	line, err := readLine(br, maxJobLine)
 	if err == nil {
-		err = json.Unmarshal(line, &f.started)
+		var said struct {
+			Env    []string      `json:"env"`
+			Script scriptVerdict `json:"script"`
+		}
+		if err = json.Unmarshal(line, &said); err == nil {
+			f.started, f.script = said.Env, said.Script
+		}
 	}
 	close(f.startedRead)
 	if err == nil {
@@ -877,6 +927,9 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	if err != nil {
 		return "the pooled interpreter did not start: " + err.Error()
 	}
+	if why := sl.fork.script.cold(take); why != "" {
+		return why
+	}
 	given, want := envMap(sl.fork.env), envMap(take.Env)
 	for _, name := range changedVars(env, take.Env) {
 		if name == RelaySocketVar || name == PoolSocketVar || !importTimeVar(name) || lateVar(p.late, name) {
@@ -958,8 +1011,20 @@ func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
 		fds[i] = int(f.Fd())
 	}
 	_ = sl.ctrl.SetWriteDeadline(time.Now().Add(poolHandTimeout))
-	_, _, err = sl.ctrl.WriteMsgUnix(append(line, '\n'), unix.UnixRights(fds...), nil)
+	err = writeWithRights(sl.ctrl, append(line, '\n'), unix.UnixRights(fds...))
 	sl.ctrl.Close()
+	return err
+}
+
+// writeWithRights writes b on c, the rights (fds) going with its first
+// bytes. One sendmsg on a stream socket may take only part of b (a
+// worker's 30,000 arguments): the rest follows.
+func writeWithRights(c *net.UnixConn, b, rights []byte) error {
+	n, _, err := c.WriteMsgUnix(b, rights, nil)
+	if err != nil {
+		return err
+	}
+	_, err = c.Write(b[n:])
 	return err
 }
 
@@ -1041,7 +1106,7 @@ func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File, aban
 		return nil, "", err
 	}
 	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
-	if _, _, err := c.WriteMsgUnix(append(line, '\n'), rights, nil); err != nil {
+	if err := writeWithRights(c, append(line, '\n'), rights); err != nil {
 		c.Close()
 		return nil, "", err
 	}

@@ -172,18 +172,24 @@ func readShebang(path string) ([]string, error) {
 // importTimeVar reports whether the interpreter or what it imports may
 // read a variable before the job is handed over: a warm interpreter whose
 // environment differs from the job's in one of these cannot stand in for
-// the job.
+// the job. A pooled worker's script that sets one before it imports the
+// pool's modules starts cold (warm.py reads the same rules, sent as
+// importTimeRules).
 func importTimeVar(name string) bool {
-	for _, p := range []string{"PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "LC_"} {
+	prefixes, names := importTimeRules()
+	for _, p := range prefixes {
 		if strings.HasPrefix(name, p) {
 			return true
 		}
 	}
-	switch name {
-	case "PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX":
-		return true
-	}
-	return false
+	return slices.Contains(names, name)
+}
+
+// importTimeRules are importTimeVar's: the prefixes, and the whole names,
+// of the variables read at import time.
+func importTimeRules() (prefixes, names []string) {
+	return []string{"PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "LC_", "GOMP_", "NUMEXPR_", "NUMBA_", "XLA_", "TF_"},
+		[]string{"PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX"}
 }
 
 // warmDirPrefix begins the name of the directory that holds a standby's

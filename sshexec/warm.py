@@ -419,11 +419,330 @@ def _handed(fd):
 
 
 def _started(settings):
+    global _SCAN
     os.environ.pop("GORUN_POOL_ROOM", None)  # room for the worker's own (_show_as), no variable of its
     # The environment as this interpreter has it once started (Python
     # may have set LC_CTYPE, coercing a C locale), which a worker's must
-    # match.
-    _send(3, json.dumps(["%s=%s" % kv for kv in os.environ.items()]).encode() + b"\n")
+    # match; and what the workers' script does before its imports.
+    _SCAN = _scan(settings)
+    said = {"env": ["%s=%s" % kv for kv in os.environ.items()], "script": {k: _SCAN.get(k) for k in ("target", "module", "cold", "learned")}}
+    _send(3, json.dumps(said).encode() + b"\n")
+
+
+# What a script does before its imports (README, "What a pooled worker
+# guarantees"). A pooled worker's interpreter imported the pool's modules
+# (torch) before its script ran: whatever the script does first that a
+# cold worker's import of torch would have seen, it does too late. Read
+# before the pool imports (_scan), such a script's workers start cold,
+# and the fork server says why with its environment. What cannot be read
+# ahead (a variable set by a module the script imports first, or through
+# code it builds) a pooled worker sees as it happens (_watch): it says so,
+# and records it for the script (its path and bytes), so that the next
+# attempt's workers, and those of later runs, start cold.
+_SCAN = {}
+_ENV_WRITES = {"os.putenv", "os.unsetenv", "os.environ.__setitem__", "os.environ.__delitem__", "os.environ.setdefault",
+               "os.environ.pop", "os.environ.update", "os.environ.clear", "os.environ.popitem", "os.environ.__ior__"}
+_STATE_CHANGES = {
+    "sys.path.insert": "changes sys.path", "sys.path.append": "changes sys.path", "sys.path.extend": "changes sys.path",
+    "sys.path.remove": "changes sys.path", "sys.path.pop": "changes sys.path", "sys.path.clear": "changes sys.path",
+    "sys.path.__setitem__": "changes sys.path", "sys.path.__iadd__": "changes sys.path", "site.addsitedir": "changes sys.path",
+    "sys.meta_path.insert": "changes the import system", "sys.meta_path.append": "changes the import system",
+    "sys.path_hooks.insert": "changes the import system", "sys.path_hooks.append": "changes the import system",
+    "sys.modules.__setitem__": "changes the import system", "sys.modules.update": "changes the import system",
+    "sys.modules.pop": "changes the import system", "sys.setdlopenflags": "changes how libraries load (sys.setdlopenflags)",
+    "ctypes.CDLL": "loads a library (ctypes)", "ctypes.PyDLL": "loads a library (ctypes)",
+    "ctypes.cdll.LoadLibrary": "loads a library (ctypes)", "ctypes.pydll.LoadLibrary": "loads a library (ctypes)",
+    "warnings.simplefilter": "sets warnings filters", "warnings.filterwarnings": "sets warnings filters",
+    "warnings.resetwarnings": "sets warnings filters", "atexit.register": "registers an atexit handler",
+    "exec": "runs code it builds (exec)", "eval": "runs code it builds (eval)", "runpy.run_path": "runs another script",
+    "runpy.run_module": "runs another module",
+}
+_FIXES = {
+    "sets warnings filters": "the filters torch installs as it is imported would come first",
+    "registers an atexit handler": "torch's own would run after it instead of before",
+}
+
+
+def _scan(settings):
+    sc = settings.get("script") or {}
+    out = {"target": sc.get("target", ""), "module": bool(sc.get("module")), "rules": settings.get("import_time") or {}}
+    modules = settings.get("modules") or []
+    if not out["target"] or not modules:
+        return out
+    try:
+        path, source = _script_source(out["target"], out["module"])
+    except Exception:
+        return out  # the worker fails to find it as it would cold
+    out["file"], out["modules_said"] = path, " and ".join(modules)
+    out["learned"] = _learned_file(path, source)
+    if os.path.exists(out["learned"]):
+        return out  # the agent reads it (scriptVerdict.cold)
+    try:
+        import ast
+
+        tree = ast.parse(source, path)
+    except Exception:
+        return out  # a SyntaxError: the worker reports it as Python would
+    w = _Walker(tree, modules, out["rules"])
+    try:
+        w.body(tree.body, True)
+    except RecursionError:
+        w.found = (w.top, "does what cannot be read ahead", None)
+    out["stop"] = w.stop
+    if w.found:
+        line, what, name = w.found
+        why = "%s:%d %s before it imports %s" % (out["target"], line, what, " and ".join(modules))
+        if name:
+            why += ", which reads it as it is imported: set it in the launch environment or with --env %s=... to keep the pool" % name
+        elif what in _FIXES:
+            why += ": %s" % _FIXES[what]
+        out["cold"] = why
+    return out
+
+
+def _script_source(target, module):
+    # The file a cold `python [-m] TARGET` would run, read without
+    # importing anything of it.
+    if module:
+        import importlib.machinery as m
+
+        spec, search = None, [os.getcwd()] + sys.path
+        for part in target.split("."):
+            spec = m.PathFinder.find_spec(part, search)
+            if spec is None:
+                raise ImportError(target)
+            search = spec.submodule_search_locations or []
+        if spec.submodule_search_locations:  # a package runs its __main__
+            spec = m.PathFinder.find_spec("__main__", spec.submodule_search_locations)
+        path = spec.origin
+    else:
+        path = os.path.abspath(target)
+        if os.path.isdir(path):
+            path = os.path.join(path, "__main__.py")
+        elif zipfile.is_zipfile(path):
+            with zipfile.ZipFile(path) as z:
+                return os.path.join(path, "__main__.py"), z.read("__main__.py")
+    with io.open_code(path) as f:
+        return path, f.read()
+
+
+def _learned_file(path, source):
+    import hashlib
+
+    cache = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    key = hashlib.sha256(path.encode("utf-8", "surrogateescape") + b"\0" + source).hexdigest()[:32]
+    return os.path.join(cache, "gorun", "cold", key)
+
+
+def _import_time(name, rules):
+    return name.startswith(tuple(rules.get("prefixes") or ())) or name in (rules.get("names") or ())
+
+
+class _Walker:
+    # Walks a script's module-level statements in the order they run
+    # (every branch, the body of each function they call, the body of
+    # each class they define), up to the statement after which every
+    # module of the pool is imported (stop, a module-level line), and
+    # notes the first that does what a pooled interpreter would not see.
+
+    def __init__(self, tree, modules, rules):
+        import ast
+
+        self.ast = ast
+        self.modules, self.rules = modules, rules
+        self.funcs = {n.name: n for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+        self.alias, self.imported, self.called = {}, set(), set()
+        self.found, self.stop, self.top, self.quiet_warnings = None, 0, 0, 0
+
+    def done(self):
+        return all(any(i == m or i.startswith(m + ".") or m.startswith(i + ".") for i in self.imported) for m in self.modules)
+
+    def body(self, stmts, top):
+        for st in stmts:
+            if top:
+                self.top = st.lineno
+            self.stmt(st)
+            if self.found or self.stop:
+                return
+
+    def note(self, node, what, name=None):
+        if not self.found:
+            self.found = (getattr(node, "lineno", self.top), what, name)
+
+    def imports(self, name):
+        self.imported.add(name)
+        if not self.stop and self.done():
+            self.stop = self.top
+
+    def stmt(self, st):
+        ast = self.ast
+        if isinstance(st, ast.Import):
+            for a in st.names:
+                self.alias[a.asname or a.name.split(".")[0]] = a.name if a.asname else a.name.split(".")[0]
+                self.imports(a.name)
+        elif isinstance(st, ast.ImportFrom):
+            if st.level == 0 and st.module:
+                for a in st.names:
+                    self.alias[a.asname or a.name] = st.module + "." + a.name
+                self.imports(st.module)
+        elif isinstance(st, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            for d in st.decorator_list:
+                if self.dotted(d) == "atexit.register":
+                    self.note(d, _STATE_CHANGES["atexit.register"])
+                self.expr(d)
+            if isinstance(st, ast.ClassDef):
+                for b in st.bases:
+                    self.expr(b)
+                self.body(st.body, False)
+        elif isinstance(st, (ast.With, ast.AsyncWith)):
+            quiet = any(self.dotted(getattr(i.context_expr, "func", None)) == "warnings.catch_warnings" for i in st.items)
+            for i in st.items:
+                self.expr(i.context_expr)
+            self.quiet_warnings += quiet
+            self.body(st.body, False)
+            self.quiet_warnings -= quiet
+        elif isinstance(st, (ast.Assign, ast.AugAssign, ast.AnnAssign, ast.Delete)):
+            targets = st.targets if isinstance(st, (ast.Assign, ast.Delete)) else [st.target]
+            for t in targets:
+                self.target(t, isinstance(st, ast.AugAssign))
+            if getattr(st, "value", None) is not None:
+                self.expr(st.value)
+        else:
+            for field in ("test", "iter", "subject", "value", "exc", "msg"):
+                if getattr(st, field, None) is not None:
+                    self.expr(getattr(st, field))
+            for field in ("body", "orelse", "finalbody"):
+                self.body(getattr(st, field, None) or [], False)
+            for h in getattr(st, "handlers", None) or []:
+                self.body(h.body, False)
+            for c in getattr(st, "cases", None) or []:
+                self.body(c.body, False)
+
+    def target(self, t, augmented):
+        ast = self.ast
+        if isinstance(t, ast.Subscript):
+            base = self.dotted(t.value)
+            if base == "os.environ":
+                self.env(t, self.const(t.slice))
+            elif base in ("sys.path", "sys.modules", "sys.meta_path", "sys.path_hooks"):
+                self.note(t, "changes " + base if base == "sys.path" else "changes the import system")
+        elif isinstance(t, (ast.Attribute, ast.Name)):
+            name = self.dotted(t)
+            if name == "os.environ":
+                self.note(t, "replaces os.environ")
+            elif name in ("sys.path", "sys.meta_path", "sys.path_hooks", "sys.modules"):
+                self.note(t, "changes sys.path" if name == "sys.path" else "changes the import system")
+        elif isinstance(t, (ast.Tuple, ast.List)):
+            for e in t.elts:
+                self.target(e, augmented)
+
+    def expr(self, node):
+        ast = self.ast
+        for n in ast.walk(node):
+            if isinstance(n, ast.Call):
+                self.call(n)
+
+    def call(self, c):
+        name = self.dotted(c.func)
+        if name is None:
+            return
+        if name in _ENV_WRITES:
+            if name.endswith(("update", "__ior__")):
+                arg = c.args[0] if c.args else None
+                if isinstance(arg, self.ast.Dict) and all(self.const(k) is not None for k in arg.keys):
+                    for k in arg.keys:
+                        self.env(c, self.const(k))
+                elif arg is not None:
+                    self.env(c, None)
+                for kw in c.keywords:
+                    self.env(c, kw.arg)
+            elif name.endswith(("clear", "popitem")):
+                self.env(c, None)
+            else:
+                self.env(c, self.const(c.args[0]) if c.args else None)
+        elif name in _STATE_CHANGES:
+            if not (name.startswith("warnings.") and self.quiet_warnings):
+                self.note(c, _STATE_CHANGES[name])
+        elif name in ("importlib.import_module", "__import__") and c.args and self.const(c.args[0]):
+            self.imports(self.const(c.args[0]))
+        elif name in self.funcs and name not in self.called:
+            self.called.add(name)
+            self.body(self.funcs[name].body, False)
+
+    def env(self, node, key):
+        if key is None:
+            self.note(node, "sets an environment variable it names as it runs")
+        elif _import_time(key, self.rules):
+            self.note(node, "sets %s" % key, key)
+
+    def const(self, node):
+        if isinstance(node, self.ast.Constant) and isinstance(node.value, str):
+            return node.value
+        return None
+
+    def dotted(self, node):
+        ast = self.ast
+        if isinstance(node, ast.Name):
+            return self.alias.get(node.id, node.id)
+        if isinstance(node, ast.Attribute):
+            base = self.dotted(node.value)
+            return base + "." + node.attr if base else None
+        return None
+
+
+def _watch(env):
+    # The pooled worker's own check (see _SCAN): an audit hook that sees
+    # every change of a variable read at import, made while its script's
+    # top level has not yet reached the line after which it has imported
+    # the pool's modules. The first is said on the worker's stderr once
+    # for the script (the file records it; the rank that makes the file
+    # says it), the variable named, never its value.
+    scan = _SCAN
+    path, marker, stop, rules = scan.get("file"), scan.get("learned"), scan.get("stop") or 0, scan.get("rules") or {}
+    if not path or not marker:
+        return
+    said = []
+
+    def hook(event, args):
+        if event != "os.putenv" and event != "os.unsetenv" or said:
+            return
+        name = args[0].decode("utf-8", "surrogateescape") if isinstance(args[0], bytes) else args[0]
+        if not _import_time(name, rules):
+            return
+        value = None
+        if event == "os.putenv":
+            value = args[1].decode("utf-8", "surrogateescape") if isinstance(args[1], bytes) else args[1]
+        if value == env.get(name):
+            return
+        f, setter, top = sys._getframe(1), None, None
+        while f is not None:
+            code = f.f_code
+            if setter is None and code.co_filename not in (os.__file__, "<frozen os>"):
+                setter = "%s:%d" % (code.co_filename, f.f_lineno)
+            if code.co_filename == path and code.co_name == "<module>":
+                top = f.f_lineno
+            f = f.f_back
+        if top is None or (stop and top > stop):
+            return
+        said.append(True)
+        where = setter if setter == "%s:%d" % (path, top) else "%s (from %s:%d)" % (setter, path, top)
+        what = "set %s at %s before its script imported %s, which reads it as it is imported" % (name, where, scan.get("modules_said", "the pool's modules"))
+        try:
+            os.makedirs(os.path.dirname(marker), 0o700, exist_ok=True)
+            fd = os.open(marker, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except OSError:
+            return  # said already, by another rank or run
+        os.write(fd, what.encode("utf-8", "surrogateescape") + b"\n")
+        os.close(fd)
+        msg = ("gorun: this worker's interpreter (the worker pool) imported its modules before its script ran: it %s, "
+               "so it runs with the value it was imported with. The next attempt's workers, and those of later runs of "
+               "this script, start cold; to keep the pool, set %s in the launch environment or with --env.\n" % (what, name))
+        try:
+            os.write(2, msg.encode("utf-8", "surrogateescape"))
+        except OSError:
+            pass
+
+    sys.addaudithook(hook)
 
 
 def _hold():
@@ -620,7 +939,11 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     _replay(held)
     _as_cold()
     # SIGINT still held as it starts: never delivered there.
-    _run(job, job["mode"], job["target"], mask, lambda: _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared)))
+    def started():
+        _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared))
+        _watch(dict(os.environ))
+
+    _run(job, job["mode"], job["target"], mask, started)
 
 
 def _as_cold():

@@ -70,6 +70,11 @@ def allowlist(readme):
     return rows
 
 
+def applies(runs, label):
+    # "all"; "pooled": every run but --prewarm off's ("cold"); or the label.
+    return "all" in runs or label in runs or ("pooled" in runs and label != "cold")
+
+
 def differences(a, b):
     out = []
     for k in sorted(set(a) | set(b)):
@@ -106,7 +111,7 @@ def main():
     for r in sorted(fa):
         for k, x, y in differences(fa[r], fb[r]):
             seen += 1
-            why = next((w for pat, runs, w in rows if fnmatch.fnmatchcase(k, pat) and ("all" in runs or args.label in runs)), None)
+            why = next((w for pat, runs, w in rows if fnmatch.fnmatchcase(k, pat) and applies(runs, args.label)), None)
             if why is None:
                 bad += 1
                 print("DIFFERS rank %s %s: torchrun %s, gorun (%s) %s" % (r, k, json.dumps(x)[:300], args.label, json.dumps(y)[:300]))

@@ -210,6 +210,8 @@ def main():
 
     o = dict(_FIRST)
     me = sys.modules["__main__"]
+    if os.environ.get("FIDELITY_CRASH_ATTEMPT") == os.environ.get("TORCHELASTIC_RESTART_COUNT"):
+        sys.exit(3)  # the restarted attempt's run: this one fails
     # Seeds and what a process draws for itself (compared across ranks).
     record(o, "rng.torch_initial_seed~rank", torch.initial_seed)
     record(o, "rng.torch_rand~rank", lambda: torch.rand(2).tolist())

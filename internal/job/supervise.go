@@ -157,6 +157,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 			}
 		}
 		env[wire.RestartCountVar] = strconv.Itoa(k)
+		env[wire.MaxRestartsVar] = strconv.Itoa(js.maxRestarts)
 		if js.merged {
 			env[wire.MergedOutputVar] = "1"
 		}
@@ -236,6 +237,7 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 		// what torchrun sets for each worker, which no module reads at import
 		Late: []string{"TORCHELASTIC_*", "TORCH_NCCL_ASYNC_ERROR_HANDLING"},
 	}
+	p.Worker, p.Module = workerScript(n.Command)
 	for i := range n.Ranks {
 		s := sshexec.PoolSlot{Default: def}
 		if i < len(sets) {
@@ -244,6 +246,28 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 		p.Slots = append(p.Slots, s)
 	}
 	return p
+}
+
+// workerScript is what each worker of cmd (torchrun's argv, its workers
+// started by `gorun _rank [-m] -- SCRIPT ARGS`) runs: the script or the
+// module (-m) and its arguments; none where the workers are not Python.
+func workerScript(cmd []string) (worker []string, module bool) {
+	i := slices.Index(cmd, envplan.RankCommand)
+	if i < 0 {
+		return nil, false
+	}
+	for _, a := range cmd[i+1:] {
+		i++
+		switch a {
+		case "-m":
+			module = true
+		case "--no-python":
+			return nil, false
+		case "--":
+			return slices.Clone(cmd[i+1:]), module
+		}
+	}
+	return nil, false
 }
 
 // jobSettings are what every node's job of a run shares.
@@ -257,6 +281,7 @@ type jobSettings struct {
 	tty         string   // wire.TTYVar's value; "": no terminal
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace   time.Duration
+	maxRestarts int // the group's, which its workers see as torchrun's (wire.MaxRestartsVar)
 	pass        []int // signals passed on to the workers (Job.PassSignals)
 	// cpus and gpus are how many CPUs the job may use and how many GPUs
 	// there are on each node, by host, as preflight found them (none:
@@ -266,7 +291,7 @@ type jobSettings struct {
 
 func (r *run) jobSettings() jobSettings {
 	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", early: r.cl.Gorun.WarmRestart == "early", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
-		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace}
+		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace, maxRestarts: r.cl.Torchrun.MaxRestarts}
 	if r.ui.Stdin != nil && len(r.spec.Hosts) == 0 { // local: over ssh and srun the workers read /dev/null
 		if in, err := r.ui.Stdin(); err == nil {
 			js.stdin = in

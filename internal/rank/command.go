@@ -64,12 +64,13 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshex
 }
 
 // workerEnv is the worker's environment: this process's, with torchrun's
-// restart count replaced by the group's (gorun owns restarts) and Python's
+// restart count and most restarts replaced by the group's (gorun owns
+// restarts: each torchrun runs with --max-restarts=0) and Python's
 // faulthandler armed, so a hang diagnosis can print every thread's stack.
 // The user's own settings win.
 func workerEnv(env []string, getenv func(string) string) []string {
 	out := make([]string, 0, len(env)+2)
-	count := getenv(wire.RestartCountVar)
+	count, most := getenv(wire.RestartCountVar), getenv(wire.MaxRestartsVar)
 	haveFH := false
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
@@ -77,13 +78,16 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		switch {
 		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar || k == sshexec.GateVar:
 			continue // the worker's own children must not speak for it
-		case k == "TORCHELASTIC_RESTART_COUNT" && count != "":
+		case k == "TORCHELASTIC_RESTART_COUNT" && count != "", k == "TORCHELASTIC_MAX_RESTARTS" && most != "":
 			continue
 		}
 		out = append(out, kv)
 	}
 	if count != "" {
 		out = append(out, "TORCHELASTIC_RESTART_COUNT="+count)
+	}
+	if most != "" {
+		out = append(out, "TORCHELASTIC_MAX_RESTARTS="+most)
 	}
 	if !haveFH {
 		out = append(out, "PYTHONFAULTHANDLER=1")

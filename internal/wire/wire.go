@@ -56,6 +56,10 @@ const (
 	// set by the head; the worker's supervisor copies it to torchrun's
 	// TORCHELASTIC_RESTART_COUNT.
 	RestartCountVar = "GORUN_RESTART_COUNT"
+	// MaxRestartsVar is the group's --max-restarts, set by the head with
+	// RestartCountVar; the worker's supervisor copies it to torchrun's
+	// TORCHELASTIC_MAX_RESTARTS (each torchrun runs with 0).
+	MaxRestartsVar = "GORUN_MAX_RESTARTS"
 	// MergedOutputVar set to 1 says that the head's stdout and stderr are
 	// the same file (a terminal, or 2>&1): the worker's supervisor then
 	// gives the worker one pipe for both, so that their order is kept
