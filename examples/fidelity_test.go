@@ -30,26 +30,33 @@ func fidelityTorchrun(t *testing.T, dir string, env []string, args ...string) st
 	cmd.Dir = dir
 	// What startCmd gives gorun too.
 	cmd.Env = append(append(os.Environ(), env...), "NO_COLOR=1", "PYTHONUNBUFFERED=1", "FIDELITY_OUT="+out, "FIDELITY_CASES="+fidelityDir(t, "cases"))
-	b, err := cmd.CombinedOutput()
-	if err != nil && !strings.Contains(strings.Join(args, " "), "syntax_error") {
+	if b, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("torchrun %s: %v\n%s", strings.Join(args, " "), err, b)
 	}
 	return out
 }
 
-// fidelityGorun runs gorun with args and returns the folder its ranks
-// wrote to, and its output.
+// fidelityGorun runs gorun with args, which must succeed, and returns the
+// folder its ranks wrote to, and its output.
 func fidelityGorun(t *testing.T, dir string, env []string, args ...string) (string, string) {
+	t.Helper()
+	out, code, output := fidelityGorunCode(t, dir, env, args...)
+	if code != 0 {
+		t.Fatalf("gorun %s: exit %d\n%s", strings.Join(args, " "), code, output)
+	}
+	return out, output
+}
+
+// fidelityGorunCode runs gorun with args and returns the folder its ranks
+// wrote to, its exit code and its output.
+func fidelityGorunCode(t *testing.T, dir string, env []string, args ...string) (string, int, string) {
 	t.Helper()
 	out := t.TempDir()
 	cmd := exec.Command(gorunBin, args...)
 	cmd.Dir = dir
 	r := startCmd(t, cmd, append(env, "FIDELITY_OUT="+out, "FIDELITY_CASES="+fidelityDir(t, "cases")))
 	code := r.wait(t, 4*time.Minute)
-	if code != 0 && !strings.Contains(strings.Join(args, " "), "syntax_error") {
-		t.Fatalf("gorun %s: exit %d\n%s", strings.Join(args, " "), code, r.output())
-	}
-	return out, r.output()
+	return out, code, r.output()
 }
 
 // compareFidelity fails t on every difference outside the allowlist
@@ -67,8 +74,12 @@ func compareFidelity(t *testing.T, baseline, run, label string) {
 // pooledRun fails t unless every worker of gorun's run was pooled.
 func pooledRun(t *testing.T, out string) {
 	t.Helper()
-	if strings.Contains(out, "without the worker pool") {
-		t.Errorf("a worker started cold:\n%s", out)
+	if i := strings.Index(out, "without the worker pool"); i >= 0 {
+		line := out[strings.LastIndex(out[:i], "\n")+1:]
+		if j := strings.Index(line, "\n"); j >= 0 {
+			line = line[:j]
+		}
+		t.Errorf("a worker started cold (%s):\n%s", line, out)
 	}
 }
 
@@ -177,17 +188,23 @@ func TestFidelityCases(t *testing.T) {
 		}
 		pooledRun(t, same(t, nil, args...))
 	})
-	t.Run("a SyntaxError's traceback has no frame of gorun's", func(t *testing.T) {
-		_, out := gorun(t, nil, "syntax_error.py")
+	failing := func(t *testing.T, script string) string {
+		_, code, out := fidelityGorunCode(t, cases, nil, "--torchrun", shim(t), "--prewarm", "torch", "--nproc_per_node=2", script)
+		if code != 1 {
+			t.Errorf("exit %d, want the worker's 1:\n%s", code, out)
+		}
 		pooledRun(t, out)
+		return out
+	}
+	t.Run("a SyntaxError's traceback has no frame of gorun's", func(t *testing.T) {
+		out := failing(t, "syntax_error.py")
 		if !strings.Contains(out, `syntax_error.py", line 4`) || !strings.Contains(out, "SyntaxError") {
 			t.Errorf("no SyntaxError at line 4:\n%s", out)
 		}
 		noShimFrames(t, out)
 	})
 	t.Run("a traceback starts at the script", func(t *testing.T) {
-		_, out := gorun(t, nil, "raises.py")
-		pooledRun(t, out)
+		out := failing(t, "raises.py")
 		if !regexp.MustCompile(`Traceback \(most recent call last\):\n\S* *File "` + regexp.QuoteMeta(cases) + `/raises.py", line 9, in <module>`).MatchString(out) {
 			t.Errorf("the traceback does not start at raises.py line 9:\n%s", out)
 		}

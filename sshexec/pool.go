@@ -1021,8 +1021,8 @@ func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
 // worker's 30,000 arguments): the rest follows.
 func writeWithRights(c *net.UnixConn, b, rights []byte) error {
 	n, _, err := c.WriteMsgUnix(b, rights, nil)
-	if err != nil {
-		return err
+	if err != nil || n == len(b) {
+		return err // no empty write after it: the reader may have closed its end by then
 	}
 	_, err = c.Write(b[n:])
 	return err

@@ -18,6 +18,9 @@
 #       On its socket, now its fd 3, each slot's interpreter waits for
 #       the job's line, which brings the worker's stdin, stdout and
 #       stderr and names its script.
+#   warm.py scan SETTINGS                     what the pool's fork server
+#       reads of the workers' script before it imports (_scan), as JSON:
+#       for sshexec's tests.
 #   warm.py main SETTINGS                     torchrun itself and the fork
 #       server of its workers' pool in one interpreter (sshexec.Job.Pool,
 #       where the two share their import-time environment): SETTINGS and
@@ -390,6 +393,9 @@ def _main():
     if mode == "main":
         _main_and_pool(json.loads(sys.argv[2]))
         return
+    if mode == "scan":  # what _scan reads of a script, for sshexec's tests
+        sys.stdout.write(json.dumps({k: v for k, v in _scan(json.loads(sys.argv[2])).items() if k != "rules"}) + "\n")
+        return
     if mode != "pool":
         target, modules = sys.argv[2], sys.argv[3:]
         _import(modules)
@@ -486,8 +492,8 @@ def _scan(settings):
     w = _Walker(tree, modules, out["rules"])
     try:
         w.body(tree.body, True)
-    except RecursionError:
-        w.found = (w.top, "does what cannot be read ahead", None)
+    except Exception:  # when in doubt, cold
+        w.found = (w.top, "does what gorun could not read ahead", None)
     out["stop"] = w.stop
     if w.found:
         line, what, name = w.found

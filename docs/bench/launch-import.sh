@@ -4,7 +4,7 @@
 # worker pool) and, with BEFORE=path, another gorun build, alternating, ROUNDS rounds; the
 # medians and the ratios to torchrun at the end. The times are the ranks' own clocks (one
 # machine) against the launcher's start.
-#   usage: GORUN=path [BEFORE=path] [ROUNDS=7] [NPROC=2] [TORCHRUN=torchrun] [PYTHON=python3]
+#   usage: GORUN=path [BEFORE=path] [ROUNDS=7] [NPROC=2] [COLD_SCRIPT=1] [TORCHRUN=torchrun] [PYTHON=python3]
 #          docs/bench/launch-import.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -15,11 +15,15 @@ gorun=$(realpath "${GORUN:?set GORUN to the gorun binary}")
 export PYTHON_EXEC=$python
 work=$(mktemp -d /tmp/gorun-launch-XXXXXX)
 trap 'rm -rf "$work"' EXIT
-cat >"$work/job.py" <<'PY'
-import os, time
-import torch
-print("imported", os.environ["RANK"], "%.6f" % time.time(), flush=True)
-PY
+# COLD_SCRIPT=1: the job sets OMP_NUM_THREADS before its import, so gorun's
+# pool must start its workers cold (README, "What a pooled worker
+# guarantees"): what such a script costs against torchrun's own start.
+{
+  echo 'import os, time'
+  [ "${COLD_SCRIPT:-0}" = 1 ] && echo 'os.environ["OMP_NUM_THREADS"] = "2"'
+  echo 'import torch'
+  echo 'print("imported", os.environ["RANK"], "%.6f" % time.time(), flush=True)'
+} >"$work/job.py"
 port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # one LAUNCHER: prints its figure (ms from its start to the last rank past the import)
 one() {
@@ -38,7 +42,7 @@ one() {
 launchers=(torchrun gorun)
 [ -z "${BEFORE:-}" ] || launchers+=(before)
 echo "== launch-import.sh: $(date -u +%FT%TZ) $(git rev-parse --short HEAD), $(nproc) CPUs, load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "   ROUNDS=$rounds NPROC=$nproc torchrun=$torchrun python=$python torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
+echo "   ROUNDS=$rounds NPROC=$nproc COLD_SCRIPT=${COLD_SCRIPT:-0} torchrun=$torchrun python=$python torch $("$python" -c 'import torch; print(torch.__version__)' 2>/dev/null)"
 echo "   gorun=$gorun${BEFORE:+ before=$BEFORE}"
 for l in "${launchers[@]}"; do one "$l" >/dev/null; done # warm-up: the page cache
 for ((r = 1; r <= rounds; r++)); do

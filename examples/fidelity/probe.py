@@ -194,7 +194,9 @@ def logging_state():
 def collective():
     import torch.distributed as dist
 
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    # NCCL where every local rank has a GPU of its own (it refuses two
+    # ranks on one), gloo otherwise.
+    backend = "nccl" if torch.cuda.is_available() and torch.cuda.device_count() >= int(os.environ.get("LOCAL_WORLD_SIZE", "1")) else "gloo"
     if backend == "nccl":
         torch.cuda.set_device(LOCAL_RANK)
     dist.init_process_group(backend)
@@ -228,7 +230,7 @@ def main():
     record(o, "proc.parent_comm", parent_comm)
     record(o, "main.__file__", lambda: me.__file__)
     record(o, "main.__name__", lambda: me.__name__)
-    record(o, "main.__spec__", lambda: repr(me.__spec__))
+    record(o, "main.__spec__", lambda: me.__spec__ and [me.__spec__.name, me.__spec__.origin, type(me.__spec__.loader).__name__])
     record(o, "main.__package__", lambda: me.__package__)
     record(o, "main.__loader__", lambda: type(me.__loader__).__name__)
     record(o, "main.__cached__", lambda: me.__dict__.get("__cached__", "missing"))
@@ -298,7 +300,8 @@ def main():
     record(o, "torch.sharing_strategy", torch.multiprocessing.get_sharing_strategy)
     record(o, "torch.cuda_available", torch.cuda.is_available)
     if torch.cuda.is_available():
-        record(o, "torch.cuda_initial_seed", lambda: (torch.cuda.set_device(LOCAL_RANK), torch.cuda.initial_seed())[1])
+        gpu = LOCAL_RANK % torch.cuda.device_count()
+        record(o, "torch.cuda_initial_seed", lambda: (torch.cuda.set_device(gpu), torch.cuda.initial_seed())[1])
         record(o, "torch.cuda_rand~rank", lambda: torch.rand(2, device="cuda").tolist())
     record(o, "torch.compile", compiled)
     record(o, "mp.start_method", lambda: __import__("multiprocessing").get_start_method(allow_none=True))

@@ -7,6 +7,12 @@ import sys
 import torch
 
 
+def spec(s):
+    if s is None:
+        return None
+    return [s.name, s.origin, type(s.loader).__name__, s.parent, s.has_location, s.submodule_search_locations]
+
+
 def write(observed):
     me = sys.modules["__main__"]
     o = {
@@ -16,7 +22,7 @@ def write(observed):
         "sys.orig_argv.count": len(getattr(sys, "orig_argv", [])),
         "sys.path0": sys.path[0],
         "main.__file__": getattr(me, "__file__", None),
-        "main.__spec__": repr(getattr(me, "__spec__", None)),
+        "main.__spec__": spec(getattr(me, "__spec__", None)),
         "main.__package__": getattr(me, "__package__", None),
         "cmdline.count": len(open("/proc/self/cmdline", "rb").read().split(b"\0")) - 1,
         "rng.torch_initial_seed~rank": torch.initial_seed(),
