@@ -281,7 +281,7 @@ type jobSettings struct {
 	tty         string   // wire.TTYVar's value; "": no terminal
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace   time.Duration
-	maxRestarts int // the group's, which its workers see as torchrun's (wire.MaxRestartsVar)
+	maxRestarts int   // the group's, which its workers see as torchrun's (wire.MaxRestartsVar)
 	pass        []int // signals passed on to the workers (Job.PassSignals)
 	// cpus and gpus are how many CPUs the job may use and how many GPUs
 	// there are on each node, by host, as preflight found them (none:
