@@ -297,6 +297,9 @@ func parseSMIBanner(out []byte) (driver string, cuda int) {
 }
 
 func fileSHA256(path string) (string, error) {
+	if st, err := os.Stat(path); err == nil && st.IsDir() {
+		path = filepath.Join(path, "__main__.py") // what Python runs of a folder given as the script
+	}
 	fh, err := os.Open(filepath.Clean(path))
 	if err != nil {
 		return "", err

@@ -1052,7 +1052,9 @@ func readTake(c *net.UnixConn) (PoolTake, []*os.File, error) {
 				return take, files, perr
 			}
 		}
-		line = append(line, buf[:n]...)
+		if n > 0 { // -1 with a deadline's error
+			line = append(line, buf[:n]...)
+		}
 		if len(line) > maxJobLine {
 			return take, files, errors.New("request too long")
 		}

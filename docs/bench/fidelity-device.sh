@@ -44,19 +44,19 @@ cold() { # RUN: did gorun start it cold? (the line, or "pooled")
   echo "$1: $l" | tee -a "$summary"
 }
 probe=$root/examples/fidelity/probe.py
-T=("$torchrun" --master_port) G=("$gorun" --torchrun "$torchrun" --prewarm torch)
+T=("$torchrun" --master_port) G=("$gorun" --torchrun "$torchrun" --prewarm torch --master_port)
 run torchrun "$root" "${T[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
-run pooled "$root" "${G[@]}" --nproc_per_node="$nproc" "$probe" a "b c"
+run pooled "$root" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 cold pooled
 compare torchrun pooled pooled
-run cold "$root" "$gorun" --torchrun "$torchrun" --prewarm off --nproc_per_node="$nproc" "$probe" a "b c"
+run cold "$root" "$gorun" --torchrun "$torchrun" --prewarm off --master_port "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 compare torchrun cold cold
 FIDELITY_CRASH_ATTEMPT=0 run torchrun-restart "$root" "${T[@]}" "$(port)" --max_restarts=1 --nproc_per_node="$nproc" "$probe" a "b c"
-FIDELITY_CRASH_ATTEMPT=0 run restart "$root" "${G[@]}" --max-restarts 1 --nproc_per_node="$nproc" "$probe" a "b c"
+FIDELITY_CRASH_ATTEMPT=0 run restart "$root" "${G[@]}" "$(port)" --max-restarts 1 --nproc_per_node="$nproc" "$probe" a "b c"
 grep -h "restart after attempt" "$out/restart.log" | tee -a "$summary"
 compare torchrun-restart restart restart
 run torchrun-1 "$root" "${T[@]}" "$(port)" --nproc_per_node=1 "$probe"
-run pooled-1 "$root" "${G[@]}" --nproc_per_node=1 "$probe"
+run pooled-1 "$root" "${G[@]}" "$(port)" --nproc_per_node=1 "$probe"
 cold pooled-1
 compare torchrun-1 pooled-1 pooled
 c=$root/examples/fidelity/cases
@@ -72,16 +72,16 @@ for case in seeds omp_before_import syspath_before_import warnings_before_import
   args) a=(args.py "${many[@]}") ;;
   esac
   if [ $case = runtime_var ]; then # a first run learns it, the second starts cold
-    run "first-$case" "$c" "${G[@]}" --nproc_per_node="$nproc" "${a[@]}"
+    run "first-$case" "$c" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "${a[@]}"
     grep -m1 "gorun: this worker's interpreter" "$out/first-$case.log" | tee -a "$summary"
   fi
   run "torchrun-$case" "$c" "${T[@]}" "$(port)" --nproc_per_node="$nproc" "${a[@]}"
-  run "$case" "$c" "${G[@]}" --nproc_per_node="$nproc" "${a[@]}"
+  run "$case" "$c" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "${a[@]}"
   cold "$case"
   compare "torchrun-$case" "$case" case
 done
 for case in syntax_error raises; do
-  run "$case" "$c" "${G[@]}" --nproc_per_node="$nproc" "$case.py"
+  run "$case" "$c" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$case.py"
   grep -c 'File ".*warm' "$out/$case.log" | sed "s/^/$case: frames of gorun's: /" | tee -a "$summary"
   grep -m2 -A1 "Traceback\|SyntaxError" "$out/$case.log" | head -3 | tee -a "$summary"
 done
