@@ -100,14 +100,18 @@ func TestFidelityLocal(t *testing.T) {
 	dir := absPath(t, ".")
 	probe := fidelityDir(t, "probe.py")
 	base := fidelityTorchrun(t, dir, nil, "--nproc_per_node=2", probe, "a", "b c")
+	pooled, out := fidelityGorun(t, dir, nil, "--torchrun", shim(t), "--prewarm", "torch", "--nproc_per_node=2", probe, "a", "b c")
+	cold, _ := fidelityGorun(t, dir, nil, "--torchrun", shim(t), "--prewarm", "off", "--nproc_per_node=2", probe, "a", "b c")
 	t.Run("pooled", func(t *testing.T) {
-		run, out := fidelityGorun(t, dir, nil, "--torchrun", shim(t), "--prewarm", "torch", "--nproc_per_node=2", probe, "a", "b c")
 		pooledRun(t, out)
-		compareFidelity(t, base, run, "pooled")
+		compareFidelity(t, base, pooled, "pooled")
 	})
 	t.Run("cold", func(t *testing.T) {
-		run, _ := fidelityGorun(t, dir, nil, "--torchrun", shim(t), "--prewarm", "off", "--nproc_per_node=2", probe, "a", "b c")
-		compareFidelity(t, base, run, "cold")
+		compareFidelity(t, base, cold, "cold")
+	})
+	t.Run("pooled against cold", func(t *testing.T) {
+		// The same plan on both sides: what the pool alone changes.
+		compareFidelity(t, cold, pooled, "pool")
 	})
 	t.Run("restart", func(t *testing.T) {
 		crash := []string{"FIDELITY_CRASH_ATTEMPT=0"}

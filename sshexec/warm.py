@@ -786,6 +786,7 @@ def _pool(settings):
         os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
     held = _hold()
     _import(settings.get("modules") or [])
+    _imported()
     _fork_slots(settings, os.getppid(), held)
 
 
@@ -799,6 +800,7 @@ def _main_and_pool(settings):
     own = {1: os.dup(1), 2: os.dup(2)}
     held = _hold()
     _import(settings.get("modules") or [])
+    _imported()
     for f in (sys.stdout, sys.stderr):  # what Python holds goes where the held bytes go, once
         try:
             f.flush()
@@ -952,11 +954,22 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     _run(job, job["mode"], job["target"], mask, started)
 
 
+# Whether the imports themselves left objects frozen in the collector (a
+# library may call gc.freeze() as it loads): a worker's collector is then
+# as they left it, the rest of what the pool froze given back.
+_IMPORT_FROZE = False
+
+
+def _imported():
+    global _IMPORT_FROZE
+    _IMPORT_FROZE = gc.get_freeze_count() > 0
+
+
 def _as_cold():
     # What a fork copied of the fork server that a cold worker would have
     # of its own. Its fds: none but its streams, as a cold start's
     # (close_fds); what the imports opened stays, as it would cold. Its
-    # collector's state: nothing frozen. Its random state: what a fresh
+    # collector's state: as the imports left it. Its random state: what a fresh
     # interpreter draws from the OS as it imports, torch's default (CPU)
     # generator and numpy's legacy global one, drawn again (Python's
     # random draws again after a fork by itself; hash() randomisation
@@ -968,7 +981,8 @@ def _as_cold():
                     os.close(fd)
             except OSError:
                 pass
-    gc.unfreeze()
+    if not _IMPORT_FROZE:
+        gc.unfreeze()
     torch = sys.modules.get("torch")
     gen = getattr(torch, "default_generator", None)
     if gen is not None:

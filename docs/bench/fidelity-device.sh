@@ -5,7 +5,8 @@
 # attempt), on NPROC ranks and on one (an NCCL all_reduce where there is a
 # GPU per rank, gloo otherwise), and each case of examples/fidelity/cases.
 # Every comparison's output, and a summary line per run, to OUTDIR.
-#   usage: GORUN=path [OUTDIR=dir] [NPROC=2] [TORCHRUN=torchrun] [PYTHON=python3]
+#   usage: GORUN=path [OUTDIR=dir] [NPROC=2] [CASES="seeds args ..."] [TORCHRUN=torchrun] [PYTHON=python3]
+# CASES: those cases alone, without the probe's runs.
 #          docs/bench/fidelity-device.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -32,10 +33,11 @@ run() {
 }
 # compare BASE RUN LABEL
 compare() {
-  "$python" "$root/examples/fidelity/compare.py" "$work/$1" "$work/$2" --label "$3" --readme "$root/README.md" >"$out/compare-$2.txt" 2>&1
+  local f=$out/compare-$2-$3.txt
+  "$python" "$root/examples/fidelity/compare.py" "$work/$1" "$work/$2" --label "$3" --readme "$root/README.md" >"$f" 2>&1
   local rc=$?
-  tail -1 "$out/compare-$2.txt" | sed "s/^/$2: /" | tee -a "$summary"
-  grep DIFFERS "$out/compare-$2.txt" | head -20 | tee -a "$summary"
+  tail -1 "$f" | sed "s/^/$2: /" | tee -a "$summary"
+  grep DIFFERS "$f" | head -20 | tee -a "$summary"
   [ $rc = 0 ] || fails=$((fails + 1))
 }
 cold() { # RUN: did gorun start it cold? (the line, or "pooled")
@@ -45,12 +47,14 @@ cold() { # RUN: did gorun start it cold? (the line, or "pooled")
 }
 probe=$root/examples/fidelity/probe.py
 T=("$torchrun" --master_port) G=("$gorun" --torchrun "$torchrun" --prewarm torch --master_port)
+if [ -z "${CASES:-}" ]; then
 run torchrun "$root" "${T[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 run pooled "$root" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 cold pooled
 compare torchrun pooled pooled
 run cold "$root" "$gorun" --torchrun "$torchrun" --prewarm off --master_port "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 compare torchrun cold cold
+compare cold pooled pool # what the pool alone changes
 FIDELITY_CRASH_ATTEMPT=0 run torchrun-restart "$root" "${T[@]}" "$(port)" --max_restarts=1 --nproc_per_node="$nproc" "$probe" a "b c"
 FIDELITY_CRASH_ATTEMPT=0 run restart "$root" "${G[@]}" "$(port)" --max-restarts 1 --nproc_per_node="$nproc" "$probe" a "b c"
 grep -h "restart after attempt" "$out/restart.log" | tee -a "$summary"
@@ -59,11 +63,12 @@ run torchrun-1 "$root" "${T[@]}" "$(port)" --nproc_per_node=1 "$probe"
 run pooled-1 "$root" "${G[@]}" "$(port)" --nproc_per_node=1 "$probe"
 cold pooled-1
 compare torchrun-1 pooled-1 pooled
+fi
 c=$root/examples/fidelity/cases
 "$python" -c "import zipfile; z=zipfile.ZipFile('$work/asdir.zip','w'); z.write('$c/asdir/__main__.py','__main__.py'); z.close()"
 many=()
 for i in $(seq 0 29999); do many+=("arg$i"); done
-for case in seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var; do
+for case in ${CASES:-seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var}; do
   a=("$case.py")
   case $case in
   asdir) a=(asdir x) ;;
@@ -85,6 +90,7 @@ for case in syntax_error raises; do
   grep -c 'File ".*warm' "$out/$case.log" | sed "s/^/$case: frames of gorun's: /" | tee -a "$summary"
   grep -m2 -A1 "Traceback\|SyntaxError" "$out/$case.log" | head -3 | tee -a "$summary"
 done
+mkdir -p "$out/ranks" && for d in "$work"/*/; do for f in "$d"rank*.json; do [ -e "$f" ] && cp "$f" "$out/ranks/$(basename "$d")-$(basename "$f")"; done; done
 echo "fidelity-device.sh: $fails comparisons with differences outside the allowlist" | tee -a "$summary"
 rm -rf "$work"
 [ $fails = 0 ]

@@ -1,14 +1,17 @@
 # Lists every difference between what the ranks of two runs of a probe
-# observed (probe.py, or a case of cases.py), and fails on any that README's
-# allowlist ("What a pooled worker guarantees") does not name for the run.
+# observed (probe.py, or a script of cases/), and fails on any that
+# README's allowlist ("What a pooled worker guarantees") does not name for
+# the run.
 #
 #   compare.py BASELINE_DIR RUN_DIR --label LABEL [--readme README.md]
 #
 # BASELINE_DIR holds torchrun's rank*.json (and rank*.atexit), RUN_DIR
-# gorun's. LABEL (cold, pooled, ssh, restart, device, ...) picks the
-# allowlist's rows: a row applies where its "runs" cell says "all", or
-# names the label. Exit 0: no difference outside the allowlist; 1: some;
-# 2: bad input.
+# gorun's. LABEL (cold: --prewarm off; pooled, ssh, restart, case: with
+# the pool) picks the allowlist's rows: a row applies where its "runs"
+# cell says "all", "pooled" (every label but cold), or the label. With
+# LABEL pool, BASELINE_DIR is gorun's own cold run (--prewarm off) and
+# only "pooled" rows apply: what the pool alone changes. Exit 0: no
+# difference outside the allowlist; 1: some; 2: bad input.
 import argparse
 import fnmatch
 import glob
@@ -71,7 +74,11 @@ def allowlist(readme):
 
 
 def applies(runs, label):
-    # "all"; "pooled": every run but --prewarm off's ("cold"); or the label.
+    # "all"; "pooled": every run but --prewarm off's ("cold"); or the
+    # label. Against gorun's own cold run ("pool") only "pooled" rows:
+    # both have gorun's plan and supervision.
+    if label == "pool":
+        return "pooled" in runs
     return "all" in runs or label in runs or ("pooled" in runs and label != "cold")
 
 

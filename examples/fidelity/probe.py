@@ -301,7 +301,7 @@ def main():
     record(o, "torch.cuda_available", torch.cuda.is_available)
     if torch.cuda.is_available():
         gpu = LOCAL_RANK % torch.cuda.device_count()
-        record(o, "torch.cuda_initial_seed", lambda: (torch.cuda.set_device(gpu), torch.cuda.initial_seed())[1])
+        record(o, "torch.cuda_initial_seed~rank", lambda: (torch.cuda.set_device(gpu), torch.cuda.initial_seed())[1])
         record(o, "torch.cuda_rand~rank", lambda: torch.rand(2, device="cuda").tolist())
     record(o, "torch.compile", compiled)
     record(o, "mp.start_method", lambda: __import__("multiprocessing").get_start_method(allow_none=True))
