@@ -535,9 +535,13 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 	if main == nil {
 		mode, stdin, settings.CPUs = "pool", nil, g.cpus
 	} else {
-		// The slots arm it as Python would have at their start; a pool's
-		// own server started with it.
-		settings.FaultHandler = envValue(g.env, "PYTHONFAULTHANDLER") != ""
+		// The slots have it armed as Python arms it at its start, before
+		// its signal module reads the handlers (signal.getsignal shows
+		// faulthandler's as not Python's, as in a cold worker): the
+		// interpreter starts with it, and the program's side disarms it
+		// (warm.py main). A pool's own server starts with the slots'
+		// environment.
+		settings.FaultHandler = envValue(g.env, "PYTHONFAULTHANDLER") != "" && envValue(env, "PYTHONFAULTHANDLER") == ""
 	}
 	for _, c := range g.sets {
 		settings.Slots = append(settings.Slots, slotSettings{c})
@@ -576,6 +580,9 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 		argv = slices.Delete(argv, 1, 2) // the program's own interpreter: no -u (its slots write as -u would)
 	}
 	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
+	if settings.FaultHandler {
+		withRoom = append(withRoom, "PYTHONFAULTHANDLER=1")
+	}
 	started, err := forkExec(p.interp, argv, withRoom, p.dir, stdin, stdout, stderr, append(slices.Clip(theirs), extra...)...)
 	if err != nil {
 		return fail(fmt.Errorf("start %s: %w", p.interp, err))

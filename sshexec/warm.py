@@ -818,11 +818,14 @@ def _main_and_pool(settings):
             os.close(fd)
         _worker_signals(settings)
         _as_python_u()
-        if settings.get("faulthandler"):  # as PYTHONFAULTHANDLER makes Python do at its start
-            import faulthandler
-
-            faulthandler.enable(all_threads=True)
         _fork_slots(settings, agent, held)
+    if settings.get("faulthandler"):
+        # Started with PYTHONFAULTHANDLER for its slots (sshexec's
+        # startServer): the program runs as it would have without it.
+        import faulthandler
+
+        faulthandler.disable()
+        os.environ.pop("PYTHONFAULTHANDLER", None)
     for fd in range(3, 4 + len(settings.get("slots") or [])):
         os.close(fd)  # the slots' sockets and the agent's, theirs now
     for fd, o in own.items():
