@@ -131,14 +131,28 @@ func TestClusterFidelity(t *testing.T) {
 	dir := absPath(t, ".")
 	probe := fidelityDir(t, "probe.py")
 	out := t.TempDir()
-	remote := "cd " + dir + " && FIDELITY_OUT=" + out + " " + shim(t) + " --nproc_per_node=2 " + probe + " a 'b c'"
+	remote := "cd " + dir + " && unset OLDPWD && FIDELITY_OUT=" + out + " " + shim(t) + " --nproc_per_node=2 " + probe + " a 'b c'"
 	ssh := exec.Command("ssh", "-F", filepath.Join(c.state, "ssh_config"), c.nodes[0], remote)
+	// The node's own locale, as gorun's agent has it: OpenSSH's client
+	// would send LANG and LC_* (SendEnv), gorun sends none.
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "LANG=") && !strings.HasPrefix(kv, "LC_") {
+			ssh.Env = append(ssh.Env, kv)
+		}
+	}
 	if b, err := ssh.CombinedOutput(); err != nil {
 		t.Fatalf("torchrun over ssh: %v\n%s", err, b)
 	}
-	args := append(c.sshArgs(), "--hosts", c.nodes[0]+":2", "--torchrun", shim(t), "--prewarm", "torch", probe, "a", "b c")
-	run, gout := fidelityGorun(t, dir, nil, args...)
-	pooledRun(t, gout)
+	run := t.TempDir()
+	// Over ssh the head's environment stays behind: --env takes it along.
+	args := append(c.sshArgs(), "--hosts", c.nodes[0]+":2", "--torchrun", shim(t), "--prewarm", "torch", "--env", "FIDELITY_OUT="+run, probe, "a", "b c")
+	cmd := exec.Command(gorunBin, args...)
+	cmd.Dir = dir
+	r := startCmd(t, cmd, nil)
+	if code := r.wait(t, 4*time.Minute); code != 0 {
+		t.Fatalf("gorun over ssh: exit %d\n%s", code, r.output())
+	}
+	pooledRun(t, r.output())
 	compareFidelity(t, out, run, "ssh")
 }
 

@@ -526,7 +526,8 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 		FaultHandler bool           `json:"faulthandler,omitempty"`
 		Script       *script        `json:"script,omitempty"`
 		ImportTime   rules          `json:"import_time"`
-	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main}
+		Coerce       bool           `json:"coerce,omitempty"`
+	}{Signals: job.PassSignals, Modules: job.Pool.Modules, Main: main, Coerce: coercedLocale(env)}
 	settings.ImportTime.Prefixes, settings.ImportTime.Names = importTimeRules()
 	if len(job.Pool.Worker) > 0 {
 		settings.Script = &script{job.Pool.Worker[0], job.Pool.Module}
@@ -591,6 +592,24 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 	p.forks[f.pid] = f
 	go p.watchFork(f)
 	return f, started, nil
+}
+
+// coercedLocale reports whether Python started with env coerces its C
+// locale (PEP 538: LC_CTYPE set to C.UTF-8 in its environment) and turns
+// on its UTF-8 mode (PEP 540). A worker started by torchrun gets the
+// coerced LC_CTYPE from torchrun's own start and so starts in neither; a
+// pooled interpreter started so would be in UTF-8 mode for good. warm.py
+// starts such an interpreter again with the coerced LC_CTYPE, as the
+// workers have it.
+func coercedLocale(env []string) bool {
+	if envValue(env, "LC_ALL") != "" || envValue(env, "PYTHONCOERCECLOCALE") == "0" || envValue(env, "PYTHONUTF8") != "" {
+		return false
+	}
+	l := envValue(env, "LC_CTYPE")
+	if l == "" {
+		l = envValue(env, "LANG")
+	}
+	return l == "" || l == "C" || l == "POSIX"
 }
 
 // socketPair is a connected pair of unix stream sockets: ours, and the

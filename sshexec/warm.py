@@ -326,6 +326,8 @@ def _become(job, mode, target, then):
     for kv in job["env"]:
         name, _, value = kv.partition("=")
         os.environ[name] = value
+    if _COERCED and "LC_CTYPE" not in os.environ and "LC_ALL" not in os.environ:
+        os.environ["LC_CTYPE"] = _COERCED  # as Python sets it where it coerces the C locale
     if job.get("shown"):
         _show_as(job["shown"])
         sys.orig_argv = list(job["shown"])
@@ -387,8 +389,37 @@ def _run(job, mode, target, mask=None, then=None):
         raise
 
 
+def _coerced_again():
+    # Python coerced this interpreter's C locale as it started (LC_CTYPE,
+    # set in its environment) and so runs in UTF-8 mode, where a worker
+    # started by torchrun (its environment has torchrun's coerced
+    # LC_CTYPE) does not: the interpreter starts again, once, with the
+    # coerced LC_CTYPE (sshexec.coercedLocale), before it reads anything.
+    # Only the program's side of warm.py main runs as it would have with
+    # the C locale: its environment loses the variable again (_become).
+    global _COERCED
+    if sys.argv[1] not in ("pool", "main"):
+        return
+    settings = json.loads(sys.argv[2])
+    if settings.get("coerced"):
+        _COERCED = os.environ.get("LC_CTYPE")
+        return
+    if not settings.get("coerce") or not sys.flags.utf8_mode or not os.environ.get("LC_CTYPE"):
+        return
+    settings["coerced"] = True
+    argv = list(sys.orig_argv)
+    argv[argv.index(sys.argv[2])] = json.dumps(settings)
+    os.execv(sys.executable, argv)
+
+
+# The LC_CTYPE Python coerced the C locale to, where the interpreter
+# started again with it (_coerced_again).
+_COERCED = None
+
+
 def _main():
     mode = sys.argv[1]
+    _coerced_again()
     _forget_shim()
     if mode == "main":
         _main_and_pool(json.loads(sys.argv[2]))
