@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 )
@@ -16,7 +17,11 @@ import (
 // end: its outcome, every attempt's failure, and each restart's timeline
 // (the same phases as the "gorun: restart after attempt K" line).
 type Summary struct {
-	Command []string  `json:"command"` // after "gorun", as typed
+	// Command is what followed "gorun", as typed, but for secrets (an
+	// --env value whose name marks a credential, a token's shape, a URL's
+	// password), hidden as the report hides them (secret.RedactArgs): the
+	// file is shared as the report is.
+	Command []string  `json:"command"`
 	RunID   string    `json:"run_id,omitempty"`
 	Start   time.Time `json:"start"`
 	End     time.Time `json:"end"`
@@ -124,18 +129,18 @@ func (s *summary) AttemptFailed(k int, f launch.Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures = append(s.failures, FailureSummary{Attempt: k + 1, Node: f.Node, Rank: f.Rank, LocalRank: f.LocalRank,
-		Code: f.Code, Signal: f.Signal, Phase: f.Phase, Reason: userr.Printable(f.Reason)})
+		Code: f.Code, Signal: f.Signal, Phase: f.Phase, Reason: secret.Redact("", userr.Printable(f.Reason))})
 }
 
 func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runErr error) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	end := time.Now()
-	sum := Summary{Command: s.command, RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
+	sum := Summary{Command: secret.RedactArgs(s.command), RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
 		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{},
 		AttemptNodes: append([][]string{}, s.attempts...), Replacements: []ReplacementSummary{}}
 	for _, r := range s.replaced {
-		rs := ReplacementSummary{Attempt: r.attempt + 1, Left: r.left, Spare: r.spare, NodeRank: r.rank, Reason: userr.Printable(r.why)}
+		rs := ReplacementSummary{Attempt: r.attempt + 1, Left: r.left, Spare: r.spare, NodeRank: r.rank, Reason: secret.Redact("", userr.Printable(r.why))}
 		for _, rt := range res.Restarts {
 			if rt.Attempt+1 == r.attempt {
 				rs.RecheckedMS, rs.FirstLineMS = rt.Checked.Milliseconds(), rt.FirstLine.Milliseconds()
@@ -163,7 +168,7 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 		sum.Outcome = "error"
 	}
 	if runErr != nil {
-		sum.Error = userr.Printable(runErr.Error())
+		sum.Error = secret.Redact("", userr.Printable(runErr.Error()))
 	}
 	for _, r := range res.Restarts {
 		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},

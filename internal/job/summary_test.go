@@ -3,8 +3,10 @@ package job
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 
@@ -51,5 +53,33 @@ func TestSummarySpares(t *testing.T) {
 	want := ReplacementSummary{Attempt: 2, Left: "n1", Spare: "n3", NodeRank: 1, Reason: "torch.found failed", RecheckedMS: 300, FirstLineMS: 6000}
 	if len(got.Replacements) != 1 || got.Replacements[0] != want {
 		t.Errorf("replacements = %+v, want [%+v]", got.Replacements, want)
+	}
+}
+
+// TestSummaryHidesSecrets: --summary writes no secret given on the command
+// line (an --env value, a token in the script's arguments, a URL's
+// password) nor one in a failure's text, as the report does not.
+func TestSummaryHidesSecrets(t *testing.T) {
+	const token = "hf_abcdefghijklmnopqrstuvwxyz0123456789"
+	path := filepath.Join(t.TempDir(), "s.json")
+	s := &summary{path: path, start: time.Now(), command: []string{"--env", "HF_TOKEN=" + token, "--env=WANDB_API_KEY=wandb-secret-value",
+		"train.py", "--hub-token", token, "--data", "https://user:pa55word@example.com/d"}}
+	a := &Attempt{Plan: envplan.Plan{Nodes: []envplan.NodePlan{{Host: "n0"}}}}
+	s.Starting(a)
+	s.AttemptFailed(0, launch.Failure{Node: "n0", Reason: "exit 1: login failed for " + token})
+	if err := s.Finish(context.Background(), a, launch.Result{Attempts: 1}, errors.New("worker said "+token)); err != nil {
+		t.Fatal(err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, leak := range []string{token, "wandb-secret-value", "pa55word"} {
+		if strings.Contains(string(b), leak) {
+			t.Errorf("the summary holds %q:\n%s", leak, b)
+		}
+	}
+	if !strings.Contains(string(b), `"train.py"`) || !strings.Contains(string(b), "HF_TOKEN=") {
+		t.Errorf("the summary lost what is not secret:\n%s", b)
 	}
 }
