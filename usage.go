@@ -93,7 +93,9 @@ gorun options:
   --hosts h1:8,h2:8        nodes and their GPU slots, in launch order
   --hostfile FILE          DeepSpeed (host slots=N) or MPI (host[:N]) hostfile
   --include/--exclude SPEC DeepSpeed filter: host1:0,2@host2 (not both)
-  --env KEY=VALUE          set a variable on every node (repeatable; wins)
+  --env KEY=VALUE, --env KEY
+                           set a variable on every node (repeatable; wins); KEY alone
+                           takes this shell's value, never shown (a token off the command line)
   --torchrun CMD           how torchrun starts on a node (default: torchrun)
   --dry-run                print the plan and run nothing
   --format table|json|shell  how --dry-run prints the plan (default table)

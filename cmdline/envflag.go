@@ -14,18 +14,15 @@ var envKey = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
 // Nothing after the first '=' is ever shown: the value may be a secret.
 func checkEnvFlag(where, value string) error {
 	key, _, ok := strings.Cut(value, "=")
-	if !ok {
-		return &userr.InputError{
-			Where:   where,
-			Problem: "expected KEY=VALUE, and there is no '=' (the value is not shown: it may be a secret)",
-			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
-		}
-	}
 	if !envKey().MatchString(key) {
+		problem := fmt.Sprintf("expected NAME or NAME=VALUE, and %s is not a valid variable name", userr.Quote(key))
+		if !ok {
+			problem = "expected NAME or NAME=VALUE, and this is not a variable name (it is not shown: it may be a secret)"
+		}
 		return &userr.InputError{
 			Where:   where,
-			Problem: fmt.Sprintf("expected KEY=VALUE, and %s is not a valid variable name", userr.Quote(key)),
-			Fix:     "write --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
+			Problem: problem,
+			Fix:     "write --env NAME (its value from this shell's environment, never shown) or --env NAME=VALUE; NAME is letters, digits and '_', not starting with a digit",
 		}
 	}
 	if fix, set := torchrunWorkerVar(key); set {

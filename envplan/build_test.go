@@ -74,11 +74,11 @@ func TestBuildInputErrors(t *testing.T) {
 			s.Torchrun.TrainingScript = "" // a Spec made by hand, not by the parser
 			return s
 		}, "training_script"},
-		{"env without =", func() Spec {
+		{"env NAME not set on the head", func() Spec {
 			s := newSpec(nil, "train.py")
 			s.Gorun.Env = []string{"NOVALUE"}
 			return s
-		}, "--env"},
+		}, "--env NOVALUE"},
 		{"env bad name", func() Spec {
 			s := newSpec(nil, "train.py")
 			s.Gorun.Env = []string{"1X=secret-token"}
@@ -638,5 +638,24 @@ func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestEnvNameTakesTheHeadsValue: --env NAME carries the head's value of
+// NAME to the workers, marked as the user's, and the plan's renderers
+// show it as they show any user value (a secret's hidden).
+func TestEnvNameTakesTheHeadsValue(t *testing.T) {
+	s := newSpec(nil, "train.py")
+	s.Environ = map[string]string{"HF_TOKEN": "hf_abcdefghijklmnopqrstuvwxyz0123456789", "MY_SETTING": "7"}
+	s.Gorun.Env = []string{"HF_TOKEN", "MY_SETTING"}
+	p, err := Build(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"HF_TOKEN": s.Environ["HF_TOKEN"], "MY_SETTING": "7"} {
+		v := p.Nodes[0].Env[name]
+		if v.Value != want || v.Source != SourceUser || v.Reason != reasonEnvHead {
+			t.Errorf("%s = %+v, want the head's value from --env NAME", name, v)
+		}
 	}
 }

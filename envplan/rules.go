@@ -86,6 +86,7 @@ const (
 	reasonExported     = "exported; torchrun passes it on"
 	reasonExportedHead = "exported on the head node"
 	reasonEnvFlag      = "--env"
+	reasonEnvHead      = "--env NAME: the head's value"
 )
 
 // collectUserEnv gathers the user's variables: the exported ones that matter
@@ -112,6 +113,20 @@ func (b *builder) collectUserEnv() error {
 	}
 	for _, e := range b.spec.Gorun.Env {
 		name, value, ok := strings.Cut(e, "=")
+		if !ok && validEnvName(name) {
+			// --env NAME: the head's value, which never was on the
+			// command line (a token need not be).
+			v, set := b.spec.Environ[name]
+			if !set {
+				return &userr.InputError{
+					Where:   "--env " + name,
+					Problem: fmt.Sprintf("%s is not set in this environment, which --env %s takes its value from", name, name),
+					Fix:     fmt.Sprintf("export %s before running gorun, or write --env %s=VALUE", name, name),
+				}
+			}
+			b.userEnv[name] = Var{Value: v, Reason: reasonEnvHead, Source: SourceUser}
+			continue
+		}
 		if !ok || !validEnvName(name) {
 			// Only the name is shown: the value may be a secret.
 			return &userr.InputError{
