@@ -7,7 +7,6 @@ import (
 	"os"
 
 	"github.com/gorun/gorun/cmdline"
-	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -25,8 +24,10 @@ func runHosts(args []string, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if nodes == nil {
-		nodes = []hosts.Host{}
+	if len(nodes) == 0 {
+		return &userr.InputError{Where: "gorun hosts",
+			Problem: "nothing to list: no --hosts, no --hostfile, and no Slurm allocation in this environment (SLURM_JOB_NODELIST is not set)",
+			Fix:     "give --hosts h1:8,h2:8 or --hostfile FILE, or run it inside salloc or sbatch"}
 	}
 	if asJSON {
 		return writeJSON(out, nodes)

@@ -210,6 +210,7 @@ func hostileCases() []hostileCase {
 		{name: "help", args: []string{"help"}, code: 0, where: "usage: gorun", fix: "preflight"},
 		{name: "help preflight", args: []string{"help", "preflight"}, code: 0, where: "usage: gorun preflight", fix: "--topo-file"},
 		{name: "hosts with an argument", args: []string{"hosts", "node1"}, code: 2, where: "gorun hosts", fix: "--help"},
+		{name: "hosts with nothing to list", args: []string{"hosts"}, code: 2, where: "nothing to list", fix: "--hostfile"},
 		{name: "version with an argument", args: []string{"version", "x"}, code: 2, where: "gorun version", fix: "--help"},
 		{name: "launcher srun outside Slurm", args: append(dry, "--launcher", "srun", "--hosts", "n1:1,n2:1", "train.py"), code: 2, where: "--launcher srun", fix: "sbatch"},
 		{name: "bad launcher", args: append(dry, "--launcher", "pdsh", "train.py"), code: 2, where: "--launcher", fix: "srun"},
@@ -231,8 +232,9 @@ func hostileCases() []hostileCase {
 		{name: "bad --max-restarts", args: []string{"--max-restarts", "-1", "train.py"}, code: 2, where: "--max-restarts", fix: ""},
 
 		// Secrets: never printed.
-		{name: "--env without =, secret-looking", args: append(dry, "--env", "HF_TOKEN"+secret, "train.py"), code: 2, where: "--env", fix: "KEY=VALUE", secret: secret},
-		{name: "--env with a bad name", args: append(dry, "--env", "1BAD="+secret, "train.py"), code: 2, where: "--env", fix: "KEY=VALUE", secret: secret},
+		{name: "--env without =, secret-looking", args: append(dry, "--env", "HF_TOKEN"+secret, "train.py"), code: 2, where: "--env", fix: "NAME=VALUE", secret: secret},
+		{name: "--env with a bad name", args: append(dry, "--env", "1BAD="+secret, "train.py"), code: 2, where: "--env", fix: "NAME=VALUE", secret: secret},
+		{name: "--env NAME, a token typed without its =", args: append(dry, "--env", "HF_TOKEN_hf_abcdefghijklmnopqrstuvwxyz0123456789", "train.py"), code: 2, where: "--env", fix: "NAME=VALUE", secret: "hf_abcdefghijklmnopqrstuvwxyz0123456789"},
 		{name: "--env token in table", args: append(dry, "--env", "HF_TOKEN="+secret, "train.py"), code: 0, where: "HF_TOKEN", fix: "hidden", secret: secret},
 		{name: "--env password in json", args: append(dry, "--format", "json", "--env", "DB_PASSWORD="+secret, "train.py"), code: 0, where: "DB_PASSWORD", fix: "hidden", secret: secret},
 		{name: "--env PAT in shell", args: append(dry, "--format", "shell", "--env", "GITHUB_PAT="+secret, "train.py"), code: 0, where: "GITHUB_PAT", fix: "export GORUN_HIDDEN_GITHUB_PAT", secret: secret},

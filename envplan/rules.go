@@ -118,11 +118,7 @@ func (b *builder) collectUserEnv() error {
 			// command line (a token need not be).
 			v, set := b.spec.Environ[name]
 			if !set {
-				return &userr.InputError{
-					Where:   "--env " + name,
-					Problem: fmt.Sprintf("%s is not set in this environment, which --env %s takes its value from", name, name),
-					Fix:     fmt.Sprintf("export %s before running gorun, or write --env %s=VALUE", name, name),
-				}
+				return unsetEnvName(name)
 			}
 			b.userEnv[name] = Var{Value: v, Reason: reasonEnvHead, Source: SourceUser}
 			continue
@@ -145,6 +141,24 @@ func (b *builder) collectUserEnv() error {
 		b.note(NoteInfo, "carried from the head's environment to every node: %s (the rule: NCCL_*, GLOO_*, TORCH_*, PYTORCH_*, %s; anything else needs --env)", what, strings.Join(carriedNames, ", "))
 	}
 	return nil
+}
+
+// unsetEnvName is --env NAME's error where the head has no NAME. A value
+// typed after its name without the '=' is a valid name too: a long name
+// is not shown, as it may hold a secret.
+func unsetEnvName(name string) error {
+	if shown := secret.Redact("", name); len(shown) <= 40 {
+		return &userr.InputError{
+			Where:   "--env " + shown,
+			Problem: fmt.Sprintf("%s is not set in this environment, which --env %s takes its value from", shown, shown),
+			Fix:     fmt.Sprintf("export %s before running gorun, or write --env %s=VALUE", shown, shown),
+		}
+	}
+	return &userr.InputError{
+		Where:   "--env",
+		Problem: "the variable it names (not shown: the name is long, and may hold a secret) is not set in this environment, which --env NAME takes its value from",
+		Fix:     "export it before running gorun, or write --env NAME=VALUE (a value typed after its name without the '=' reads as a name)",
+	}
 }
 
 // validEnvName reports whether s is a POSIX shell variable name, the only
