@@ -1,6 +1,7 @@
 package hosts
 
 import (
+	"errors"
 	"fmt"
 	"net/netip"
 	"strconv"
@@ -91,7 +92,8 @@ func Resolve(hostsFlag, hostfileName string, hostfileData []byte, include, exclu
 // ("fe80::1"). A host without a count gets Slots 0 (not stated). Empty
 // items, bad names, bad or zero counts and duplicate hosts (localhost,
 // 127.0.0.1 and ::1 are one) are InputErrors whose Where gives the 1-based
-// column.
+// column. An item may name several hosts in Slurm's hostlist syntax,
+// "gpu[01-04,07]:8" (ExpandSlurmHostlist), each with its count.
 func Parse(list string) ([]Host, error) {
 	const flag = "--hosts"
 	if strings.TrimSpace(list) == "" {
@@ -100,33 +102,85 @@ func Parse(list string) ([]Host, error) {
 	var hosts []Host
 	seen := make(map[string]firstSeen) // host key → first sight
 	for start := 0; start <= len(list); {
-		end := strings.IndexByte(list[start:], ',')
-		if end < 0 {
-			end = len(list)
-		} else {
-			end += start
-		}
+		end := itemEnd(list, start)
 		item := list[start:end]
 		col := start + 1 + (len(item) - len(strings.TrimLeft(item, " \t")))
 		item = strings.TrimSpace(item)
 		if item == "" {
 			return nil, &userr.InputError{Where: at(flag, col), Problem: "empty item in host list", Fix: "remove the extra comma"}
 		}
-		h, err := parseHostItem(item, col, func(c int) string { return at(flag, c) })
+		items, err := parseListItem(item, col, func(c int) string { return at(flag, c) })
 		if err != nil {
 			return nil, err
 		}
-		key := hostKey(h.Name)
-		if first, dup := seen[key]; dup {
-			return nil, &userr.InputError{
-				Where:   at(flag, col),
-				Problem: duplicateProblem(h.Name, first.name, first.at),
-				Fix:     "list each host once with its total slots",
+		for _, h := range items {
+			key := hostKey(h.Name)
+			if first, dup := seen[key]; dup {
+				return nil, &userr.InputError{
+					Where:   at(flag, col),
+					Problem: duplicateProblem(h.Name, first.name, first.at),
+					Fix:     "list each host once with its total slots",
+				}
+			}
+			seen[key] = firstSeen{name: h.Name, at: fmt.Sprintf("at col %d", col)}
+			hosts = append(hosts, h)
+		}
+		start = end + 1
+	}
+	return hosts, nil
+}
+
+// itemEnd is where the item of list that starts at start ends: its first
+// comma outside brackets (a hostlist's "gpu[1,3]" holds commas), or the
+// list's end.
+func itemEnd(list string, start int) int {
+	depth := 0
+	for i := start; i < len(list); i++ {
+		switch list[i] {
+		case '[':
+			depth++
+		case ']':
+			depth = max(depth-1, 0)
+		case ',':
+			if depth == 0 {
+				return i
 			}
 		}
-		seen[key] = firstSeen{name: h.Name, at: fmt.Sprintf("at col %d", col)}
-		hosts = append(hosts, h)
-		start = end + 1
+	}
+	return len(list)
+}
+
+// parseListItem parses one item of --hosts: one host (parseHostItem), or,
+// with a bracket group after the first character, the hosts of a Slurm
+// hostlist, "gpu[01-04]:8", each with the item's count.
+func parseListItem(item string, col int, where func(col int) string) ([]Host, error) {
+	if strings.IndexByte(item, '[') <= 0 {
+		h, err := parseHostItem(item, col, where)
+		return []Host{h}, err
+	}
+	expr, slots, slotCol := item, 0, 0
+	if i := strings.LastIndexByte(item, ':'); i > strings.LastIndexByte(item, ']') {
+		expr, slotCol = item[:i], col+i+1
+		n, err := parseSlots(item[i+1:])
+		if err != nil {
+			return nil, &userr.InputError{Where: where(slotCol), Problem: fmt.Sprintf("hosts %s: %v", userr.Quote(expr), err), Fix: "write HOSTLIST:N with N at least 1"}
+		}
+		slots = n
+	}
+	names, _, err := expandHostlist("hostlist", expr)
+	if err != nil {
+		var input *userr.InputError
+		if errors.As(err, &input) {
+			return nil, &userr.InputError{Where: where(col), Problem: fmt.Sprintf("%s: %s", userr.Quote(expr), input.Problem), Fix: input.Fix + " (Slurm's hostlist syntax: gpu[01-04,07]:8)"}
+		}
+		return nil, err
+	}
+	hosts := make([]Host, 0, len(names))
+	for _, name := range names {
+		if problem, fix := hostNameProblem(name); problem != "" {
+			return nil, &userr.InputError{Where: where(col), Problem: fmt.Sprintf("%s names %s: %s", userr.Quote(expr), userr.Quote(name), problem), Fix: fix}
+		}
+		hosts = append(hosts, Host{Name: name, Slots: slots})
 	}
 	return hosts, nil
 }

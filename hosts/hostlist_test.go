@@ -53,6 +53,9 @@ func TestParse(t *testing.T) {
 		{"digits inside labels", "1a.2b,n01.r2", []Host{{Name: "1a.2b"}, {Name: "n01.r2"}}},
 		{"uppercase", "GPU-A:1", []Host{{Name: "GPU-A", Slots: 1}}},
 		{"leading zero count", "h1:08", []Host{{Name: "h1", Slots: 8}}},
+		{"slurm hostlist", "gpu[01-03]:8", []Host{{Name: "gpu01", Slots: 8}, {Name: "gpu02", Slots: 8}, {Name: "gpu03", Slots: 8}}},
+		{"slurm hostlist with commas, beside others", "a[1,3]:2,b:4,[fe80::1]:1", []Host{{Name: "a1", Slots: 2}, {Name: "a3", Slots: 2}, {Name: "b", Slots: 4}, {Name: "fe80::1", Slots: 1}}},
+		{"slurm hostlist without a count", "n[9-10]", []Host{{Name: "n9"}, {Name: "n10"}}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -75,6 +78,10 @@ func TestParseErrors(t *testing.T) {
 		words []string
 	}{
 		{"empty", "", "--hosts", []string{"empty host list"}},
+		{"hostlist duplicate", "a[1-2],a1", "--hosts (col 8)", []string{`duplicate host "a1"`}},
+		{"hostlist descending", "h1,gpu[3-1]:8", "--hosts (col 4)", []string{`"gpu[3-1]"`, "hostlist"}},
+		{"hostlist unclosed", "gpu[1-3:8", "--hosts (col 1)", []string{"unclosed"}},
+		{"hostlist zero slots", "gpu[1-2]:0", "--hosts (col 10)", []string{"slot count is 0"}},
 		{"blank", "  ", "--hosts", []string{"empty host list"}},
 		{"empty item middle", "h1,,h2", "--hosts (col 4)", []string{"empty item"}},
 		{"trailing comma", "h1:8,", "--hosts (col 6)", []string{"empty item"}},
