@@ -115,6 +115,9 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 			Fix:     "name the script (or module, with -m) after the options: gorun [options] train.py [args]",
 		}
 	}
+	if err := mixedSlots(b.hosts, spec); err != nil {
+		return nil, err
+	}
 	if err := b.decideRendezvous(); err != nil {
 		return nil, err
 	}
@@ -804,6 +807,28 @@ func fewestCPUs(ranks []RankPlan, sets [][]int) int {
 		}
 	}
 	return fewest
+}
+
+// mixedSlots refuses a host list where some hosts have a slot count and
+// others none, unless --nproc-per-node says what those get: "n1:8,n2"
+// would start 8 workers on n1 and --nproc-per-node's default, 1, on n2.
+func mixedSlots(hs []hosts.Host, spec Spec) error {
+	var with, without []string
+	for _, h := range hs {
+		if h.Slots > 0 {
+			with = append(with, fmt.Sprintf("%s:%d", h.Name, h.Slots))
+		} else {
+			without = append(without, h.Name)
+		}
+	}
+	if len(with) == 0 || len(without) == 0 || spec.Set("nproc_per_node") {
+		return nil
+	}
+	return &userr.InputError{
+		Where:   "the host list",
+		Problem: fmt.Sprintf("%s has a slot count and %s none, which would get --nproc-per-node's default, 1", with[0], without[0]),
+		Fix:     fmt.Sprintf("give every host its count (%s:N), or --nproc-per-node N for the hosts without one", without[0]),
+	}
 }
 
 // slotsGiven returns the spec's hosts, without the slot counts an explicit

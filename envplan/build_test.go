@@ -74,6 +74,11 @@ func TestBuildInputErrors(t *testing.T) {
 			s.Torchrun.TrainingScript = "" // a Spec made by hand, not by the parser
 			return s
 		}, "training_script"},
+		{"mixed slot counts", func() Spec {
+			s := newSpec(nil, "train.py")
+			s.Hosts = testHosts("a:8,b")
+			return s
+		}, "the host list"},
 		{"env NAME not set on the head", func() Spec {
 			s := newSpec(nil, "train.py")
 			s.Gorun.Env = []string{"NOVALUE"}
@@ -657,5 +662,19 @@ func TestEnvNameTakesTheHeadsValue(t *testing.T) {
 		if v.Value != want || v.Source != SourceUser || v.Reason != reasonEnvHead {
 			t.Errorf("%s = %+v, want the head's value from --env NAME", name, v)
 		}
+	}
+}
+
+// TestMixedSlotsWithNProc: hosts with and without a slot count are fine
+// where --nproc-per-node says what those without one get.
+func TestMixedSlotsWithNProc(t *testing.T) {
+	s := newSpec([]string{"--nproc-per-node=4"}, "train.py")
+	s.Hosts = testHosts("a:8,b")
+	p, err := Build(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(p.Nodes) != 2 || len(p.Nodes[0].Ranks) != 8 || len(p.Nodes[1].Ranks) != 4 {
+		t.Errorf("ranks per node: %d and %d, want 8 and 4", len(p.Nodes[0].Ranks), len(p.Nodes[1].Ranks))
 	}
 }
