@@ -692,6 +692,11 @@ func checkNVLink(f Facts) []Finding {
 func checkTorch(f Facts) []Finding {
 	t := f.Torch
 	switch {
+	case t.TorchrunMissing != "":
+		return []Finding{{ID: "torch.torchrun", Severity: SeverityFail,
+			Message:  "the torchrun command is not there to run on this node: nothing would start",
+			Evidence: t.TorchrunMissing,
+			Remedy:   "give --torchrun the path of the torchrun that the node's venv or conda env has, or install torch there (torchrun comes with it)"}}
 	case t.Found:
 		return []Finding{ok("torch.found", "torchrun's Python finds torch "+t.Version, t.Python)}
 	case t.Err == "":

@@ -135,6 +135,12 @@ func TestCheck(t *testing.T) {
 			f.Torch = TorchFacts{Python: "/usr/bin/python3", Err: "torch is not installed for /usr/bin/python3", Guessed: true}
 			return f
 		}, Want{NProc: "4"}, "torch.found", SeverityWarn, "not installed"},
+		{"torchrun not there", func() Facts {
+			f := cpuNode()
+			f.Torch = TorchFacts{Python: "/usr/bin/python3", Err: "torch is not installed for /usr/bin/python3", Guessed: true,
+				TorchrunMissing: `exec: "/opt/venv/bin/torchrun": stat /opt/venv/bin/torchrun: no such file or directory`}
+			return f
+		}, Want{NProc: "4"}, "torch.torchrun", SeverityFail, "no such file"},
 		{"rdma port down", func() Facts {
 			f := healthyNode()
 			f.RDMA = []RDMAPort{{Device: "mlx5_0", Port: 1, State: "DOWN", PhysState: "Disabled", LinkLayer: "InfiniBand"}}

@@ -238,4 +238,8 @@ type TorchFacts struct {
 	// Guessed: Python is python3 from the PATH, as torchrun's #! line
 	// names no interpreter (a wrapper script, a container launcher).
 	Guessed bool `json:"guessed,omitempty"`
+	// TorchrunMissing says why the torchrun command (--torchrun's first
+	// word) is not there to run: not on the PATH, or no such file; "" when
+	// it is.
+	TorchrunMissing string `json:"torchrun_missing,omitempty"`
 }

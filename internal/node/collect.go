@@ -58,6 +58,7 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 				tf = preflight.FindTorch(ctx, python, runArgv, os.ReadFile)
 			}
 			tf.Guessed = guessed
+			tf.TorchrunMissing = torchrunMissing(req.Torchrun)
 			return tf
 		},
 	}

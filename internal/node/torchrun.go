@@ -29,3 +29,16 @@ func torchrunPython(torchrun string) (python string, guessed bool) {
 	}
 	return py, guessed
 }
+
+// torchrunMissing says why the torchrun command (its first word, else
+// "torchrun") cannot be run here; "" when it can.
+func torchrunMissing(torchrun string) string {
+	prog := "torchrun"
+	if f := strings.Fields(torchrun); len(f) > 0 {
+		prog = f[0]
+	}
+	if _, err := exec.LookPath(prog); err != nil {
+		return err.Error()
+	}
+	return ""
+}
