@@ -920,16 +920,18 @@ func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 	sl := p.slots[take.Slot]
 	p.slots[take.Slot] = nil // ours now: dropIdle no longer sees it
 	p.mu.Unlock()
+	// Outside the lock: fits may wait for a fork server that is still
+	// starting, and the reaper must not wait with it. First: a fork server
+	// whose script says its workers start cold forks no slot, and that
+	// reason is the one to say.
+	if why := sl.fits(take, p); why != "" {
+		p.kill(sl)
+		return nil, why
+	}
 	select {
 	case <-sl.gone:
 		return nil, fmt.Sprintf("the pooled interpreter ended before its worker came (%s)", waitStatusWords(sl.status))
 	default:
-	}
-	// Outside the lock: fits may wait for a fork server that is still
-	// starting, and the reaper must not wait with it.
-	if why := sl.fits(take, p); why != "" {
-		p.kill(sl)
-		return nil, why
 	}
 	return sl, ""
 }

@@ -513,6 +513,7 @@ def _scan(settings):
     out["file"], out["modules_said"] = path, " and ".join(modules)
     out["learned"] = _learned_file(path, source)
     if os.path.exists(out["learned"]):
+        out["skip"] = True
         return out  # the agent reads it (scriptVerdict.cold)
     try:
         import ast
@@ -533,7 +534,7 @@ def _scan(settings):
             why += ", which reads it as it is imported: set it in the launch environment or with --env %s=... to keep the pool" % name
         elif what in _FIXES:
             why += ": %s" % _FIXES[what]
-        out["cold"] = why
+        out["cold"], out["skip"] = why, True
     return out
 
 
@@ -812,6 +813,11 @@ def _worker_signals(settings):
 
 def _pool(settings):
     _started(settings)
+    if _SCAN.get("skip"):
+        # Its workers start cold (the script, read, says so): nothing to
+        # import for them, or to take the CPUs their own imports need.
+        _send(3, b"[]\n")
+        os._exit(0)
     _worker_signals(settings)
     if settings.get("cpus"):
         os.sched_setaffinity(0, settings["cpus"])  # before OpenMP reads it, at import
@@ -837,14 +843,18 @@ def _main_and_pool(settings):
             f.flush()
         except Exception:
             pass
-    # The imported objects stay shared with the fork: no collection in
-    # the program touches them (each would copy the pages it walks).
-    gc.freeze()
-    agent = os.getppid()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # a fork with threads about: the forked one runs alone
-        server = os.fork()
-    if server == 0:
+    server = 0
+    if _SCAN.get("skip"):
+        _send(3, b"[]\n")  # its workers start cold (the script, read, says so): no slot is forked
+    else:
+        # The imported objects stay shared with the fork: no collection in
+        # the program touches them (each would copy the pages it walks).
+        gc.freeze()
+        agent = os.getppid()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # a fork with threads about: the forked one runs alone
+            server = os.fork()
+    if server == 0 and not _SCAN.get("skip"):
         for fd in own.values():
             os.close(fd)
         _worker_signals(settings)
@@ -870,7 +880,8 @@ def _main_and_pool(settings):
         _prepay_torchrun(pre)
         modules = modules + pre
     _run_afresh(modules)
-    os.waitpid(server, 0)  # it has forked the slots, beside what this one did since
+    if server:
+        os.waitpid(server, 0)  # it has forked the slots, beside what this one did since
     if main.get("pipe"):
         job = _handed(main["pipe"])
     else:
