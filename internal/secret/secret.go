@@ -215,6 +215,17 @@ func keyByte(c byte) bool {
 var tokenShape = lazyre.New(`\b(?:gh[pousr]_[A-Za-z0-9]{30,}|github_pat_[A-Za-z0-9_]{30,}|glpat-[A-Za-z0-9_-]{20,}|` +
 	`hf_[A-Za-z0-9]{30,}|xox[abposr]-[A-Za-z0-9-]{10,}|sk-[A-Za-z0-9_-]{20,}|(?:AKIA|ASIA)[A-Z0-9]{16})`)
 
+// redactAssignment is --env's value as it may be printed: NAME=VALUE with
+// the value through Redact under its name; a NAME alone (its value is the
+// head's, never on the command line) through Redact without one.
+func redactAssignment(a string) string {
+	k, v, ok := strings.Cut(a, "=")
+	if !ok {
+		return Redact("", a)
+	}
+	return k + "=" + Redact(k, v)
+}
+
 // RedactArgs returns a command line as it may be printed: each --env
 // KEY=VALUE with its value through Redact under its name, every other
 // argument through Redact without one (URL passwords, --api-key=...,
@@ -224,11 +235,9 @@ func RedactArgs(args []string) []string {
 	for i, a := range args {
 		switch {
 		case i > 0 && args[i-1] == "--env":
-			k, v, _ := strings.Cut(a, "=")
-			out[i] = k + "=" + Redact(k, v)
+			out[i] = redactAssignment(a)
 		case strings.HasPrefix(a, "--env="):
-			k, v, _ := strings.Cut(strings.TrimPrefix(a, "--env="), "=")
-			out[i] = "--env=" + k + "=" + Redact(k, v)
+			out[i] = "--env=" + redactAssignment(strings.TrimPrefix(a, "--env="))
 		default:
 			out[i] = Redact("", a)
 		}

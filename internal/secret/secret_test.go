@@ -107,8 +107,8 @@ func TestRedact(t *testing.T) {
 }
 
 func TestRedactArgs(t *testing.T) {
-	got := RedactArgs([]string{"--env", "HF_TOKEN=abc", "--env=DB_PASSWORD=x", "--env", "A=1", "train.py", "--api-key=k1", "https://u:pw@h/x"})
-	want := []string{"--env", "HF_TOKEN=<hidden>", "--env=DB_PASSWORD=<hidden>", "--env", "A=1", "train.py", "--api-key=<hidden>", "https://u:<hidden>@h/x"}
+	got := RedactArgs([]string{"--env", "HF_TOKEN=abc", "--env=DB_PASSWORD=x", "--env", "A=1", "--env", "WANDB_API_KEY", "--env=B", "train.py", "--api-key=k1", "https://u:pw@h/x"})
+	want := []string{"--env", "HF_TOKEN=<hidden>", "--env=DB_PASSWORD=<hidden>", "--env", "A=1", "--env", "WANDB_API_KEY", "--env=B", "train.py", "--api-key=<hidden>", "https://u:<hidden>@h/x"}
 	if !slices.Equal(got, want) {
 		t.Errorf("RedactArgs = %q\nwant %q", got, want)
 	}
