@@ -58,7 +58,7 @@ func collect(ctx context.Context, req preflight.Request, lib nvml.Interface) pre
 				tf = preflight.FindTorch(ctx, python, runArgv, os.ReadFile)
 			}
 			tf.Guessed = guessed
-			tf.TorchrunMissing = torchrunMissing(req.Torchrun)
+			_, tf.TorchrunMissing = torchrunProgram(req.Torchrun)
 			return tf
 		},
 	}

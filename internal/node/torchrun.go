@@ -8,18 +8,27 @@ import (
 	"github.com/gorun/gorun/preflight"
 )
 
+// torchrunProgram is the torchrun command's program (its first word, else
+// "torchrun") found on the PATH, and why it is not there to run ("" when
+// it is; then the path is LookPath's).
+func torchrunProgram(torchrun string) (prog, missing string) {
+	prog = "torchrun"
+	if f := strings.Fields(torchrun); len(f) > 0 {
+		prog = f[0]
+	}
+	p, err := exec.LookPath(prog)
+	if err != nil {
+		return prog, err.Error()
+	}
+	return p, ""
+}
+
 // torchrunPython is the interpreter torchrun runs under (its #! line),
 // found on the PATH: the torchrun command's first word, else "torchrun";
 // python3 when its #! line names none (a wrapper), and then guessed is
 // true.
 func torchrunPython(torchrun string) (python string, guessed bool) {
-	prog := "torchrun"
-	if f := strings.Fields(torchrun); len(f) > 0 {
-		prog = f[0]
-	}
-	if p, err := exec.LookPath(prog); err == nil {
-		prog = p
-	}
+	prog, _ := torchrunProgram(torchrun)
 	py := preflight.TorchrunPython(prog, os.ReadFile)
 	if py == "" {
 		py, guessed = "python3", true
@@ -28,17 +37,4 @@ func torchrunPython(torchrun string) (python string, guessed bool) {
 		py = p
 	}
 	return py, guessed
-}
-
-// torchrunMissing says why the torchrun command (its first word, else
-// "torchrun") cannot be run here; "" when it can.
-func torchrunMissing(torchrun string) string {
-	prog := "torchrun"
-	if f := strings.Fields(torchrun); len(f) > 0 {
-		prog = f[0]
-	}
-	if _, err := exec.LookPath(prog); err != nil {
-		return err.Error()
-	}
-	return ""
 }
