@@ -5,8 +5,8 @@
 # attempt), on NPROC ranks and on one (an NCCL all_reduce where there is a
 # GPU per rank, gloo otherwise), and each case of examples/fidelity/cases.
 # Every comparison's output, and a summary line per run, to OUTDIR.
-#   usage: GORUN=path [OUTDIR=dir] [NPROC=2] [CASES="seeds args ..."] [TORCHRUN=torchrun] [PYTHON=python3]
-# CASES: those cases alone, without the probe's runs.
+#   usage: GORUN=path [OUTDIR=dir] [NPROC=2] [CASES="probe seeds args ..."] [TORCHRUN=torchrun] [PYTHON=python3]
+# CASES: those alone ("probe": the probe's runs; a case's name: that case).
 #          docs/bench/fidelity-device.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,7 +47,9 @@ cold() { # RUN: did gorun start it cold? (the line, or "pooled")
 }
 probe=$root/examples/fidelity/probe.py
 T=("$torchrun" --master_port) G=("$gorun" --torchrun "$torchrun" --prewarm torch --master_port)
-if [ -z "${CASES:-}" ]; then
+all="probe seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var syntax_error raises"
+want=" ${CASES:-$all} "
+if [[ $want == *" probe "* ]]; then
 run torchrun "$root" "${T[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 run pooled "$root" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 cold pooled
@@ -68,7 +70,8 @@ c=$root/examples/fidelity/cases
 "$python" -c "import zipfile; z=zipfile.ZipFile('$work/asdir.zip','w'); z.write('$c/asdir/__main__.py','__main__.py'); z.close()"
 many=()
 for i in $(seq 0 29999); do many+=("arg$i"); done
-for case in ${CASES:-seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var}; do
+for case in $want; do
+  case $case in probe | syntax_error | raises) continue ;; esac
   a=("$case.py")
   case $case in
   asdir) a=(asdir x) ;;
@@ -86,6 +89,7 @@ for case in ${CASES:-seeds omp_before_import syspath_before_import warnings_befo
   compare "torchrun-$case" "$case" case
 done
 for case in syntax_error raises; do
+  [[ $want == *" $case "* ]] || continue
   run "$case" "$c" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$case.py"
   grep -c 'File ".*warm' "$out/$case.log" | sed "s/^/$case: frames of gorun's: /" | tee -a "$summary"
   grep -m2 -A1 "Traceback\|SyntaxError" "$out/$case.log" | head -3 | tee -a "$summary"
