@@ -22,7 +22,10 @@ const preflightUsage = `usage: gorun preflight [--json] [gorun options] [torchru
 Checks every node the job would run on (the same --hosts, --hostfile or
 Slurm allocation, and the same torchrun options), in parallel, and prints
 each finding with its evidence and a remedy. Nothing is started. Exits 0
-when no check failed, 2 otherwise.
+when no check failed; 3 when only checks of the nodes' health failed (or a
+node could not be reached: another node may pass); 2 when a check of what
+the job asks or brings failed (--torchrun, torch, GPUs asked of a node with
+none), or on bad input. The report's "fault" says which: node or input.
 
   --json            print the report as JSON
   --bandwidth node|all
@@ -89,7 +92,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		report.WriteText(stdout)
 	}
 	if err == nil && !report.OK {
-		return job.ErrPreflightFailed
+		return job.PreflightError(report)
 	}
 	return err
 }

@@ -38,8 +38,8 @@ import (
 const (
 	exitOK          = 0
 	exitFailure     = 1   // gorun itself failed, or an output file could not be written
-	exitUsage       = 2   // bad input, unreachable nodes or a failed preflight: nothing was started
-	exitRecheck     = 3   // a node failed its checks before a restart; attempts had run
+	exitUsage       = 2   // bad input, a failed preflight of it included: nothing was started; never worth a retry
+	exitNode        = 3   // a node unreachable or unhealthy (preflight, a recheck, GPU memory kept): retry on other nodes
 	exitHang        = 124 // the last attempt hung (launch.ExitHang)
 	exitInterrupted = 130 // a stop signal of unknown kind; else 128+N for signal N (SIGINT 130, SIGTERM 143)
 )
@@ -76,12 +76,12 @@ func exitCode(err error, stderr io.Writer, stopSig syscall.Signal) int {
 		// cli.Exit from the hidden subcommands; a command gorun ran that
 		// failed has an exit code too, but it is not gorun's.
 		return exit.ExitCode()
-	case errors.Is(err, job.ErrRecheckFailed):
+	case errors.Is(err, job.ErrRecheckFailed), errors.Is(err, job.ErrPreflightFailed),
+		errors.Is(err, job.ErrUnreachable):
 		printErr(stderr, err)
-		return exitRecheck
-	case errors.As(err, &input), errors.Is(err, job.ErrPreflightFailed),
-		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, job.ErrUnreachable),
-		errors.Is(err, job.ErrSSHSettings):
+		return exitNode
+	case errors.As(err, &input), errors.Is(err, job.ErrPreflightInput),
+		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, job.ErrSSHSettings):
 		printErr(stderr, err)
 		return exitUsage
 	default:

@@ -198,9 +198,9 @@ func hostileCases() []hostileCase {
 		{name: "identity is a FIFO", setup: mkfifo("id"), args: []string{"--ssh-identity", "id", hosts2, "train.py"}, code: 2, where: "id", fix: "regular file"},
 		{name: "identity readable by others", setup: file("id_loose", "-----BEGIN OPENSSH PRIVATE KEY-----\n", 0o644), args: []string{"--ssh-identity", "id_loose", hosts2, "train.py"}, code: 2, where: "id_loose", fix: "chmod 600"},
 		{name: "two unreachable nodes, one line each", setup: refusedNodes, args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hosts", "nodea,nodeb", "--preflight", "off", "x.py"},
-			code: 2, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
+			code: 3, where: "cannot reach every node", fix: "refused", check: oneLinePerNode("nodea", "nodeb")},
 		{name: "1024 unreachable nodes, a handful of lines", setup: refusedManyNodes(1024), args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hostfile", "hf", "--preflight", "off", "x.py"},
-			code: 2, where: "1024 nodes refused the connection: n[0-1023]", fix: "e.g. node n0: ", check: atMostLines(4)},
+			code: 3, where: "1024 nodes refused the connection: n[0-1023]", fix: "e.g. node n0: ", check: atMostLines(4)},
 		{name: "more nodes than open files", setup: refusedManyNodes(1024), args: []string{"--ssh-config", "F", "--known-hosts", "kh", "--hostfile", "hf", "--preflight", "off", "x.py"},
 			nofile: 1000, code: 2, where: "1024 nodes over SSH need about 1088 open files", fix: "ulimit -n 1088", check: atMostLines(1)},
 

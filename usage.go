@@ -150,8 +150,9 @@ and --signals-to-handle's SIGALRM, SIGXCPU, SIGPWR reach every worker once and
 stop nothing.
 
 Exit codes: 0 success; the failing worker's own code (128+N for signal N);
-2 bad input, an unreachable node or a failed preflight (nothing started);
-3 a node failed its checks (or kept GPU memory) before a restart;
+2 bad input, never worth a retry (a preflight failure of what the job asks or
+brings included; nothing started); 3 a node unreachable or unhealthy (failed
+preflight or a recheck before a restart, kept GPU memory): retry elsewhere;
 124 a hang; 128+N stopped by signal N (130 Ctrl-C, 143 SIGTERM); 1 anything
 else (an output file not written included).
 

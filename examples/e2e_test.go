@@ -11,7 +11,6 @@ package examples
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
@@ -400,17 +399,6 @@ func TestLocalGlooRun(t *testing.T) {
 	noneLeft(t, mark, 5*time.Second)
 }
 
-func TestLocalWorkerExitCode(t *testing.T) {
-	needTorch(t)
-	mark := marker(t)
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "CRASH_RANK=1", "CRASH_ON_ATTEMPT=0", "CRASH_CODE=7"},
-		"--torchrun", shim(t), "--nproc-per-node", "2", script(t), "--tag", mark)
-	if code := r.wait(t, 3*time.Minute); code != 7 {
-		t.Fatalf("exit %d, want the worker's 7:\n%s", code, r.output())
-	}
-	noneLeft(t, mark, 5*time.Second)
-}
-
 func TestLocalCtrlCLeavesNothing(t *testing.T) {
 	needTorch(t)
 	mark := marker(t)
@@ -563,27 +551,6 @@ func TestClusterLinkCut(t *testing.T) {
 	// node2's own agent tears its tree down when the heartbeat stops.
 	noneLeft(t, mark, 15*time.Second)
 	t.Logf("noticed after %v", noticed)
-}
-
-func TestClusterUnreachableHostStartsNothing(t *testing.T) {
-	c := needCluster(t, 2)
-	mark := marker(t)
-	args := append(c.sshArgs(), "--hosts", c.nodes[0]+":1,10.77.0.250:1", "--torchrun", shim(t), script(t), "--tag", mark)
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, gorunBin, args...)
-	cmd.Env = append(os.Environ(), "GORUN_MARK="+mark)
-	out, err := cmd.CombinedOutput()
-	ee, ok := err.(*exec.ExitError)
-	if !ok || ee.ExitCode() != 2 {
-		t.Fatalf("err %v, want exit 2:\n%s", err, out)
-	}
-	if !strings.Contains(string(out), "10.77.0.250") {
-		t.Fatalf("the error does not name the host:\n%s", out)
-	}
-	if left := leftovers(mark); len(left) > 0 {
-		t.Fatalf("something started: %v", left)
-	}
 }
 
 func TestClusterEnvByteForByte(t *testing.T) {

@@ -204,3 +204,85 @@ func TestKubernetesPyTorchJob(t *testing.T) {
 	checkPodCommand(t, cmd, []string{"PET_NNODES=2", "PET_NPROC_PER_NODE=8", "PET_NODE_RANK=1",
 		"MASTER_ADDR=gorun-ddp-master-0", "MASTER_PORT=29500", "WORLD_SIZE=2", "RANK=1"})
 }
+
+// TestKubernetesTrainJobRetries: what trainjob.yaml's policies make of
+// gorun's exit codes, read as Kubernetes reads them: the first
+// podFailurePolicy rule whose exit codes match acts (FailJob: the Job
+// fails with reason PodFailurePolicy); with none, the failure counts
+// against backoffLimit (0: the Job fails, BackoffLimitExceeded); then the
+// first JobSet failurePolicy rule whose reasons match acts, and with none
+// the whole group restarts while maxRestarts lasts. A usage error is the
+// pod's own command, run here with a wrong operator variable: exit 2, and
+// the JobSet fails at once. A node's fault is 3 (TestExitCodes fails a
+// node's preflight over ssh and in a Slurm job; none of a pod's checks can
+// fail on this machine without GPUs): the group starts again.
+func TestKubernetesTrainJobRetries(t *testing.T) {
+	rt := yamlDocs(t, "kubernetes/trainjob.yaml")[0]
+	ctr := at(t, rt, "spec", "template", "spec", "replicatedJobs", 0, "template", "spec", "template", "spec", "containers", 0)
+	cmd := strs(t, at(t, ctr, "command"))
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "train.py"), nil, 0o644)
+	c := exec.Command(gorunBin, cmd[1:]...)
+	c.Dir = dir
+	c.Env = append(os.Environ(), "PET_NNODES=2", "PET_NPROC_PER_NODE=eight", "PET_NODE_RANK=1",
+		"PET_MASTER_ADDR=gorun-ddp-node-0-0.gorun-ddp", "PET_MASTER_PORT=29500", "NO_COLOR=1")
+	out, err := c.CombinedOutput()
+	ee, ok := err.(*exec.ExitError)
+	if !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "PET_NPROC_PER_NODE") {
+		t.Fatalf("the pod's command with PET_NPROC_PER_NODE=eight: %v, want exit 2 naming the variable:\n%s", err, out)
+	}
+	for code, want := range map[int]string{2: "fails", 3: "restarts", 1: "restarts", 124: "restarts", 143: "restarts"} {
+		if got := trainJobFate(t, rt, code); got != want {
+			t.Errorf("a pod that exits %d: the JobSet %s, want it %s", code, got, want)
+		}
+	}
+}
+
+// trainJobFate is what a TrainingRuntime's JobSet does when one pod's
+// container "node" exits with code: "fails" or "restarts".
+func trainJobFate(t *testing.T, rt map[string]any, code int) string {
+	spec := at(t, rt, "spec", "template", "spec")
+	job := at(t, spec, "replicatedJobs", 0, "template", "spec")
+	reason := ""
+	for _, r := range at(t, job, "podFailurePolicy", "rules").([]any) {
+		oc, ok := r.(map[string]any)["onExitCodes"].(map[string]any)
+		if !ok || oc["containerName"] != nil && oc["containerName"] != "node" {
+			continue
+		}
+		in := slices.Contains(oc["values"].([]any), any(float64(code)))
+		if oc["operator"] == "NotIn" {
+			in = !in
+		}
+		if !in {
+			continue
+		}
+		switch r.(map[string]any)["action"] {
+		case "FailJob":
+			reason = "PodFailurePolicy"
+		case "Ignore":
+			return "restarts"
+		}
+		break
+	}
+	if reason == "" {
+		if limit, _ := job.(map[string]any)["backoffLimit"].(float64); limit > 0 {
+			return "restarts" // the Job itself makes another pod
+		}
+		reason = "BackoffLimitExceeded"
+	}
+	fp := at(t, spec, "failurePolicy")
+	for _, r := range at(t, fp, "rules").([]any) {
+		rule := r.(map[string]any)
+		if rs, ok := rule["onJobFailureReasons"].([]any); ok && !slices.Contains(rs, any(reason)) {
+			continue
+		}
+		if rule["action"] == "FailJobSet" {
+			return "fails"
+		}
+		return "restarts"
+	}
+	if at(t, fp, "maxRestarts").(float64) > 0 {
+		return "restarts"
+	}
+	return "fails"
+}

@@ -615,3 +615,31 @@ func TestSlurmPreemptRequeue(t *testing.T) {
 	}
 	c.noneLeft(t, 30*time.Second)
 }
+
+// TestSlurmRequeueOnNodeFault: gorun.sbatch's answer to exit 3. The job's
+// second node is marked failing on its first run; gorun's preflight fails
+// it and exits 3; the script requeues the job, Slurm allocates it again
+// without that node, and the second run succeeds on 2 healthy nodes.
+func TestSlurmRequeueOnNodeFault(t *testing.T) {
+	mark := marker(t)
+	code, out := slurmFailingNode(t, mark)
+	if code != 0 {
+		t.Fatalf("exit %d, want 0 after the requeue:\n%s", code, out)
+	}
+	runs := regexp.MustCompile(`(?m)^gorun\.sbatch: run (\d) of job \d+ on (\S+)$`).FindAllStringSubmatch(out, -1)
+	if len(runs) != 2 || runs[0][1] != "0" || runs[1][1] != "1" {
+		t.Fatalf("want runs 0 and 1 of the job, got %q:\n%s", runs, out)
+	}
+	for _, w := range []string{"Slurm reports node1 as fail", "gorun.sbatch: exit 3, a node unreachable or unhealthy: requeueing job"} {
+		if !strings.Contains(out, w) {
+			t.Errorf("the output does not say %q:\n%s", w, out)
+		}
+	}
+	if runs[0][2] != "node[0-1]" || strings.Contains(runs[1][2], "1") {
+		t.Errorf("run 0 on %s, run 1 on %s: want node1 left out of the second", runs[0][2], runs[1][2])
+	}
+	if n := strings.Count(out, "params-in-sync OK"); n != 4 {
+		t.Errorf("want 4 ranks to finish on the second run, got %d:\n%s", n, out)
+	}
+	noneLeft(t, mark, 10*time.Second)
+}

@@ -717,7 +717,7 @@ const ctrlCExitWindow = 5 * time.Second
 // the first attempt (its link is cut). Before the restart gorun checks
 // every node again, drops node2 with a line that names it, and the job
 // finishes on 2 nodes. Without a range the same loss ends the run with
-// exit 2.
+// exit 3.
 func TestClusterElasticShrink(t *testing.T) {
 	c := needCluster(t, 3)
 	for _, tc := range []struct {

@@ -20,7 +20,12 @@ type NodeReport struct {
 // Report is the outcome of preflight over all nodes. OK is false when any
 // finding, on a node or across nodes, is a fail.
 type Report struct {
-	OK       bool         `json:"ok"`
+	OK bool `json:"ok"`
+	// Fault, when a check failed: "input" where one is of what the job
+	// asks or brings (Finding.OfTheJob: any node like these fails it the
+	// same way; gorun exits 2), "node" where all are of the nodes'
+	// health (another node may pass; gorun exits 3).
+	Fault    string       `json:"fault,omitempty"`
 	Nodes    []NodeReport `json:"nodes"`
 	Findings []Finding    `json:"findings"` // across nodes
 	// Cross holds the all_reduce figures between node pairs
@@ -53,7 +58,41 @@ func NewReport(nodes []NodeReport, across []Finding) Report {
 	if worst(r.Findings) == SeverityFail {
 		r.OK = false
 	}
+	if !r.OK {
+		r.Fault = "node"
+		for _, fs := range append([][]Finding{r.Findings}, nodeFindings(r.Nodes)...) {
+			for _, f := range fs {
+				if f.OfTheJob() {
+					r.Fault = "input"
+				}
+			}
+		}
+	}
 	return r
+}
+
+func nodeFindings(nodes []NodeReport) [][]Finding {
+	out := make([][]Finding, len(nodes))
+	for i, n := range nodes {
+		out[i] = n.Findings
+	}
+	return out
+}
+
+// OfTheJob reports whether f is a failure of what the job asks of a node
+// or brings to it, not of the node's health: the torchrun command it
+// names, the torch behind it, GPUs asked of a node with no GPU at all.
+// Every node like this one fails it the same way, so a retry elsewhere
+// cannot help (README, "Exit codes").
+func (f Finding) OfTheJob() bool {
+	if f.Severity != SeverityFail {
+		return false
+	}
+	switch f.ID {
+	case "torch.torchrun", "torch.found", "driver.present":
+		return true
+	}
+	return false
 }
 
 // redactFindings returns fs with their texts as secret.Redact prints a

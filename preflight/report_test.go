@@ -169,3 +169,39 @@ func TestNewReportRedacts(t *testing.T) {
 		t.Error("NewReport changed the caller's facts")
 	}
 }
+
+// TestReportFault: a failure of what the job asks or brings makes the
+// report's fault "input" (gorun exits 2, never worth a retry), whatever
+// else failed; failures of the nodes' health alone make it "node" (exit
+// 3, retry on other nodes).
+func TestReportFault(t *testing.T) {
+	healthy := healthyNode()
+	noGPU := Facts{Hostname: "cpu1"}
+	missing := healthyNode()
+	missing.Torch.TorchrunMissing = "/opt/venv/bin/torchrun: no such file"
+	ecc := healthyNode()
+	ecc.GPUs[0].RetiredPagesPending = true
+	report := func(fs ...Facts) Report {
+		var nodes []NodeReport
+		for i, f := range fs {
+			nodes = append(nodes, NodeReport{Host: string(rune('a' + i)), Facts: f, Findings: Check(f, Want{NProc: "gpu"})})
+		}
+		return NewReport(nodes, nil)
+	}
+	for _, tc := range []struct {
+		name  string
+		nodes []Facts
+		want  string
+	}{
+		{"healthy", []Facts{healthy, healthy}, ""},
+		{"GPUs asked of a node with none", []Facts{healthy, noGPU}, "input"},
+		{"the named torchrun missing", []Facts{missing}, "input"},
+		{"a node's GPU with retired pages pending", []Facts{healthy, ecc}, "node"},
+		{"both", []Facts{ecc, missing}, "input"},
+	} {
+		r := report(tc.nodes...)
+		if r.Fault != tc.want || r.OK != (tc.want == "") {
+			t.Errorf("%s: fault %q ok %v, want %q", tc.name, r.Fault, r.OK, tc.want)
+		}
+	}
+}

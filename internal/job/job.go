@@ -16,13 +16,19 @@ import (
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 )
 
 // Outcomes main maps to exit codes of their own.
 var (
-	// ErrPreflightFailed: preflight found a failure; nothing was started.
+	// ErrPreflightFailed: preflight failed a node's health (its driver,
+	// GPUs, links, network); nothing was started. Other nodes may pass.
 	ErrPreflightFailed = errors.New("preflight failed; nothing was started")
+	// ErrPreflightInput: preflight failed what the job asks or brings
+	// (preflight.Finding.OfTheJob); nothing was started, and nothing
+	// would on another node like these.
+	ErrPreflightInput = errors.New("preflight failed on what the job asks of the nodes; nothing was started")
 	// ErrRecheckFailed: a node failed its checks before a restart, and the
 	// group could not go on without it. Attempts had run.
 	ErrRecheckFailed = errors.New("a node failed its checks before a restart")
@@ -40,6 +46,16 @@ var (
 	// node is not fit for the next attempt either way.
 	ErrGPUNotFreed = fmt.Errorf("%w: the job's processes still hold GPU memory", ErrRecheckFailed)
 )
+
+// PreflightError is the error for a failed report: ErrPreflightInput
+// where a failure is the job's, ErrPreflightFailed where all are the
+// nodes'.
+func PreflightError(r preflight.Report) error {
+	if r.Fault == "input" {
+		return ErrPreflightInput
+	}
+	return ErrPreflightFailed
+}
 
 // Config is what main hands Run: the parsed command line and the side
 // effects only main may read.
@@ -195,7 +211,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 			}
 		}
 		if !report.OK && cl.Gorun.Preflight == "on" {
-			return ErrPreflightFailed
+			return PreflightError(report)
 		}
 		preflightText = text.String()
 		facts = planFacts(report)
