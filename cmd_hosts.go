@@ -7,7 +7,9 @@ import (
 	"os"
 
 	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/internal/userr"
 )
 
@@ -30,7 +32,7 @@ func runHosts(args []string, out io.Writer) error {
 			Fix:     "give --hosts h1:8,h2:8 or --hostfile FILE, or run it inside salloc or sbatch"}
 	}
 	if asJSON {
-		return writeJSON(out, nodes)
+		return writeJSON(out, hostsJSON{schema.NewStamp(schema.Hosts, os.Getenv), nodes})
 	}
 	for _, h := range nodes {
 		fmt.Fprintln(out, h.Describe())
@@ -39,6 +41,13 @@ func runHosts(args []string, out io.Writer) error {
 }
 
 // hostsCommand is `gorun hosts`'s command line, in the launch grammar.
+// hostsJSON is what `gorun hosts --json` prints
+// (docs/schema/gorun.hosts-1.json).
+type hostsJSON struct {
+	schema.Stamp
+	Hosts []hosts.Host `json:"hosts"`
+}
+
 func hostsCommand() cmdline.Subcommand {
 	return cmdline.Subcommand{Name: "hosts", Options: []cmdline.SubOption{
 		{Name: "--hosts"}, {Name: "--hostfile"}, {Name: "--include"}, {Name: "--exclude"}, {Name: "--json", Flag: true}}}

@@ -11,6 +11,7 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/internal/job"
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/preflight"
 )
@@ -63,7 +64,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 			return err
 		}
 		if asJSON {
-			return writeJSON(stdout, rep)
+			return writeJSON(stdout, topologyJSON{schema.NewStamp(schema.Topology, os.Getenv), rep})
 		}
 		rep.WriteText(stdout)
 		return nil
@@ -87,7 +88,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return err
 	}
 	if asJSON {
-		err = writeJSON(stdout, report)
+		err = writeJSON(stdout, preflightJSON{schema.NewStamp(schema.Preflight, os.Getenv), report})
 	} else {
 		report.WriteText(stdout)
 	}
@@ -118,6 +119,20 @@ func preflightArgs(args []string) (asJSON bool, topoFile *string, bandwidth stri
 		topoFile = &f
 	}
 	return v["--json"] == "true", topoFile, v["--bandwidth"], rest, nil
+}
+
+// preflightJSON is what `gorun preflight --json` prints
+// (docs/schema/gorun.preflight-1.json).
+type preflightJSON struct {
+	schema.Stamp
+	preflight.Report
+}
+
+// topologyJSON is what `gorun preflight --topo-file FILE --json` prints
+// (docs/schema/gorun.topology-1.json).
+type topologyJSON struct {
+	schema.Stamp
+	preflight.TopoReport
 }
 
 func writeJSON(w io.Writer, v any) error {

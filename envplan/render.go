@@ -239,14 +239,14 @@ func (t tableWriter) header(p Plan) {
 	if c.Module {
 		script = append([]string{"-m"}, script...)
 	}
-	t.words("script:     ", "              ", displayWords(script))
+	t.words("script:     ", "              ", displayWords(secret.RedactArgs(script)))
 }
 
 func (t tableWriter) node(n NodePlan) {
 	t.line("")
 	t.wrap(fmt.Sprintf("node %d: ", n.NodeRank), "    ", displayWord(n.Host)+" (address "+displayWord(n.Address)+")")
 	t.line("  command:")
-	t.words("    ", "      ", displayWords(n.Command))
+	t.words("    ", "      ", displayWords(secret.RedactArgs(n.Command)))
 	t.line("  env:")
 	if len(n.Env) == 0 {
 		t.line("    (none set)")
@@ -335,9 +335,7 @@ func RenderJSON(w io.Writer, p Plan) error {
 
 // normalize returns a copy of p with every nil list or map made empty.
 func normalize(p Plan) Plan {
-	if p.Config.TrainingScriptArgs == nil {
-		p.Config.TrainingScriptArgs = []string{}
-	}
+	p.Config.TrainingScriptArgs = secret.RedactArgs(p.Config.TrainingScriptArgs) // as in the table; never nil
 	if p.Config.RdzvConfigs == nil {
 		p.Config.RdzvConfigs = map[string]string{}
 	}
@@ -349,9 +347,7 @@ func normalize(p Plan) Plan {
 	p.Notes = notes
 	nodes := make([]NodePlan, len(p.Nodes))
 	for i, n := range p.Nodes {
-		if n.Command == nil {
-			n.Command = []string{}
-		}
+		n.Command = secret.RedactArgs(n.Command) // as in the table; never nil
 		if n.Env == nil {
 			n.Env = map[string]Var{}
 		}
@@ -393,6 +389,11 @@ func RenderShell(w io.Writer, p Plan) error {
 				_, advice[name] = shellHidden(name, v)
 			}
 		}
+		for i, a := range n.Command {
+			if word := shellHiddenArg(i, a); word != "" {
+				advice[hiddenArgName(i)] = hiddenArgName(i) + ": export it with the command's argument " + strconv.Itoa(i) + " (a secret's shape: not printed)"
+			}
+		}
 	}
 	if len(advice) > 0 {
 		bw.WriteString("# Values hidden in this plan are read from the shell that runs a command,\n" +
@@ -422,7 +423,11 @@ func RenderShell(w io.Writer, p Plan) error {
 		if len(words) > 0 {
 			words = append([]string{"env"}, words...)
 		}
-		for _, a := range n.Command {
+		for i, a := range n.Command {
+			if word := shellHiddenArg(i, a); word != "" {
+				words = append(words, word)
+				continue
+			}
 			words = append(words, shell.Quote(a))
 		}
 		bw.WriteString(strings.Join(words, " "))
@@ -455,6 +460,18 @@ func shellHidden(name string, v Var) (word, advice string) {
 		name + strings.TrimSuffix(origin, ",") + ": export " + from + " with its value; " +
 			name + " itself is not read, since the running shell's may hold another"
 }
+
+// shellHiddenArg is the word that reads command argument i from the
+// running shell where Redact would hide a, as a --env value is read; ""
+// where a may be printed.
+func shellHiddenArg(i int, a string) string {
+	if secret.Redact("", a) == a {
+		return ""
+	}
+	return `"${` + hiddenArgName(i) + `:?argument ` + strconv.Itoa(i) + ` is hidden in this plan; export ` + hiddenArgName(i) + ` with its value}"`
+}
+
+func hiddenArgName(i int) string { return hiddenShellPrefix + "ARG" + strconv.Itoa(i) }
 
 // hiddenShellPrefix names the variable the shell form reads a hidden value
 // from when the running shell's variable of the same name may differ.

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"unicode/utf8"
@@ -323,6 +324,9 @@ func secretSpec() Spec {
 		"DATABASE_URL=postgres://app:s3cr3t-pw@db:5432/x", "NCCL_IB_PKEY=0x8001",
 		"NCCL_ALGO=ghp_s3cr3t" + strings.Repeat("x", 30),
 	}
+	// A token's shape in the script's arguments: hidden in the command
+	// and the script line too.
+	spec.Torchrun.TrainingScriptArgs = []string{"--hub-token", "hf_s3cr3tAbCdEfGhIjKlMnOpQrStUvWxYz0123"}
 	return spec
 }
 
@@ -386,14 +390,18 @@ func TestShellHiddenValues(t *testing.T) {
 	}
 	_, line, _ := strings.Cut(b.String(), "\n# node 0: localhost (address localhost)\n")
 	line = strings.TrimSuffix(line, "\n")
-	line = strings.Replace(line, "printf '%s\\n'", `sh -c 'printf "%s\0" "$HF_TOKEN" "$WANDB_API_KEY" "$DATABASE_URL" "$NCCL_PLUGIN_API_KEY"' x`, 1)
+	line = strings.Replace(line, "printf '%s\\n'", `sh -c 'printf "%s\0" "$HF_TOKEN" "$WANDB_API_KEY" "$DATABASE_URL" "$NCCL_PLUGIN_API_KEY" "$@"' x`, 1)
+	arg := regexp.MustCompile(`(?m)^#   (GORUN_HIDDEN_ARG\d+): export it`).FindStringSubmatch(b.String())
+	if arg == nil {
+		t.Fatalf("the shell form does not say which variable holds the hidden argument:\n%s", b.String())
+	}
 	if !strings.Contains(line, "sh -c") {
 		t.Fatalf("no program to replace in %q", line)
 	}
 	all := []string{
 		"GORUN_HIDDEN_HF_TOKEN=hf_s3cr3t", "GORUN_HIDDEN_WANDB_API_KEY=s3cr3t-value",
 		"GORUN_HIDDEN_DATABASE_URL=postgres://app:s3cr3t-pw@db:5432/x", "GORUN_HIDDEN_NCCL_ALGO=ghp_s3cr3t" + strings.Repeat("x", 30),
-		"NCCL_PLUGIN_API_KEY=s3cr3t-exported",
+		"NCCL_PLUGIN_API_KEY=s3cr3t-exported", arg[1] + "=hf_s3cr3tAbCdEfGhIjKlMnOpQrStUvWxYz0123",
 	}
 	tests := []struct {
 		name    string
@@ -403,6 +411,7 @@ func TestShellHiddenValues(t *testing.T) {
 		{"nothing exported", nil, "GORUN_HIDDEN_"},
 		{"the shell's own HF_TOKEN is not taken", append([]string{"HF_TOKEN=shell-value"}, all[1:]...), "GORUN_HIDDEN_HF_TOKEN: HF_TOKEN, given with --env, is hidden in this plan"},
 		{"an exported value must be exported again", all[:4], "NCCL_PLUGIN_API_KEY: hidden in this plan; export it"},
+		{"a hidden argument must be exported", append([]string{"HF_TOKEN=shell-value"}, all[:5]...), arg[1] + ": argument"},
 		{"an empty value is unset", append([]string{"GORUN_HIDDEN_HF_TOKEN="}, all[1:]...), "GORUN_HIDDEN_HF_TOKEN"},
 		{"everything exported", append([]string{"HF_TOKEN=shell-value"}, all...), ""},
 	}
@@ -426,7 +435,8 @@ func TestShellHiddenValues(t *testing.T) {
 				t.Fatalf("%v: %s", err, stderr.String())
 			}
 			got := strings.Split(strings.TrimSuffix(stdout.String(), "\x00"), "\x00")
-			want := []string{"hf_s3cr3t", "s3cr3t-value", "postgres://app:s3cr3t-pw@db:5432/x", "s3cr3t-exported"}
+			want := []string{"hf_s3cr3t", "s3cr3t-value", "postgres://app:s3cr3t-pw@db:5432/x", "s3cr3t-exported",
+				"--max_restarts=0", "--no_python", "{gorun}", "_rank", "--", "train.py", "--hub-token", "hf_s3cr3tAbCdEfGhIjKlMnOpQrStUvWxYz0123"}
 			if strings.Join(got, "|") != strings.Join(want, "|") {
 				t.Errorf("the program got %q, want %q", got, want)
 			}

@@ -39,7 +39,8 @@ func backoff(opts Options, n int, lost bool) time.Duration {
 // Phase is one phase of a restart's timeline: its end, as an offset
 // from the moment the failure was seen.
 type Phase struct {
-	Name string
+	Key  string // stable, for tools: "stopped", "gpu_memory_free", ...
+	Name string // as printed: "stopped", "GPU memory free", ...
 	At   time.Duration
 }
 
@@ -50,9 +51,10 @@ type Phase struct {
 // workers released before workers started (one not reached, or not
 // checked, is left out).
 func (r Restart) Phases() []Phase {
-	handed := Phase{"next torchrun handed its command line", r.Handed}
-	all := []Phase{{"stopped", r.Stopped}, {"GPU memory free", r.GPUFree}, {"nodes rechecked", r.Checked},
-		handed, {"workers released", r.Released}, {"workers started", r.WorkersUp}, {"first line", r.FirstLine}}
+	handed := Phase{"next_torchrun_handed", "next torchrun handed its command line", r.Handed}
+	all := []Phase{{"stopped", "stopped", r.Stopped}, {"gpu_memory_free", "GPU memory free", r.GPUFree},
+		{"nodes_rechecked", "nodes rechecked", r.Checked}, handed, {"workers_released", "workers released", r.Released},
+		{"workers_started", "workers started", r.WorkersUp}, {"first_line", "first line", r.FirstLine}}
 	if r.Ahead > 0 {
 		all = append([]Phase{handed}, slices.Delete(all, 3, 4)...)
 	}

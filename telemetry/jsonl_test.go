@@ -11,12 +11,14 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/internal/testenv"
 )
 
 // sampleKeys is the JSONL schema: every line has exactly these keys. A new
 // reading adds a key here and in the README.
 var sampleKeys = map[string]string{
+	"schema": "string", "gorun_version": "string",
 	"node": "string", "gpu": "number", "uuid": "string", "ranks": "array", "local_ranks": "array",
 	"time": "time", "attempt": "number",
 	"sm_pct": "number?", "mem_used_mib": "number?", "power_w": "number?", "power_limit_w": "number?",
@@ -33,7 +35,7 @@ func writeSamples(t *testing.T) []byte {
 	}
 	defer s.Close()
 	var b bytes.Buffer
-	j := NewJSONL(&b)
+	j := NewJSONL(&b, schema.Stamp{Schema: schema.Telemetry, GorunVersion: "test"})
 	t0 := time.Date(2026, 12, 1, 6, 0, 0, 123456789, time.UTC)
 	for i := range 3 {
 		for _, sm := range s.Sample(t0.Add(time.Duration(i) * time.Second)) {

@@ -34,7 +34,7 @@ type Sample struct {
 	Ranks      []int     `json:"ranks"` // global ranks on this GPU; empty when unknown
 	LocalRanks []int     `json:"local_ranks"`
 	Time       time.Time `json:"time"`    // node clock, RFC 3339 with nanoseconds
-	Attempt    int       `json:"attempt"` // set by the head: the attempt, from 0
+	Attempt    int       `json:"attempt"` // set by the head: the attempt, from 1 as every output numbers it
 
 	// SMPct is NVML's utilization.gpu: the percent of the last period in
 	// which a kernel ran (nvidia-smi dmon's "sm" column).

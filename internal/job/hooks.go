@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/launch"
 )
 
@@ -99,7 +100,7 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	if !r.perPod { // the other pods were told the port; moving it would lose them
 		hs = append(hs, &masterPort{diag: r.ui.Err})
 	}
-	watch, err := newGPUWatch(r.cl, r.cfg.Args, preflightText, outs, r.ui)
+	watch, err := newGPUWatch(r.cl, r.cfg.Args, preflightText, schema.NewStamp(schema.Telemetry, r.cfg.Getenv), outs, r.ui)
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +108,7 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 		hs = append(hs, watch)
 	}
 	if path := r.cl.Gorun.Summary; path != "" {
-		sum := &summary{path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()}
+		sum := &summary{stamp: schema.NewStamp(schema.Summary, r.cfg.Getenv), path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()}
 		hs = append(hs, sum)
 	}
 	return hs, nil

@@ -8,6 +8,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
@@ -17,6 +18,7 @@ import (
 // end: its outcome, every attempt's failure, and each restart's timeline
 // (the same phases as the "gorun: restart after attempt K" line).
 type Summary struct {
+	schema.Stamp
 	// Command is what followed "gorun", as typed, but for secrets (an
 	// --env value whose name marks a credential, a token's shape, a URL's
 	// password), hidden as the report hides them (secret.RedactArgs): the
@@ -98,12 +100,14 @@ type RestartSummary struct {
 
 // PhaseSummary is one phase of a restart.
 type PhaseSummary struct {
-	Name string `json:"name"`
+	Key  string `json:"key"`  // stable: stopped, gpu_memory_free, nodes_rechecked, next_torchrun_handed, workers_released, workers_started, first_line
+	Name string `json:"name"` // as printed
 	AtMS int64  `json:"at_ms"`
 }
 
 // summary is the hook that writes --summary FILE as the run ends.
 type summary struct {
+	stamp   schema.Stamp
 	path    string
 	command []string
 	runID   string
@@ -136,7 +140,7 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	end := time.Now()
-	sum := Summary{Command: secret.RedactArgs(s.command), RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
+	sum := Summary{Stamp: s.stamp, Command: secret.RedactArgs(s.command), RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
 		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{},
 		AttemptNodes: append([][]string{}, s.attempts...), Replacements: []ReplacementSummary{}}
 	for _, r := range s.replaced {
@@ -174,7 +178,7 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},
 			WarmNodes: r.Warm, Nodes: r.Nodes, AheadNodes: r.Ahead, AheadReleased: r.AheadUsed, PooledWorkers: r.Pooled, Workers: r.Workers, Line: r.String()}
 		for _, p := range r.Phases() {
-			rs.Phases = append(rs.Phases, PhaseSummary{Name: p.Name, AtMS: p.At.Milliseconds()})
+			rs.Phases = append(rs.Phases, PhaseSummary{Key: p.Key, Name: p.Name, AtMS: p.At.Milliseconds()})
 		}
 		if name, d := r.Longest(); name != "" {
 			rs.Longest, rs.LongestMS = name, d.Milliseconds()

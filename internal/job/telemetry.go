@@ -18,6 +18,7 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/shell"
 	"github.com/gorun/gorun/internal/userr"
@@ -55,7 +56,7 @@ type gpuWatch struct {
 // newGPUWatch returns nil when telemetry is off (--telemetry-interval 0).
 // It creates the --telemetry file now, so a path that cannot be written is
 // refused before anything starts.
-func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, outs outputs, ui UI) (*gpuWatch, error) {
+func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, stamp schema.Stamp, outs outputs, ui UI) (*gpuWatch, error) {
 	o := cl.Gorun
 	if o.TelemetryInterval <= 0 {
 		if o.Telemetry != "" || o.Report != "" {
@@ -76,7 +77,7 @@ func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, ou
 		if err != nil {
 			return nil, &userr.InputError{Where: "--telemetry", Problem: err.Error(), Fix: "give a file path gorun can write"}
 		}
-		g.file, g.jsonl = f, telemetry.NewJSONL(f)
+		g.file, g.jsonl = f, telemetry.NewJSONL(f, stamp)
 	}
 	return g, nil
 }
@@ -172,7 +173,7 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 	}
 	g.notices.heard[node] = true
 	s := *f.Sample
-	s.Node, s.Attempt = node, attempt
+	s.Node, s.Attempt = node, attempt+1 // as every output numbers attempts: from 1
 	if g.jsonl != nil && g.writeErr == nil {
 		g.writeErr = g.jsonl.Write(s)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/schema"
 	"github.com/gorun/gorun/launch"
 	"github.com/gorun/gorun/sshexec"
 	"github.com/gorun/gorun/telemetry"
@@ -64,7 +65,7 @@ func TestGPUWatch(t *testing.T) {
 	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second,
 		Telemetry: filepath.Join(dir, "t.jsonl"), Report: filepath.Join(dir, "r.html")}}
 	var diag bytes.Buffer
-	g, err := newGPUWatch(cl, []string{"--nproc-per-node", "1", "train.py"}, "preflight: OK", outputs{}, UI{Err: &diag})
+	g, err := newGPUWatch(cl, []string{"--nproc-per-node", "1", "train.py"}, "preflight: OK", schema.Stamp{}, outputs{}, UI{Err: &diag})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -152,11 +153,11 @@ func TestNoticesOnceForAll(t *testing.T) {
 }
 
 func TestGPUWatchOff(t *testing.T) {
-	g, err := newGPUWatch(cmdline.CommandLine{}, nil, "", outputs{}, UI{})
+	g, err := newGPUWatch(cmdline.CommandLine{}, nil, "", schema.Stamp{}, outputs{}, UI{})
 	if g != nil || err != nil {
 		t.Fatalf("interval 0: %v, %v; want no watch", g, err)
 	}
-	_, err = newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{Report: "r.html"}}, nil, "", outputs{}, UI{})
+	_, err = newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{Report: "r.html"}}, nil, "", schema.Stamp{}, outputs{}, UI{})
 	if err == nil {
 		t.Error("--report with --telemetry-interval 0 accepted")
 	}
@@ -164,14 +165,14 @@ func TestGPUWatchOff(t *testing.T) {
 
 func TestGPUWatchStatusOnlyLive(t *testing.T) {
 	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second}}
-	g, _ := newGPUWatch(cl, nil, "", outputs{}, UI{Err: &bytes.Buffer{}})
+	g, _ := newGPUWatch(cl, nil, "", schema.Stamp{}, outputs{}, UI{Err: &bytes.Buffer{}})
 	var o launch.Options
 	g.Configure(&o)
 	if o.Telemetry == nil || o.Status != nil || o.StatusOut != nil {
 		t.Errorf("off a terminal: telemetry %v, status %v", o.Telemetry != nil, o.Status != nil)
 	}
 	width := 20
-	g, _ = newGPUWatch(cl, nil, "", outputs{}, UI{Err: &bytes.Buffer{}, Live: true, Width: func() int { return width }})
+	g, _ = newGPUWatch(cl, nil, "", schema.Stamp{}, outputs{}, UI{Err: &bytes.Buffer{}, Live: true, Width: func() int { return width }})
 	o = launch.Options{}
 	g.Configure(&o)
 	if o.Status == nil || o.StatusOut == nil {
@@ -192,7 +193,7 @@ func TestGPUWatchWriteFailures(t *testing.T) {
 	sub := filepath.Join(dir, "gone")
 	os.Mkdir(sub, 0o755)
 	cl := cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second, Report: filepath.Join(sub, "r.html")}}
-	g, err := newGPUWatch(cl, nil, "", outputs{}, UI{Err: &bytes.Buffer{}})
+	g, err := newGPUWatch(cl, nil, "", schema.Stamp{}, outputs{}, UI{Err: &bytes.Buffer{}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -208,7 +209,7 @@ func TestGPUWatchWriteFailures(t *testing.T) {
 	if len(entries) != 1 {
 		t.Errorf("left beside the report: %v", entries)
 	}
-	if _, err := newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second, Telemetry: sub + "/t.jsonl"}}, nil, "", outputs{}, UI{}); err == nil {
+	if _, err := newGPUWatch(cmdline.CommandLine{Gorun: cmdline.Options{TelemetryInterval: time.Second, Telemetry: sub + "/t.jsonl"}}, nil, "", schema.Stamp{}, outputs{}, UI{}); err == nil {
 		t.Error("--telemetry in a missing folder accepted")
 	}
 }
