@@ -132,3 +132,21 @@ print(len(df), df["gpu"].nunique(), df.groupby("gpu")["sm_pct"].mean().to_dict()
 		t.Errorf("pandas says %q, want %q", got, want)
 	}
 }
+
+// TestJSONLMatchesPublishedSchema: the lines the writer makes from the
+// sampler's readings are valid against docs/schema/gorun.telemetry-1.json,
+// checked by Python's jsonschema, not by this package.
+func TestJSONLMatchesPublishedSchema(t *testing.T) {
+	py := "/usr/bin/python3"
+	testenv.Need(t, exec.Command(py, "-c", "import jsonschema").Run() == nil, "python3-jsonschema")
+	c := exec.Command(py, "-c", `import json, sys, jsonschema
+v = jsonschema.Draft202012Validator(json.load(open(sys.argv[1])))
+for n, line in enumerate(sys.stdin, 1):
+    v.validate(json.loads(line))
+print(n)`, filepath.Join("..", "docs", "schema", "gorun.telemetry-1.json"))
+	c.Stdin = bytes.NewReader(writeSamples(t))
+	out, err := c.CombinedOutput()
+	if err != nil || strings.TrimSpace(string(out)) != "6" {
+		t.Fatalf("%v: %s", err, out)
+	}
+}
