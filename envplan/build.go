@@ -101,9 +101,14 @@ func newBuilder(spec Spec, facts Facts) (*builder, error) {
 		cfg:      copyConfig(spec.Torchrun),
 		facts:    facts,
 		head:     len(spec.Hosts) > 0,
-		hosts:    slotsGiven(spec),
 		override: map[string]*overridden{},
 		cpulists: map[string]parsedCPUs{},
+	}
+	var replaced []string
+	b.hosts, replaced = slotsGiven(spec)
+	if len(replaced) > 0 {
+		b.note(NoteWarn, "--nproc-per-node=%s, given on the command line, wins over the slot counts the %s gives (%s); drop it to take theirs",
+			spec.Torchrun.NProcPerNode, slotSource(spec), strings.Join(replaced, ", "))
 	}
 	if !b.head {
 		b.hosts = []hosts.Host{{Name: localHost}}
@@ -831,18 +836,30 @@ func mixedSlots(hs []hosts.Host, spec Spec) error {
 	}
 }
 
-// slotsGiven returns the spec's hosts, without the slot counts an explicit
-// --nproc-per-node overrides: those Slurm sets by default
-// (Host.DefaultSlots).
-func slotsGiven(spec Spec) []hosts.Host {
-	if !spec.Set("nproc_per_node") {
-		return spec.Hosts
+// slotSource names where implied slot counts came from.
+func slotSource(spec Spec) string {
+	if spec.Gorun.Hostfile != "" {
+		return "hostfile " + spec.Gorun.Hostfile
 	}
-	hosts := slices.Clone(spec.Hosts)
-	for i := range hosts {
-		if hosts[i].DefaultSlots {
-			hosts[i].Slots = 0
+	return "Slurm allocation"
+}
+
+// slotsGiven returns the spec's hosts, without the slot counts an explicit
+// --nproc-per-node wins over: those no flag gave (Host.Implied: a
+// hostfile's, the Slurm allocation's), and the hosts whose count it
+// replaced with another.
+func slotsGiven(spec Spec) (out []hosts.Host, replaced []string) {
+	if !spec.Set("nproc_per_node") {
+		return spec.Hosts, nil
+	}
+	out = slices.Clone(spec.Hosts)
+	for i := range out {
+		if out[i].Implied {
+			if strconv.Itoa(out[i].Slots) != spec.Torchrun.NProcPerNode {
+				replaced = append(replaced, fmt.Sprintf("%s:%d", out[i].Name, out[i].Slots))
+			}
+			out[i].Slots = 0
 		}
 	}
-	return hosts
+	return out, replaced
 }

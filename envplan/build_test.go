@@ -609,24 +609,27 @@ func TestBuildChecksByMode(t *testing.T) {
 	}
 }
 
-// Slurm sets SLURM_TASKS_PER_NODE=1(x3) under a plain `sbatch -N 3`: an
-// explicit --nproc-per-node wins over it, not over counts the user asked
-// Slurm for.
-func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
+// An explicit --nproc-per-node wins over every count the allocation
+// implies: SLURM_TASKS_PER_NODE=1(x3) under a plain `sbatch -N 3`, tasks
+// or GPUs asked of Slurm. The plan says so in a note, with the counts it
+// did not take.
+func TestExplicitNProcWinsOverAllocation(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		env  map[string]string
-		want int
+		name, note string
 	}{
-		{"default task count", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)"}, 2},
-		{"asked tasks per node", map[string]string{"SLURM_TASKS_PER_NODE": "4(x3)", "SLURM_NTASKS_PER_NODE": "4"}, 4},
-		{"GPUs on the node", map[string]string{"SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_GPUS_ON_NODE": "8"}, 8},
+		{"default task count", "(node0:1, node1:1, node2:1)"},
+		{"asked tasks per node", "(node0:4, node1:4, node2:4)"},
+		{"GPUs on the node", "(node0:8, node1:8, node2:8)"},
+		{"the same count", ""},
 	} {
+		env := map[string]map[string]string{
+			"default task count":   {"SLURM_TASKS_PER_NODE": "1(x3)"},
+			"asked tasks per node": {"SLURM_TASKS_PER_NODE": "4(x3)", "SLURM_NTASKS_PER_NODE": "4"},
+			"GPUs on the node":     {"SLURM_TASKS_PER_NODE": "1(x3)", "SLURM_GPUS_ON_NODE": "8"},
+			"the same count":       {"SLURM_TASKS_PER_NODE": "2(x3)", "SLURM_NTASKS_PER_NODE": "2"},
+		}[tc.name]
 		t.Run(tc.name, func(t *testing.T) {
-			env := map[string]string{"SLURM_JOB_NODELIST": "node[0-2]"}
-			for k, v := range tc.env {
-				env[k] = v
-			}
+			env["SLURM_JOB_NODELIST"] = "node[0-2]"
 			hosts, err := hosts.FromSlurm(func(k string) string { return env[k] })
 			if err != nil {
 				t.Fatal(err)
@@ -638,9 +641,21 @@ func TestSlurmDefaultTasksYieldToNProc(t *testing.T) {
 				t.Fatal(err)
 			}
 			for _, n := range p.Nodes {
-				if got := len(ranksOf(n)); got != tc.want {
-					t.Errorf("%s: %d ranks, want %d", n.Host, got, tc.want)
+				if got := len(ranksOf(n)); got != 2 {
+					t.Errorf("%s: %d ranks, want --nproc_per_node's 2", n.Host, got)
 				}
+			}
+			var notes []string
+			for _, n := range p.Notes {
+				if strings.Contains(n.Message, "given on the command line, wins over") {
+					notes = append(notes, n.Message)
+				}
+			}
+			switch {
+			case tc.note == "" && len(notes) > 0:
+				t.Errorf("a note with nothing replaced: %q", notes)
+			case tc.note != "" && (len(notes) != 1 || !strings.Contains(notes[0], tc.note) || !strings.Contains(notes[0], "Slurm allocation")):
+				t.Errorf("notes %q, want one naming %s and the Slurm allocation", notes, tc.note)
 			}
 		})
 	}

@@ -643,3 +643,21 @@ func TestSlurmRequeueOnNodeFault(t *testing.T) {
 	}
 	noneLeft(t, mark, 10*time.Second)
 }
+
+// TestSlurmExplicitNProcWins: --nproc-per-node 4 on the command line, in
+// an allocation that asked Slurm for 2 tasks per node: 4 workers run on
+// each node, and the plan says which counts it did not take.
+func TestSlurmExplicitNProcWins(t *testing.T) {
+	c := needSlurm(t, 2)
+	env := c.jobEnv(t, "GORUN_OPTS=--nproc-per-node 4 --env STEPS=3")
+	_, outFile, code := c.submit(t, true, env, "--nodes=2", "--ntasks-per-node=2", "slurm/gorun.sbatch")
+	out := readOutput(t, outFile)
+	if code != 0 {
+		t.Fatalf("sbatch --wait exited %d:\n%s", code, out)
+	}
+	c.checkRanks(t, out, 8, 4)
+	if !strings.Contains(strings.Join(strings.Fields(out), " "), "[warn] --nproc-per-node=4, given on the command line, wins over the slot counts the Slurm allocation gives (node0:2, node1:2)") {
+		t.Errorf("no note on the counts not taken:\n%s", out)
+	}
+	c.noneLeft(t, 10*time.Second)
+}

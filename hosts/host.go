@@ -15,10 +15,13 @@ type Host struct {
 	Name  string `json:"host"`
 	Slots int    `json:"slots"` // processes (GPUs) to start there; 0 means not stated
 	GPUs  []int  `json:"gpus"`  // GPU ids to use; nil means unknown (all of them)
-	// DefaultSlots marks Slots taken from SLURM_TASKS_PER_NODE, which
-	// Slurm sets even when nobody asked for tasks (1 per node under
-	// `sbatch -N 3`): an explicit --nproc-per-node wins over it.
-	DefaultSlots bool `json:"-"`
+	// Implied marks Slots that no command-line flag gave: those of a
+	// hostfile or of the Slurm allocation (SLURM_GPUS_ON_NODE,
+	// SLURM_TASKS_PER_NODE, ...; Slurm sets the tasks even when nobody
+	// asked for them, 1 per node under `sbatch -N 3`). A
+	// --nproc-per-node given on the command line wins over them, with a
+	// note in the plan (README, "Explicit wins").
+	Implied bool `json:"-"`
 }
 
 // Limits of RFC 1123 host names.

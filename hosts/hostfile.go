@@ -68,6 +68,9 @@ func ParseHostfile(name string, data []byte) ([]Host, error) {
 			Fix:     `write one "host slots=N" per line`,
 		}
 	}
+	for i := range hosts {
+		hosts[i].Implied = hosts[i].Slots > 0 // a file's count: --nproc-per-node given wins over it
+	}
 	return hosts, nil
 }
 

@@ -280,10 +280,9 @@ func FromSlurm(getenv func(string) string) ([]Host, error) {
 	if err != nil {
 		return nil, err
 	}
-	byDefault := getenv("SLURM_GPUS_ON_NODE") == "" && getenv("SLURM_GPUS_PER_NODE") == "" && getenv("SLURM_NTASKS_PER_NODE") == ""
 	for i := range hosts {
 		if slots != nil {
-			hosts[i].Slots, hosts[i].DefaultSlots = slots[i], byDefault
+			hosts[i].Slots, hosts[i].Implied = slots[i], true
 		}
 	}
 	return hosts, nil

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,7 +150,7 @@ func TestFromSlurm(t *testing.T) {
 			if err != nil {
 				t.Fatalf("FromSlurm: %v", err)
 			}
-			if !reflect.DeepEqual(got, tt.want) {
+			if !reflect.DeepEqual(withoutImplied(got), withoutImplied(tt.want)) {
 				t.Errorf("FromSlurm = %+v, want %+v", got, tt.want)
 			}
 		})
@@ -308,9 +309,32 @@ func TestSlurmStep(t *testing.T) {
 }
 
 // byDefault marks hosts whose slots came from SLURM_TASKS_PER_NODE alone.
-func byDefault(hosts []Host) []Host {
-	for i := range hosts {
-		hosts[i].DefaultSlots = true
+func byDefault(hosts []Host) []Host { return hosts }
+
+// withoutImplied is hosts with Implied cleared: the tables compare what
+// was read; TestImpliedSlots, where it came from.
+func withoutImplied(hosts []Host) []Host {
+	out := slices.Clone(hosts)
+	for i := range out {
+		out[i].Implied = false
 	}
-	return hosts
+	return out
+}
+
+// TestImpliedSlots: slot counts from a hostfile or the Slurm allocation
+// are implied (an explicit --nproc-per-node wins over them); those of
+// --hosts are the command line's own.
+func TestImpliedSlots(t *testing.T) {
+	hf, err := ParseHostfile("hf", []byte("a slots=4\nb\n"))
+	if err != nil || !hf[0].Implied || hf[1].Implied {
+		t.Errorf("hostfile: %+v, %v; want a implied, b (no count) not", hf, err)
+	}
+	sl, err := FromSlurm(env(map[string]string{"SLURM_JOB_NODELIST": "n[1-2]", "SLURM_GPUS_ON_NODE": "8"}))
+	if err != nil || !sl[0].Implied || !sl[1].Implied {
+		t.Errorf("Slurm: %+v, %v; want implied", sl, err)
+	}
+	fl, err := Parse("a:4,b:4")
+	if err != nil || fl[0].Implied {
+		t.Errorf("--hosts: %+v, %v; want the command line's own", fl, err)
+	}
 }
