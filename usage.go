@@ -137,6 +137,9 @@ gorun options:
                            spare; early: with the attempt on every node)
   --stop-grace DURATION    after SIGTERM or Ctrl-C to gorun, the workers' time to
                            save their state before SIGKILL (default 30s)
+  --shutdown-timeout N     torchrun 2.12's name for it, in seconds (and its
+                           TORCH_ELASTIC_SHUTDOWN_TIMEOUT); --stop-grace wins
+                           over both, the flag over the variable
   --prewarm auto|MODULES|off
                            a pool of worker interpreters per node, forked
                            from one that imported MODULES (such as torch)

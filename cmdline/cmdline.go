@@ -80,6 +80,9 @@ func ParseWith(argv []string, getenv func(string) string, newID func() string) (
 	if err := p.checkGorun(); err != nil {
 		return CommandLine{}, err
 	}
+	if err := p.applyShutdownTimeout(getenv); err != nil {
+		return CommandLine{}, err
+	}
 	if err := p.checkPrewarm(cfg); err != nil {
 		return CommandLine{}, err
 	}

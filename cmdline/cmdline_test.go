@@ -595,7 +595,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace",
+	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace", "--shutdown-timeout",
 	"--prewarm", "--fanout",
 }
 
@@ -1230,6 +1230,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--summary":             {"s.json", "Summary"},
 		"--warm-restart":        {"off", "WarmRestart"},
 		"--stop-grace":          {"2m", "StopGrace"},
+		"--shutdown-timeout":    {"45", "ShutdownTimeout StopGrace"},
 		"--prewarm":             {"torch,numpy", "Prewarm PrewarmAuto"},
 		"--fanout":              {"64", "Fanout"},
 	}
@@ -1257,6 +1258,49 @@ func TestEveryGorunOption(t *testing.T) {
 				if field := got.Type().Field(i).Name; changed != slices.Contains(strings.Fields(sample.field), field) {
 					t.Errorf("%s: field %s changed: %v", name, field, changed)
 				}
+			}
+		})
+	}
+}
+
+// TestShutdownTimeout: torchrun's --shutdown-timeout (seconds) and
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT set the stop grace; --stop-grace wins
+// over both, the flag over the variable; a bad value is refused with
+// where it came from.
+func TestShutdownTimeout(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		args []string
+		env  string
+		want time.Duration
+		bad  string // where the error says the bad value is
+	}{
+		{"default", nil, "", DefaultStopGrace, ""},
+		{"--shutdown-timeout", []string{"--shutdown-timeout", "45"}, "", 45 * time.Second, ""},
+		{"underscore spelling", []string{"--shutdown_timeout=45"}, "", 45 * time.Second, ""},
+		{"the variable", nil, "50", 50 * time.Second, ""},
+		{"the flag over the variable", []string{"--shutdown-timeout", "45"}, "50", 45 * time.Second, ""},
+		{"--stop-grace over both", []string{"--shutdown-timeout", "45", "--stop-grace", "2s"}, "50", 2 * time.Second, ""},
+		{"--stop-grace over the variable", []string{"--stop-grace", "2s"}, "50", 2 * time.Second, ""},
+		{"bad flag", []string{"--shutdown-timeout", "soon"}, "", 0, "--shutdown-timeout"},
+		{"bad variable", nil, "-3", 0, ShutdownTimeoutVar},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cl, err := Parse(append(tc.args, "train.py"), func(k string) string {
+				if k == ShutdownTimeoutVar {
+					return tc.env
+				}
+				return ""
+			})
+			if tc.bad != "" {
+				var ie *userr.InputError
+				if !errors.As(err, &ie) || ie.Where != tc.bad {
+					t.Fatalf("err %v, want an input error at %s", err, tc.bad)
+				}
+				return
+			}
+			if err != nil || cl.Gorun.StopGrace != tc.want {
+				t.Fatalf("StopGrace %v, %v; want %v", cl.Gorun.StopGrace, err, tc.want)
 			}
 		})
 	}

@@ -116,6 +116,9 @@ type Options struct {
 	// signal of a stop from outside (SIGTERM or Ctrl-C to gorun, scancel,
 	// a pod's deletion), before what is left is killed.
 	StopGrace time.Duration
+	// ShutdownTimeout is torchrun's --shutdown-timeout as given (0: not
+	// given); it sets StopGrace unless --stop-grace is given too.
+	ShutdownTimeout time.Duration
 	// Prewarm (--prewarm auto|MODULES|off) names the modules that each
 	// node's pool of worker interpreters imports ahead, once, for one
 	// forked interpreter per local rank; nil (off): every worker starts

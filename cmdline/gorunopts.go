@@ -60,6 +60,7 @@ func gorunTable() []*optionSpec {
 		gorunText("summary", "--summary", func(o *Options) *string { return &o.Summary }),
 		gorunText("warm_restart", "--warm-restart", func(o *Options) *string { return &o.WarmRestart }).oneOf("on", "early", "off").byDefault("on"),
 		gorunValue("stop_grace", "--stop-grace", setStopGrace).byDefault(DefaultStopGrace.String()),
+		gorunValue("shutdown_timeout", "--shutdown-timeout", setShutdownTimeout).also("--shutdown_timeout"),
 		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
 		gorunValue("fanout", "--fanout", setFanout),
 	}
@@ -91,6 +92,9 @@ func gorunFlag(dest, name string, field func(*Options) *bool) *optionSpec {
 
 // oneOf limits the option's values to choices.
 func (s *optionSpec) oneOf(choices ...string) *optionSpec { s.choices = choices; return s }
+
+// also gives the option another spelling (torchrun's underscore form).
+func (s *optionSpec) also(name string) *optionSpec { s.names = append(s.names, name); return s }
 
 // byDefault gives the option the value def before argv is read.
 func (s *optionSpec) byDefault(def string) *optionSpec { s.gorun.def = def; return s }
@@ -177,6 +181,47 @@ func setStopGrace(o *Options, typed string, _ int, value string) error {
 			Fix: "give the time the workers have to save their state after SIGTERM, such as 30s, 2m or 10m (plain numbers are seconds; the default is 30s)"}
 	}
 	o.StopGrace = d
+	return nil
+}
+
+// setShutdownTimeout takes torchrun's --shutdown-timeout (2.12 and
+// later: the workers' time between SIGTERM and SIGKILL when torchrun is
+// stopped by a signal), which is what --stop-grace means to gorun. It
+// stands for --stop-grace where that is not given (applyShutdownTimeout).
+func setShutdownTimeout(o *Options, typed string, _ int, value string) error {
+	d, err := parseDuration(value)
+	if err != nil || d <= 0 {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%s is not a positive number of seconds", userr.Quote(value)),
+			Fix: "give the workers' time after SIGTERM in seconds, as torchrun takes it (30), or use gorun's --stop-grace 30s"}
+	}
+	o.ShutdownTimeout = d
+	return nil
+}
+
+// ShutdownTimeoutVar is torchrun's variable for --shutdown-timeout's
+// default (2.12 and later).
+const ShutdownTimeoutVar = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
+
+// applyShutdownTimeout sets StopGrace from torchrun's names for it where
+// --stop-grace was not given: --shutdown-timeout, else
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT (README, "Signals": --stop-grace wins
+// over both, the flag over the variable).
+func (p *parser) applyShutdownTimeout(getenv func(string) string) error {
+	if _, given := p.gorunGiven["stop_grace"]; given {
+		return nil
+	}
+	if _, given := p.gorunGiven["shutdown_timeout"]; given {
+		p.gorun.StopGrace = p.gorun.ShutdownTimeout
+		return nil
+	}
+	if v := getenv(ShutdownTimeoutVar); v != "" {
+		d, err := parseDuration(v)
+		if err != nil || d <= 0 {
+			return &userr.InputError{Where: ShutdownTimeoutVar, Problem: fmt.Sprintf("%s is not a positive number of seconds", userr.Quote(v)),
+				Fix: "set it to the workers' time after SIGTERM in seconds (30), unset it, or give --stop-grace"}
+		}
+		p.gorun.StopGrace = d
+	}
 	return nil
 }
 

@@ -78,6 +78,13 @@ func everyOnce(t *testing.T, dir, name string, ranks int, r *run) {
 // until every rank is ready.
 func clusterSignalRun(t *testing.T, env []string, extra ...string) (*run, string, string) {
 	t.Helper()
+	return clusterSignalRunFrom(t, nil, env, extra...)
+}
+
+// clusterSignalRunFrom is clusterSignalRun with head added to gorun's own
+// environment.
+func clusterSignalRunFrom(t *testing.T, head, env []string, extra ...string) (*run, string, string) {
+	t.Helper()
 	c := needCluster(t, 3)
 	mark, dir := marker(t), markDir(t)
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), "--preflight", "off")
@@ -86,7 +93,7 @@ func clusterSignalRun(t *testing.T, env []string, extra ...string) (*run, string
 	for _, kv := range env {
 		args = append(args, "--env", kv)
 	}
-	r := startGorun(t, []string{"GORUN_MARK=" + mark}, append(args, ckptScript(t), mark)...)
+	r := startGorun(t, append([]string{"GORUN_MARK=" + mark}, head...), append(args, ckptScript(t), mark)...)
 	waitMarkers(t, r, dir, "ready", 6, 3*time.Minute)
 	return r, mark, dir
 }
@@ -112,23 +119,32 @@ func TestClusterSIGUSR1Passed(t *testing.T) {
 // 10 s writing its checkpoint. With the default grace (30 s) every
 // checkpoint completes and gorun exits 143 after 10-15 s; with
 // --stop-grace 2s the workers are killed at about 2 s, checkpoints lost.
+// torchrun's names for the grace (2.12 and later) mean the same:
+// --shutdown-timeout 45 lets a 40 s checkpoint complete, where the
+// default would kill it at 30 s; TORCH_ELASTIC_SHUTDOWN_TIMEOUT=2 kills at
+// 2 s; --stop-grace wins over --shutdown-timeout.
 func TestClusterSIGTERMCheckpoint(t *testing.T) {
 	for _, tc := range []struct {
 		name     string
+		head     []string // gorun's own environment
+		env      []string // the workers'
 		extra    []string
 		min, max time.Duration // from SIGTERM to gorun's exit
 		complete bool
 	}{
-		{"default grace", nil, 10 * time.Second, 15 * time.Second, true},
-		{"stop-grace 2s", []string{"--stop-grace", "2s"}, 2 * time.Second, 4 * time.Second, false},
+		{"default grace", nil, []string{"CKPT_SECS=10"}, nil, 10 * time.Second, 15 * time.Second, true},
+		{"stop-grace 2s", nil, []string{"CKPT_SECS=10"}, []string{"--stop-grace", "2s"}, 2 * time.Second, 4 * time.Second, false},
+		{"shutdown-timeout 45", nil, []string{"CKPT_SECS=40"}, []string{"--shutdown-timeout", "45"}, 40 * time.Second, 45 * time.Second, true},
+		{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=2", []string{"TORCH_ELASTIC_SHUTDOWN_TIMEOUT=2"}, []string{"CKPT_SECS=10"}, nil, 2 * time.Second, 4 * time.Second, false},
+		{"stop-grace wins over shutdown-timeout", nil, []string{"CKPT_SECS=10"}, []string{"--shutdown-timeout", "45", "--stop-grace", "2s"}, 2 * time.Second, 4 * time.Second, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			r, mark, dir := clusterSignalRun(t, []string{"CKPT_SECS=10"}, tc.extra...)
+			r, mark, dir := clusterSignalRunFrom(t, tc.head, tc.env, tc.extra...)
 			start := time.Now()
 			if err := r.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 				t.Fatal(err)
 			}
-			code := r.wait(t, 40*time.Second)
+			code := r.wait(t, tc.max+20*time.Second)
 			took := time.Since(start)
 			if code != 143 {
 				t.Errorf("exit %d after SIGTERM, want 143:\n%s", code, r.output())
