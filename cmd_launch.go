@@ -21,7 +21,10 @@ import (
 
 // runLaunch is the main job: argv → job.Config, then job.Run.
 func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) error {
-	cl, err := cmdline.Parse(args, os.Getenv)
+	cl, notes, err := job.ParseLaunch(w.Context(), args, os.Getenv, exec.LookPath)
+	for _, n := range notes {
+		fmt.Fprintln(stderr, "gorun:", n)
+	}
 	if errors.Is(err, cmdline.ErrHelp) {
 		_, err = io.WriteString(stdout, usage())
 		return err

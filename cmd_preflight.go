@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/inputfile"
@@ -69,7 +70,7 @@ func runPreflight(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		rep.WriteText(stdout)
 		return nil
 	}
-	cl, err := cmdline.Parse(append(rest, "-"), os.Getenv) // the script is optional here
+	cl, _, err := job.ParseLaunch(ctx, append(rest, "-"), os.Getenv, exec.LookPath) // the script is optional here
 	if err != nil {
 		return err
 	}

@@ -60,13 +60,42 @@ func Parse(argv []string, getenv func(string) string) (CommandLine, error) {
 //     value of an --env or the part after '=' of an unknown option (a
 //     mistyped --env).
 func ParseWith(argv []string, getenv func(string) string, newID func() string) (CommandLine, error) {
+	return parse(argv, getenv, newID, nil)
+}
+
+// ParseExtra is Parse knowing, besides torchrun 2.11's options and
+// gorun's, options of a newer torchrun (read from its --help): they are
+// torchrun's, passed to it as typed (CommandLine.Given).
+func ParseExtra(argv []string, getenv func(string) string, extra []Extra) (CommandLine, error) {
+	return parse(argv, getenv, newUUID4, extra)
+}
+
+// Extra is an option of a newer torchrun that gorun does not know.
+type Extra struct {
+	Names []string // its spellings, "--exit-barrier-timeout", "--exit_barrier_timeout"
+	Value bool     // it takes a value
+}
+
+// UnknownOptionsError is a command line with options that neither gorun
+// nor torchrun 2.11 knows. It is an input error (Unwrap); a caller may ask
+// the torchrun the launch would run whether its --help lists them
+// (ParseExtra).
+type UnknownOptionsError struct {
+	*userr.InputError
+	Names    []string // each unknown option as typed, without its "=value"
+	Torchrun string   // --torchrun as given (its default "torchrun")
+}
+
+func (e *UnknownOptionsError) Unwrap() error { return e.InputError }
+
+func parse(argv []string, getenv func(string) string, newID func() string, extra []Extra) (CommandLine, error) {
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
 	if newID == nil {
 		newID = func() string { return placeholderRdzvID }
 	}
-	p := newParser()
+	p := newParser(extra)
 	if err := p.parseArgv(argv); err != nil {
 		return CommandLine{}, err
 	}
@@ -90,7 +119,7 @@ func ParseWith(argv []string, getenv func(string) string, newID func() string) (
 	if given == nil {
 		given = []Arg{}
 	}
-	return CommandLine{Gorun: p.gorun, Torchrun: cfg, Given: given}, nil
+	return CommandLine{Gorun: p.gorun, Torchrun: cfg, Given: given, Extra: extra}, nil
 }
 
 // TorchrunOptionNames lists the canonical (dashed) long name of every torchrun
@@ -138,9 +167,18 @@ type parser struct {
 	gorunGiven map[string]string // dest of each gorun option on argv -> the spelling typed last
 }
 
-func newParser() *parser {
+func newParser(extra []Extra) *parser {
+	specs := optionTable()
+	for _, e := range extra {
+		kind := kindFlag
+		if e.Value {
+			kind = kindValue
+		}
+		dest := strings.ReplaceAll(strings.TrimPrefix(e.Names[0], "--"), "-", "_")
+		specs = append(specs, &optionSpec{names: e.Names, dest: dest, kind: kind})
+	}
 	p := &parser{
-		table:      newTable(optionTable()),
+		table:      newTable(specs),
 		set:        map[string]setting{},
 		argvSet:    map[string]bool{},
 		gorunGiven: map[string]string{},
@@ -204,7 +242,12 @@ func (p *parser) finishArgv() error {
 		return &userr.InputError{Where: "training_script", Problem: "the training script is an empty string", Fix: "name the script or module to run"}
 	}
 	if len(p.unknown) > 0 {
-		return unrecognized(p.unknown, "see gorun --help; options go before the training script, its own arguments after it")
+		names := make([]string, len(p.unknown))
+		for i, u := range p.unknown {
+			names[i], _, _ = strings.Cut(u, "=")
+		}
+		ie := unrecognized(p.unknown, "see gorun --help; options go before the training script, its own arguments after it").(*userr.InputError)
+		return &UnknownOptionsError{InputError: ie, Names: names, Torchrun: p.gorun.Torchrun}
 	}
 	return nil
 }

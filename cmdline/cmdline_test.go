@@ -615,7 +615,7 @@ func TestOptionNames(t *testing.T) {
 // Every full name, torchrun's or gorun's, must resolve to its own option: no
 // gorun name may be a prefix of a torchrun spelling or the other way round.
 func TestGorunNamesDoNotShadowTorchrun(t *testing.T) {
-	p := newParser()
+	p := newParser(nil)
 	for _, g := range gorunOptions {
 		for _, o := range torchrunOptions {
 			for _, n := range o {
@@ -642,7 +642,7 @@ func TestGorunNamesDoNotShadowTorchrun(t *testing.T) {
 // option to ambiguous; a new gorun option that breaks more fails here.
 func TestPrefixesThatChangeMeaning(t *testing.T) {
 	want := []string{"--h", "--re", "--t", "--te"}
-	p := newParser()
+	p := newParser(nil)
 	var got []string
 	seen := map[string]bool{}
 	for _, o := range torchrunOptions {

@@ -189,6 +189,9 @@ type CommandLine struct {
 	Gorun    Options
 	Torchrun Config
 	Given    []Arg
+	// Extra are the newer torchrun's options it was parsed with
+	// (ParseExtra), for a parse of the same command line again.
+	Extra []Extra
 }
 
 // Set reports whether the user set the torchrun option with this dest

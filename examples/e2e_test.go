@@ -682,3 +682,59 @@ func TestClusterPreflight(t *testing.T) {
 		t.Fatalf("GPUs asked on CPU nodes: exit %d, ok %v; want 2, false", code, report.OK)
 	}
 }
+
+// TestNewerTorchrunOption: an option gorun does not know, that the
+// torchrun it runs lists in its --help (a torchrun newer than gorun; here
+// the Debian one behind a wrapper whose --help adds one), is passed to
+// torchrun as typed, with a note; one that torchrun does not list either
+// is refused, exit 2, nothing started. The --help is read once: the second
+// run finds it in the cache.
+func TestNewerTorchrunOption(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	wrapper := filepath.Join(dir, "torchrun")
+	got := filepath.Join(dir, "got")
+	asked := filepath.Join(dir, "asked")
+	if err := os.WriteFile(wrapper, []byte(`#!/bin/bash
+# A torchrun newer than gorun: its --help lists --exit-barrier-timeout.
+if [ "$1" = --help ]; then
+  echo asked >>`+asked+`
+  "`+shim(t)+`" --help
+  echo "  --exit-barrier-timeout EXIT_BARRIER_TIMEOUT, --exit_barrier_timeout EXIT_BARRIER_TIMEOUT"
+  echo "                        Seconds to wait at the exit barrier."
+  exit 0
+fi
+args=()
+for a in "$@"; do
+  case $a in --exit_barrier_timeout=*) echo "$a" >>`+got+` ;; *) args+=("$a") ;; esac
+done
+exec "`+shim(t)+`" "${args[@]}"
+`), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"XDG_CACHE_HOME=" + filepath.Join(dir, "cache"), "STEPS=2"}
+	for round := range 2 {
+		mark := marker(t)
+		r := startGorun(t, append(env, "GORUN_MARK="+mark), "--torchrun", wrapper, "--nproc-per-node", "2",
+			"--exit-barrier-timeout", "30", script(t), "--tag", mark)
+		if code := r.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("round %d: exit %d:\n%s", round, code, r.output())
+		}
+		if !strings.Contains(r.output(), "gorun: --exit-barrier-timeout is not an option gorun knows; the torchrun it runs") {
+			t.Errorf("round %d: no note:\n%s", round, r.output())
+		}
+		noneLeft(t, mark, 5*time.Second)
+	}
+	if b, _ := os.ReadFile(got); string(b) != "--exit_barrier_timeout=30\n--exit_barrier_timeout=30\n" {
+		t.Errorf("torchrun got %q, want the option in each of 2 runs", b)
+	}
+	if b, _ := os.ReadFile(asked); string(b) != "asked\n" {
+		t.Errorf("torchrun --help was asked %q, want once (then the cache)", b)
+	}
+	cmd := exec.Command(gorunBin, "--torchrun", wrapper, "--exit-barrier-timeoot", "30", script(t))
+	cmd.Env = append(os.Environ(), env...)
+	out, err := cmd.CombinedOutput()
+	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unrecognized arguments: --exit-barrier-timeoot") {
+		t.Errorf("an option torchrun does not list either: %v, want exit 2 naming it:\n%s", err, out)
+	}
+}

@@ -67,5 +67,5 @@ func slurmStep(cfg Config) (cmdline.CommandLine, error) {
 	if id == "" {
 		return cl, nil
 	}
-	return cmdline.Parse(append([]string{"--node-rank=" + id}, cfg.Args...), cfg.Getenv)
+	return cmdline.ParseExtra(append([]string{"--node-rank=" + id}, cfg.Args...), cfg.Getenv, cl.Extra)
 }
