@@ -87,6 +87,7 @@ func Check(f Facts, want Want) []Finding {
 	add(checkVisibleDevices(f, want)...)
 	add(checkCUDAEnv(f)...)
 	add(checkTorch(f)...)
+	add(checkScript(f)...)
 	if haveGPUs {
 		add(checkGPUHealth(f)...)
 		add(checkGPUModes(f)...)
@@ -682,6 +683,19 @@ func checkNVLink(f Facts) []Finding {
 		out = append(out, ok("gpu.nvlink", "every NVLink is up", fmt.Sprintf("%d active links on %d GPUs", total, len(f.GPUs))))
 	}
 	return out
+}
+
+// checkScript fails a node that lacks the training script where the
+// head would have torchrun run it: the code is not synced there, or the
+// working directory the head gives (its own) does not exist there.
+func checkScript(f Facts) []Finding {
+	if f.ScriptMissing == "" {
+		return nil
+	}
+	return []Finding{{ID: "script.present", Severity: SeverityFail,
+		Message:  "the training script is not on this node: torchrun would start and its workers fail at once",
+		Evidence: f.ScriptMissing + ": no such file or directory",
+		Remedy:   "sync the code to every node at the same path (the head's working directory is each node's), or run gorun from a directory every node has"}}
 }
 
 // checkTorch fails a node whose torchrun interpreter cannot find a

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net"
 	"os"
 	"os/exec"
@@ -192,7 +193,10 @@ func Collect(ctx context.Context, src Sources, opts CollectOptions) Facts {
 		var sum string
 		var err error
 		if within(ctx, limit, "script", &f, func(context.Context) { sum, err = fileSHA256(opts.Script) }) {
-			if err != nil {
+			switch {
+			case errors.Is(err, fs.ErrNotExist):
+				f.ScriptMissing = opts.Script
+			case err != nil:
 				f.Errors = append(f.Errors, fmt.Sprintf("hash training script: %v", err))
 			}
 			f.ScriptSHA256 = sum

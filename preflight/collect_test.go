@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -94,12 +95,19 @@ func TestCollect(t *testing.T) {
 		if f.Source != "" || len(f.GPUs) != 0 || f.Hostname != "cpu-01" {
 			t.Errorf("facts = %+v", f)
 		}
-		if len(f.Errors) != 1 || !strings.Contains(f.Errors[0], "hash training script") {
-			t.Errorf("errors = %v", f.Errors)
+		if len(f.Errors) != 0 || f.ScriptMissing != "/nonexistent/train.py" {
+			t.Errorf("errors = %v, script missing %q", f.Errors, f.ScriptMissing)
 		}
 		fs := Check(f, Want{NProc: "4"})
-		if worst(fs) == SeverityFail {
-			t.Errorf("CPU job on a CPU node fails:\n%s", dumpFindings(fs))
+		for _, fd := range fs {
+			if fd.Severity == SeverityFail && fd.ID != "script.present" {
+				t.Errorf("CPU job on a CPU node fails:\n%s", dumpFindings(fs))
+			}
+		}
+		if !slices.ContainsFunc(fs, func(fd Finding) bool {
+			return fd.ID == "script.present" && fd.Severity == SeverityFail && fd.OfTheJob()
+		}) {
+			t.Errorf("no script.present failure, the job's, for a script that is not there:\n%s", dumpFindings(fs))
 		}
 	})
 	t.Run("broken nvidia-smi is reported", func(t *testing.T) {

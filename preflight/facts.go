@@ -44,6 +44,10 @@ type Facts struct {
 	// ScriptSHA256 is the hex SHA-256 of the training script on this node;
 	// empty when no script was given or it could not be read.
 	ScriptSHA256 string `json:"script_sha256,omitempty"`
+	// ScriptMissing is the training script's path where it (or the
+	// folder it is in: the working directory the head gave) is not on
+	// this node; "" when it is, or was not looked for.
+	ScriptMissing string `json:"script_missing,omitempty"`
 	// Gorun is the gorun binary that collected these facts on the node; the
 	// plan's worker-start hook runs it.
 	Gorun string `json:"gorun,omitempty"`
