@@ -31,10 +31,18 @@ func Live(w io.Writer, getenv func(string) string) bool {
 	return t != "" && t != "dumb" && IsTerminal(w)
 }
 
-// Color reports whether w takes ANSI colour: a terminal that is not
-// "dumb", with NO_COLOR unset or empty (no-color.org).
+// Color reports whether w takes ANSI colour: never with NO_COLOR set and
+// not empty (no-color.org); always with FORCE_COLOR set, not empty and not
+// "0" (force-color.org: a pipe to a pager or a CI log that shows colour);
+// else on a terminal that is not "dumb".
 func Color(w io.Writer, getenv func(string) string) bool {
-	return getenv("NO_COLOR") == "" && getenv("TERM") != "dumb" && IsTerminal(w)
+	switch {
+	case getenv("NO_COLOR") != "":
+		return false
+	case getenv("FORCE_COLOR") != "" && getenv("FORCE_COLOR") != "0":
+		return true
+	}
+	return getenv("TERM") != "dumb" && IsTerminal(w)
 }
 
 // SameFile reports whether a and b write to the same file (the same

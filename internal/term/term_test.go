@@ -55,6 +55,10 @@ func TestNotATerminal(t *testing.T) {
 		if IsTerminal(w) || Live(w, xterm) || Color(w, xterm) || Width(w) != 0 {
 			t.Errorf("%s taken for a terminal", name)
 		}
+		if !Color(w, env(map[string]string{"FORCE_COLOR": "1"})) || Color(w, env(map[string]string{"FORCE_COLOR": "0"})) ||
+			Color(w, env(map[string]string{"FORCE_COLOR": "1", "NO_COLOR": "1"})) {
+			t.Errorf("%s: FORCE_COLOR=1 must colour it, FORCE_COLOR=0 not, NO_COLOR wins", name)
+		}
 	}
 }
 
@@ -82,6 +86,8 @@ func TestTerminal(t *testing.T) {
 		{map[string]string{"TERM": "xterm", "NO_COLOR": "1"}, true, false},
 		{map[string]string{"TERM": "dumb"}, false, false},
 		{map[string]string{}, false, true},
+		{map[string]string{"TERM": "dumb", "FORCE_COLOR": "1"}, false, true},
+		{map[string]string{"TERM": "xterm", "FORCE_COLOR": "1", "NO_COLOR": "1"}, true, false},
 	} {
 		if got := Live(tty, env(tc.env)); got != tc.live {
 			t.Errorf("Live with %v = %v", tc.env, got)
