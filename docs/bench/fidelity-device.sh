@@ -6,7 +6,8 @@
 # GPU per rank, gloo otherwise), and each case of examples/fidelity/cases.
 # Every comparison's output, and a summary line per run, to OUTDIR.
 #   usage: GORUN=path [OUTDIR=dir] [NPROC=2] [CASES="probe seeds args ..."] [TORCHRUN=torchrun] [PYTHON=python3]
-# CASES: those alone ("probe": the probe's runs; a case's name: that case).
+# CASES: those alone ("probe": the probe's pooled and cold runs; "restart": a
+# restarted attempt; "probe1": one rank; a case's name: that case).
 #          docs/bench/fidelity-device.sh
 set -uo pipefail
 cd "$(dirname "$0")/../.."
@@ -47,9 +48,9 @@ cold() { # RUN: did gorun start it cold? (the line, or "pooled")
 }
 probe=$root/examples/fidelity/probe.py
 T=("$torchrun" --master_port) G=("$gorun" --torchrun "$torchrun" --prewarm torch --master_port)
-all="probe seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var syntax_error raises"
+all="probe restart probe1 seeds omp_before_import syspath_before_import warnings_before_import atexit_before_import asdir zip module args runtime_var syntax_error raises"
 want=" ${CASES:-$all} "
-if [[ $want == *" probe "* ]]; then
+if [[ $want == *" probe "* ]]; then # NPROC ranks: pooled, cold, and the pool alone
 run torchrun "$root" "${T[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 run pooled "$root" "${G[@]}" "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 cold pooled
@@ -57,10 +58,14 @@ compare torchrun pooled pooled
 run cold "$root" "$gorun" --torchrun "$torchrun" --prewarm off --master_port "$(port)" --nproc_per_node="$nproc" "$probe" a "b c"
 compare torchrun cold cold
 compare cold pooled pool # what the pool alone changes
+fi
+if [[ $want == *" restart "* ]]; then # a restarted attempt, from the warm standby's pool
 FIDELITY_CRASH_ATTEMPT=0 run torchrun-restart "$root" "${T[@]}" "$(port)" --max_restarts=1 --nproc_per_node="$nproc" "$probe" a "b c"
 FIDELITY_CRASH_ATTEMPT=0 run restart "$root" "${G[@]}" "$(port)" --max-restarts 1 --nproc_per_node="$nproc" "$probe" a "b c"
 grep -h "restart after attempt" "$out/restart.log" | tee -a "$summary"
 compare torchrun-restart restart restart
+fi
+if [[ $want == *" probe1 "* ]]; then # one rank: NCCL where there is a GPU
 run torchrun-1 "$root" "${T[@]}" "$(port)" --nproc_per_node=1 "$probe"
 run pooled-1 "$root" "${G[@]}" "$(port)" --nproc_per_node=1 "$probe"
 cold pooled-1
@@ -71,7 +76,7 @@ c=$root/examples/fidelity/cases
 many=()
 for i in $(seq 0 29999); do many+=("arg$i"); done
 for case in $want; do
-  case $case in probe | syntax_error | raises) continue ;; esac
+  case $case in probe | restart | probe1 | syntax_error | raises) continue ;; esac
   a=("$case.py")
   case $case in
   asdir) a=(asdir x) ;;
