@@ -1,7 +1,9 @@
 package envplan
 
 import (
+	"fmt"
 	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/hosts"
@@ -18,10 +20,36 @@ const RankCommand = "_rank"
 // not known on the head (preflight off); the node agent replaces it.
 const GorunSelf = "{gorun}"
 
-// WorkerEchoVar set to 1 makes each worker's supervisor also write the
-// worker's output where torchrun captures it (the user's --tee and
-// --redirects files).
+// WorkerEchoVar holds, as torchrun's --redirects takes it per local rank
+// ("0:3,1:1"; "1" for every stream of every rank), the streams each
+// worker's supervisor also writes where torchrun captures them (the
+// user's --tee and --redirects files). Any other would reach torchrun's
+// console as well as the head's lines: twice.
 const WorkerEchoVar = "GORUN_WORKER_ECHO"
+
+// WorkerQuietVar holds, as torchrun's --redirects takes it per local rank
+// ("0:3,1:1"), the streams each worker's supervisor keeps off the console:
+// those --redirects sends to files and --tee does not copy back (torchrun
+// shows neither). Bit 1 is stdout, bit 2 stderr.
+const WorkerQuietVar = "GORUN_WORKER_QUIET"
+
+// StdStreams is torchrun's --redirects or --tee value for one local rank:
+// "3" for every rank, or "0:1,1:2" per rank (a rank not named: 0).
+// Bit 1 is stdout, bit 2 stderr.
+func StdStreams(spec string, localRank int) int {
+	spec = strings.TrimSpace(spec)
+	if n, err := strconv.Atoi(spec); err == nil {
+		return n & 3
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
+		if r, err := strconv.Atoi(k); ok && err == nil && r == localRank {
+			n, _ := strconv.Atoi(v)
+			return n & 3
+		}
+	}
+	return 0
+}
 
 // wrapWorkers puts gorun's supervisor between torchrun and every worker:
 // torchrun runs `gorun _rank [-m | --no-python] -- <script> <args>` (with
@@ -60,8 +88,23 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 	n.Command = append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
 
 	if b.spec.Set("tee") || b.spec.Set("redirects") {
-		n.Env[WorkerEchoVar] = Var{Value: "1", Source: SourceGorun,
-			Reason: "--tee/--redirects: each worker's supervisor also writes its output where torchrun captures it, so torchrun's log files are written as without gorun"}
+		var echo, quiet []string
+		for lr := range len(n.Ranks) {
+			if e := StdStreams(b.cfg.Redirects, lr) | StdStreams(b.cfg.Tee, lr); e != 0 {
+				echo = append(echo, fmt.Sprintf("%d:%d", lr, e))
+			}
+			if q := StdStreams(b.cfg.Redirects, lr) &^ StdStreams(b.cfg.Tee, lr); q != 0 {
+				quiet = append(quiet, fmt.Sprintf("%d:%d", lr, q))
+			}
+		}
+		if len(echo) > 0 {
+			n.Env[WorkerEchoVar] = Var{Value: strings.Join(echo, ","), Source: SourceGorun,
+				Reason: "--tee/--redirects: each worker's supervisor also writes these streams where torchrun captures them, so torchrun's log files are written as without gorun"}
+		}
+		if len(quiet) > 0 {
+			n.Env[WorkerQuietVar] = Var{Value: strings.Join(quiet, ","), Source: SourceGorun,
+				Reason: "--redirects: the streams torchrun sends to its log files only (and --tee does not copy back) stay off the console, as under torchrun"}
+		}
 	}
 	sets := make([]string, len(n.Ranks))
 	bound := false

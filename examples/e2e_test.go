@@ -20,6 +20,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -736,5 +737,73 @@ exec "`+shim(t)+`" "${args[@]}"
 	out, err := cmd.CombinedOutput()
 	if ee, ok := err.(*exec.ExitError); !ok || ee.ExitCode() != 2 || !strings.Contains(string(out), "unrecognized arguments: --exit-barrier-timeoot") {
 		t.Errorf("an option torchrun does not list either: %v, want exit 2 naming it:\n%s", err, out)
+	}
+}
+
+// TestRedirectsAndTee: torchrun's --redirects and --tee keep their meaning
+// under gorun, side by side with the same torchrun: the worker lines on the
+// console (torchrun's "[default0]:" taken off) and in the --log-dir files
+// are the same. A redirected stream stays off the console; a teed one is
+// on both; one named by neither is on the console only, once.
+func TestRedirectsAndTee(t *testing.T) {
+	needTorch(t)
+	dir := t.TempDir()
+	job := filepath.Join(dir, "job.py")
+	if err := os.WriteFile(job, []byte(`import os, sys, time
+r = int(os.environ["RANK"])
+time.sleep(0.3 * r)
+print("out from", r, flush=True)
+time.sleep(0.1)
+print("err from", r, file=sys.stderr, flush=True)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	lines := func(out []byte) []string {
+		var got []string
+		for _, l := range strings.Split(string(out), "\n") {
+			if i := strings.Index(l, " from "); i > 0 {
+				got = append(got, regexp.MustCompile(`^\[default\d\]:`).ReplaceAllString(l, ""))
+			}
+		}
+		slices.Sort(got)
+		return got
+	}
+	files := func(logDir string) []string {
+		paths, _ := filepath.Glob(filepath.Join(logDir, "*", "attempt_0", "*", "std*.log"))
+		var got []string
+		for _, p := range paths {
+			b, _ := os.ReadFile(p)
+			got = append(got, lines(b)...)
+		}
+		slices.Sort(got)
+		return got
+	}
+	for _, opts := range [][]string{{"--redirects", "3"}, {"--redirects", "1"}, {"--redirects", "0:3,1:2"},
+		{"--redirects", "3", "--tee", "2"}, {"--tee", "3"}, {"--tee", "1"}} {
+		t.Run(strings.Join(opts, " "), func(t *testing.T) {
+			got := map[string][2][]string{}
+			for _, l := range []string{"torchrun", "gorun"} {
+				logDir := filepath.Join(t.TempDir(), "logs")
+				argv := append(append([]string{"--nproc_per_node", "2", "--log_dir", logDir}, opts...), job)
+				var cmd *exec.Cmd
+				if l == "torchrun" {
+					cmd = exec.Command(shim(t), argv...)
+				} else {
+					cmd = exec.Command(gorunBin, append([]string{"--torchrun", shim(t)}, argv...)...)
+				}
+				cmd.Env = append(os.Environ(), "NO_COLOR=1")
+				out, err := cmd.CombinedOutput()
+				if err != nil {
+					t.Fatalf("%s %q: %v\n%s", l, opts, err, out)
+				}
+				got[l] = [2][]string{lines(out), files(logDir)}
+			}
+			if !slices.Equal(got["gorun"][0], got["torchrun"][0]) {
+				t.Errorf("console: gorun %q, torchrun %q", got["gorun"][0], got["torchrun"][0])
+			}
+			if !slices.Equal(got["gorun"][1], got["torchrun"][1]) {
+				t.Errorf("log files: gorun %q, torchrun %q", got["gorun"][1], got["torchrun"][1])
+			}
+		})
 	}
 }

@@ -18,8 +18,10 @@ import (
 // where it prints lines whole, and decides when a partial line is shown
 // (launch/lines.go).
 // The stream that carries the worker's stderr (capture) holds
-// faulthandler's dump back while one is asked for.
-func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture bool) {
+// faulthandler's dump back while one is asked for. A quiet stream
+// (--redirects) goes to echo alone: no line of it reaches the head, as
+// none reaches torchrun's console (a dump asked for still does).
+func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture, quiet bool) {
 	buf := make([]byte, 64<<10)
 	frame := wire.AppendRank(nil, w.localRank)
 	flood := pipeFlood
@@ -41,7 +43,7 @@ func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture bool) {
 			if echo != nil {
 				_, _ = echo.Write(buf[:n])
 			}
-			if !capture || !w.dump.take(buf[:n]) { // faulthandler's dump: sent whole at the end (stacks.go)
+			if (!capture || !w.dump.take(buf[:n])) && !quiet { // faulthandler's dump: sent whole at the end (stacks.go)
 				w.send(kind, append(frame[:4], buf[:n]...))
 			}
 		}

@@ -77,7 +77,7 @@ func TestForwardCoalescesPrints(t *testing.T) {
 			decoded := make(chan struct{})
 			go func() { io.Copy(dec, agent); close(decoded) }()
 			done := make(chan struct{})
-			go func() { w.forward(wire.FrameOut, r, nil, false); close(done) }()
+			go func() { w.forward(wire.FrameOut, r, nil, false, false); close(done) }()
 
 			const lines = 1000
 			var want bytes.Buffer

@@ -146,8 +146,12 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	defer cleanup()
 	w.stopped = make(chan struct{})
 	w.connOK = w.conn != nil
-	echo := getenv(envplan.WorkerEchoVar) == "1"
-	merged := getenv(wire.MergedOutputVar) == "1" && !echo
+	localRank := atoi(getenv("LOCAL_RANK"), -1)
+	echo := envplan.StdStreams(getenv(envplan.WorkerEchoVar), localRank)
+	merged := getenv(wire.MergedOutputVar) == "1" && echo == 0
+	// Streams torchrun would show on no console (--redirects): written
+	// to its files (echo), never sent to the head as lines.
+	quiet := envplan.StdStreams(getenv(envplan.WorkerQuietVar), localRank)
 	var copies sync.WaitGroup
 	announced, failed := make(chan struct{}), make(chan struct{})
 	defer func() {
@@ -178,11 +182,13 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			set     []*io.Writer
 			capture bool // carries stderr: faulthandler's dump
 			tty     bool // a pseudo-terminal, not a pipe (wire.TTYVar)
+			bit     int  // 1 stdout, 2 stderr, 3 both (merged), as --redirects counts them
 		}
 		tty := wire.ParseTTY(getenv(wire.TTYVar))
-		streams := []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout}, false, tty.Out}, {wire.FrameErr, os.Stderr, []*io.Writer{&cmd.Stderr}, true, tty.Err}}
+		streams := []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout}, false, tty.Out, 1},
+			{wire.FrameErr, os.Stderr, []*io.Writer{&cmd.Stderr}, true, tty.Err, 2}}
 		if merged {
-			streams = []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout, &cmd.Stderr}, true, tty.Out && tty.Err}}
+			streams = []stream{{wire.FrameOut, os.Stdout, []*io.Writer{&cmd.Stdout, &cmd.Stderr}, true, tty.Out && tty.Err, 3}}
 		}
 		for _, s := range streams {
 			pr, pw, err := openStream(s.tty, tty.Cols, tty.Rows)
@@ -199,7 +205,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 				w.ptys = append(w.ptys, pr)
 			}
 			var own io.Writer
-			if echo {
+			if echo&s.bit == s.bit {
 				own = s.own
 			}
 			copies.Add(1)
@@ -211,7 +217,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 				case <-failed:
 					return
 				}
-				w.forward(s.kind, pr, own, s.capture)
+				w.forward(s.kind, pr, own, s.capture, quiet&s.bit == s.bit)
 			}()
 		}
 	} else {
