@@ -5,8 +5,9 @@
 //
 // main.go is the composition root: it parses the command line, creates the
 // process-wide side effects (the signal context, the environment, the
-// executable's path, stdout and stderr) and maps errors to exit codes in
-// one place (exitCode). The run itself is internal/job's; each
+// executable's path, stdout and stderr) and prints the error a run ends
+// with (exitCode; the mapping to exit codes is job.ExitCode, which
+// --summary records too). The run itself is internal/job's; each
 // subcommand's wiring is in a file of its own (cmd_launch.go,
 // cmd_preflight.go, cmd_hosts.go, cmd_node.go); the help texts are in
 // usage.go.
@@ -29,19 +30,16 @@ import (
 	"github.com/gorun/gorun/internal/signals"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
-	"github.com/gorun/gorun/preflight"
 )
 
-// Exit codes: the contract README's "Exit codes" table documents. A
-// worker's own code (or 128+N for a worker killed by signal N) passes
-// through as torchrun passes it; gorun's own outcomes are these.
+// Exit codes: internal/job's (job.ExitCode maps every end of a run).
 const (
-	exitOK          = 0
-	exitFailure     = 1   // gorun itself failed, or an output file could not be written
-	exitUsage       = 2   // bad input, a failed preflight of it included: nothing was started; never worth a retry
-	exitNode        = 3   // a node unreachable or unhealthy (preflight, a recheck, GPU memory kept): retry on other nodes
-	exitHang        = 124 // the last attempt hung (launch.ExitHang)
-	exitInterrupted = 130 // a stop signal of unknown kind; else 128+N for signal N (SIGINT 130, SIGTERM 143)
+	exitOK          = job.ExitOK
+	exitFailure     = job.ExitFailure
+	exitUsage       = job.ExitUsage
+	exitNode        = job.ExitNode
+	exitHang        = job.ExitHang
+	exitInterrupted = job.ExitInterrupted
 )
 
 func main() {
@@ -55,10 +53,9 @@ func main() {
 	os.Exit(exitCode(err, os.Stderr, w.First()))
 }
 
-// exitCode is the one place errors become exit codes; stopSig is the stop
-// signal gorun got, 0 if none.
+// exitCode is where errors become exit codes (job.ExitCode), printed
+// once; stopSig is the stop signal gorun got, 0 if none.
 func exitCode(err error, stderr io.Writer, stopSig syscall.Signal) int {
-	var input *userr.InputError
 	var failed *launch.JobFailed
 	var exit cli.ExitCoder
 	switch {
@@ -66,28 +63,13 @@ func exitCode(err error, stderr io.Writer, stopSig syscall.Signal) int {
 		return exitOK
 	case errors.As(err, &failed):
 		return failed.ExitCode() // launch has printed the failure summary; a hang is launch.ExitHang
-	case errors.Is(err, launch.ErrInterrupted):
-		printErr(stderr, err)
-		if stopSig != 0 {
-			return 128 + int(stopSig)
-		}
-		return exitInterrupted
-	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)):
+	case errors.As(err, &exit) && !errors.As(err, new(*exec.ExitError)) && !errors.Is(err, launch.ErrInterrupted):
 		// cli.Exit from the hidden subcommands; a command gorun ran that
 		// failed has an exit code too, but it is not gorun's.
 		return exit.ExitCode()
-	case errors.Is(err, job.ErrRecheckFailed), errors.Is(err, job.ErrPreflightFailed),
-		errors.Is(err, job.ErrUnreachable):
-		printErr(stderr, err)
-		return exitNode
-	case errors.As(err, &input), errors.Is(err, job.ErrPreflightInput),
-		errors.Is(err, preflight.ErrBadCapture), errors.Is(err, job.ErrSSHSettings):
-		printErr(stderr, err)
-		return exitUsage
-	default:
-		printErr(stderr, err)
-		return exitFailure
 	}
+	printErr(stderr, err)
+	return job.ExitCode(err, stopSig)
 }
 
 func printErr(w io.Writer, err error) {

@@ -1,6 +1,7 @@
 package examples
 
 import (
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -54,7 +55,20 @@ func TestExitCodes(t *testing.T) {
 			run: func(t *testing.T, mark string) (int, string) {
 				c := needCluster(t, 2)
 				noRouteToNode0(t, c, 1)
-				return local(nil, append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--torchrun", shim(t), script(t))...)(t, mark)
+				sum := filepath.Join(t.TempDir(), "s.json")
+				code, out := local(nil, append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--torchrun", shim(t), "--summary", sum, script(t))...)(t, mark)
+				// The summary of a refused run: what a scheduler reads.
+				b, err := os.ReadFile(sum)
+				var s struct {
+					Outcome      string   `json:"outcome"`
+					ExitCode     *int     `json:"exit_code"`
+					NodesAtFault []string `json:"nodes_at_fault"`
+				}
+				if err != nil || json.Unmarshal(b, &s) != nil || s.Outcome != "refused" || s.ExitCode == nil || *s.ExitCode != 3 ||
+					len(s.NodesAtFault) != 1 || s.NodesAtFault[0] != c.nodes[1] {
+					t.Errorf("--summary of the refused run: %v\n%s", err, b)
+				}
+				return code, out
 			}},
 		{name: "3 preflight: a node Slurm marks failing (Slurm job)", code: 3, want: []string{"slurm.node.state", "Slurm reports node1 as fail", "preflight failed; nothing was started"},
 			run: func(t *testing.T, mark string) (int, string) { return slurmFailingNode(t, mark, "REQUEUE_MAX=0") }},

@@ -7,10 +7,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
@@ -133,10 +136,17 @@ type run struct {
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
 // the plan (--dry-run) or launch and supervise every attempt.
-func Run(ctx context.Context, cfg Config, ui UI) error {
+func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 	// The hooks say things between attempts from Run's goroutine while
 	// launch's writer goroutine may still be writing: one lock for both.
 	ui.Err = &lockedWriter{w: ui.Err}
+	start := time.Now()
+	var atFault []string
+	defer func() {
+		if werr := writeRefused(cfg, start, err, atFault); werr != nil {
+			fmt.Fprintf(ui.Err, "gorun: %v\n", werr)
+		}
+	}()
 	if cfg.RunID == "" {
 		cfg.RunID = newRunID()
 	}
@@ -211,6 +221,7 @@ func Run(ctx context.Context, cfg Config, ui UI) error {
 			}
 		}
 		if !report.OK && cl.Gorun.Preflight == "on" {
+			atFault = slices.Sorted(maps.Keys(failedNodes(report, true)))
 			return PreflightError(report)
 		}
 		preflightText = text.String()

@@ -29,11 +29,12 @@ type Summary struct {
 	End     time.Time `json:"end"`
 	Seconds float64   `json:"seconds"`
 	// Outcome is "succeeded", "failed" (no restart left), "interrupted"
-	// (a stop from outside) or "error" (gorun could not go on: a node
-	// failing its recheck, an attempt that could not be prepared).
+	// (a stop from outside), "error" (gorun could not go on: a node
+	// failing its recheck, an attempt that could not be prepared) or
+	// "refused" (nothing started: a node unreachable, preflight failed).
 	Outcome string `json:"outcome"`
-	// ExitCode is gorun's exit code where the outcome fixes it:
-	// succeeded, or failed with the worker's code (null otherwise).
+	// ExitCode is gorun's exit code (README, "Exit codes"); null only
+	// for "interrupted", whose code is the stop signal's.
 	ExitCode *int   `json:"exit_code"`
 	Error    string `json:"error,omitempty"`
 	Attempts int    `json:"attempts"`
@@ -46,6 +47,9 @@ type Summary struct {
 	AttemptNodes [][]string `json:"attempt_nodes"`
 	// Replacements are the spares that took a node's place (hot spares).
 	Replacements []ReplacementSummary `json:"replacements"`
+	// NodesAtFault are, for "refused", the nodes whose preflight failed
+	// (the error names an unreachable one).
+	NodesAtFault []string `json:"nodes_at_fault"`
 }
 
 // ReplacementSummary is one node replaced by a spare before a restart.
@@ -140,7 +144,7 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	end := time.Now()
-	sum := Summary{Stamp: s.stamp, Command: secret.RedactArgs(s.command), RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
+	sum := Summary{NodesAtFault: []string{}, Stamp: s.stamp, Command: secret.RedactArgs(s.command), RunID: s.runID, Start: s.start, End: end, Seconds: end.Sub(s.start).Seconds(),
 		Attempts: res.Attempts, Nodes: []string{}, Failures: s.failures, Restarts: []RestartSummary{},
 		AttemptNodes: append([][]string{}, s.attempts...), Replacements: []ReplacementSummary{}}
 	for _, r := range s.replaced {
@@ -169,7 +173,8 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	case errors.Is(runErr, launch.ErrInterrupted):
 		sum.Outcome = "interrupted"
 	default:
-		sum.Outcome = "error"
+		code := ExitCode(runErr, 0)
+		sum.Outcome, sum.ExitCode = "error", &code
 	}
 	if runErr != nil {
 		sum.Error = secret.Redact("", userr.Printable(runErr.Error()))
@@ -191,6 +196,32 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	}
 	if err := writeFileAtomic(s.path, append(b, '\n')); err != nil {
 		return fmt.Errorf("%w: --summary %s: %w", ErrOutput, s.path, err)
+	}
+	return nil
+}
+
+// writeRefused writes --summary for a run refused before anything
+// started, whose summary hook never ran: a node unreachable, ssh settings
+// that fail every connection, preflight failed. Other errors before the
+// start are bad input, the summary path itself perhaps.
+func writeRefused(cfg Config, start time.Time, runErr error, atFault []string) error {
+	path := cfg.CommandLine.Gorun.Summary
+	if path == "" || !(errors.Is(runErr, ErrPreflightFailed) || errors.Is(runErr, ErrPreflightInput) ||
+		errors.Is(runErr, ErrUnreachable) || errors.Is(runErr, ErrSSHSettings)) {
+		return nil
+	}
+	end := time.Now()
+	code := ExitCode(runErr, 0)
+	sum := Summary{Stamp: schema.NewStamp(schema.Summary, cfg.Getenv), Command: secret.RedactArgs(cfg.Args), RunID: cfg.RunID,
+		Start: start, End: end, Seconds: end.Sub(start).Seconds(), Outcome: "refused", ExitCode: &code,
+		Error: secret.Redact("", userr.Printable(runErr.Error())), Nodes: []string{}, Failures: []FailureSummary{},
+		Restarts: []RestartSummary{}, AttemptNodes: [][]string{}, Replacements: []ReplacementSummary{}, NodesAtFault: append([]string{}, atFault...)}
+	b, err := json.MarshalIndent(sum, "", "  ")
+	if err == nil {
+		err = writeFileAtomic(path, append(b, '\n'))
+	}
+	if err != nil {
+		return fmt.Errorf("--summary %s: %w", path, err)
 	}
 	return nil
 }
