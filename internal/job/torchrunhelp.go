@@ -9,12 +9,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strings"
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // ParseLaunch is cmdline.Parse for a launch, with options of a torchrun
@@ -31,7 +31,7 @@ func ParseLaunch(ctx context.Context, args []string, getenv func(string) string,
 	if !errors.As(err, &unknown) {
 		return cl, nil, err
 	}
-	listed, _ := torchrunOptions(ctx, unknown.Torchrun, getenv, lookPath)
+	listed, _ := torchrunOptions(ctx, unknown.Torchrun, lookPath)
 	var extra []cmdline.Extra
 	for _, name := range unknown.Names {
 		o, ok := listed[name]
@@ -54,7 +54,7 @@ const torchrunHelpTimeout = 60 * time.Second
 // its spellings. The help text is kept under the user's cache, named by
 // the torchrun's path, size and modification time: a new torch rewrites
 // its torchrun, and is asked again.
-func torchrunOptions(ctx context.Context, torchrun string, getenv func(string) string, lookPath func(string) (string, error)) (map[string]cmdline.Extra, error) {
+func torchrunOptions(ctx context.Context, torchrun string, lookPath func(string) (string, error)) (map[string]cmdline.Extra, error) {
 	argv := strings.Fields(torchrun)
 	if len(argv) == 0 {
 		return nil, errors.New("no torchrun")
@@ -68,9 +68,9 @@ func torchrunOptions(ctx context.Context, torchrun string, getenv func(string) s
 		return nil, err
 	}
 	sum := sha256.Sum256(fmt.Appendf(nil, "%s\x00%s\x00%d\x00%d", path, strings.Join(argv[1:], "\x00"), fi.Size(), fi.ModTime().UnixNano()))
-	cache := ""
-	if dir := cacheDir(getenv); dir != "" {
-		cache = filepath.Join(dir, "torchrun-help", hex.EncodeToString(sum[:12])+".txt")
+	cache := "" // under the user's cache, as the hang limits and stacks are (os.UserCacheDir)
+	if dir, err := os.UserCacheDir(); err == nil {
+		cache = filepath.Join(dir, "gorun", "torchrun-help", hex.EncodeToString(sum[:12])+".txt")
 	}
 	help, err := os.ReadFile(cache)
 	if err != nil || cache == "" {
@@ -87,28 +87,16 @@ func torchrunOptions(ctx context.Context, torchrun string, getenv func(string) s
 	return helpOptions(string(help)), nil
 }
 
-// cacheDir is gorun's folder under the user's cache ("" when there is
-// none to be had).
-func cacheDir(getenv func(string) string) string {
-	if d := getenv("XDG_CACHE_HOME"); d != "" {
-		return filepath.Join(d, "gorun")
-	}
-	if h := getenv("HOME"); h != "" {
-		return filepath.Join(h, ".cache", "gorun")
-	}
-	return ""
-}
-
 // helpOption matches one option's line of argparse's help:
 // "  --exit-barrier-timeout EXIT_BARRIER_TIMEOUT, --exit_barrier_timeout EXIT_BARRIER_TIMEOUT".
-var helpOption = regexp.MustCompile(`^\s{1,8}(--?[A-Za-z][-\w]*(?: [A-Z][A-Z0-9_]*| \{[^}]*\})?(?:, --?[A-Za-z][-\w]*(?: [A-Z][A-Z0-9_]*| \{[^}]*\})?)*)(?:\s{2,}|$)`)
+var helpOption = lazyre.New(`^\s{1,8}(--?[A-Za-z][-\w]*(?: [A-Z][A-Z0-9_]*| \{[^}]*\})?(?:, --?[A-Za-z][-\w]*(?: [A-Z][A-Z0-9_]*| \{[^}]*\})?)*)(?:\s{2,}|$)`)
 
 // helpOptions reads the options of an argparse --help text: each long
 // spelling, and whether it takes a value.
 func helpOptions(help string) map[string]cmdline.Extra {
 	out := map[string]cmdline.Extra{}
 	for _, line := range strings.Split(help, "\n") {
-		m := helpOption.FindStringSubmatch(line)
+		m := helpOption().FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}

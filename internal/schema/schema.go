@@ -68,11 +68,9 @@ func For(format, description string, v any) (map[string]any, error) {
 	return s, nil
 }
 
-var timeType = reflect.TypeOf(time.Time{})
-
 func of(t reflect.Type, seen map[reflect.Type]bool) (map[string]any, error) {
 	switch {
-	case t == timeType:
+	case t == reflect.TypeFor[time.Time]():
 		return map[string]any{"type": "string", "format": "date-time"}, nil
 	case t.Implements(reflect.TypeOf((*interface{ MarshalJSON() ([]byte, error) })(nil)).Elem()):
 		return nil, fmt.Errorf("%s marshals itself", t)
