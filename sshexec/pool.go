@@ -164,7 +164,10 @@ type pool struct {
 	forks map[int]*poolFork       // the fork servers, by pid, until their slots are forked
 	byPID map[int]*poolSlot       // the slots' interpreters, once forked
 	early map[int]unix.WaitStatus // reaped before their fork server named them
-	conns sync.WaitGroup
+	// learned: each learned file's text as the pool's first claim read it
+	// ("": none), so the ranks of one attempt all start pooled or all cold
+	learned map[string]string
+	conns   sync.WaitGroup
 
 	stopped  chan struct{}  // closed by abandon
 	stopSig  syscall.Signal // abandon's; set before stopped is closed
@@ -955,7 +958,7 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	if err != nil {
 		return "the pooled interpreter did not start: " + err.Error()
 	}
-	if why := sl.fork.script.cold(take); why != "" {
+	if why := sl.fork.script.cold(take, p.learnedOnce); why != "" {
 		return why
 	}
 	given, want := envMap(sl.fork.env), envMap(take.Env)

@@ -19,8 +19,9 @@ type scriptVerdict struct {
 }
 
 // cold says why take's worker cannot run in an interpreter of this fork
-// server, as far as its script tells: "" when it can.
-func (v scriptVerdict) cold(take PoolTake) string {
+// server, as far as its script tells: "" when it can. learned reads the
+// file that says what an earlier pooled worker changed.
+func (v scriptVerdict) cold(take PoolTake, learned func(path string) string) string {
 	switch {
 	case v.Target == "":
 		return "" // no script was named to the pool (Pool.Worker): the environment rules alone
@@ -30,9 +31,29 @@ func (v scriptVerdict) cold(take PoolTake) string {
 		return v.Cold
 	}
 	if v.Learned != "" {
-		if b, err := os.ReadFile(v.Learned); err == nil {
-			return "an earlier pooled worker of this script " + strings.TrimSpace(string(b))
+		if said := learned(v.Learned); said != "" {
+			return "an earlier pooled worker of this script " + said
 		}
 	}
 	return ""
+}
+
+// learnedOnce reads path at its first call and gives that text to every
+// later one: all workers of one pool (one attempt) start the same way,
+// however far a first pooled rank got before a later rank's take came.
+func (p *pool) learnedOnce(path string) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if said, ok := p.learned[path]; ok {
+		return said
+	}
+	said := ""
+	if b, err := os.ReadFile(path); err == nil {
+		said = strings.TrimSpace(string(b))
+	}
+	if p.learned == nil {
+		p.learned = map[string]string{}
+	}
+	p.learned[path] = said
+	return said
 }

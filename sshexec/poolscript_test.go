@@ -87,3 +87,28 @@ func scanScript(t *testing.T, python, dir, script string) scriptVerdict {
 	}
 	return v
 }
+
+// TestLearnedOncePerPool: a pool reads what an earlier pooled worker
+// changed at its first claim only, so a rank whose take comes after its
+// node's first rank already changed something starts as that rank did;
+// a later pool (the next attempt) reads it anew.
+func TestLearnedOncePerPool(t *testing.T) {
+	file := filepath.Join(t.TempDir(), "learned")
+	v := scriptVerdict{Target: "train.py", Learned: file}
+	take := PoolTake{Target: "train.py"}
+	p := &pool{}
+	if why := v.cold(take, p.learnedOnce); why != "" {
+		t.Fatalf("first take, nothing learned: cold (%s)", why)
+	}
+	if err := os.WriteFile(file, []byte("set OMP_NUM_THREADS at train.py:3\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if why := v.cold(take, p.learnedOnce); why != "" {
+		t.Errorf("a later take of the same pool: cold (%s), want pooled as the first", why)
+	}
+	next := &pool{}
+	want := "an earlier pooled worker of this script set OMP_NUM_THREADS at train.py:3"
+	if why := v.cold(take, next.learnedOnce); why != want {
+		t.Errorf("the next pool: %q, want %q", why, want)
+	}
+}
