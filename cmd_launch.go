@@ -16,12 +16,20 @@ import (
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/signals"
 	"github.com/gorun/gorun/internal/term"
+	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
 )
 
 // runLaunch is the main job: argv → job.Config, then job.Run.
 func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) error {
 	cl, notes, err := job.ParseLaunch(w.Context(), args, os.Getenv, exec.LookPath)
+	lines := stderr // the nodes' lines: never stamped by gorun's --timestamps
+	if s, ok := stderr.(*term.Stamper); ok {
+		lines = s.W
+		if cl.Gorun.Timestamps {
+			s.Enable()
+		}
+	}
 	for _, n := range notes {
 		fmt.Fprintln(stderr, "gorun:", n)
 	}
@@ -37,7 +45,12 @@ func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) erro
 		return err
 	}
 	w.Pass(cl.Torchrun.PassSignals()...)
-	ui := jobUI(stdout, stderr, w.Kill())
+	ui := jobUI(stdout, lines, w.Kill())
+	if cl.Gorun.Timestamps {
+		// Every line of gorun's stamped: no line redrawn in place, the
+		// progress of long phases as lines (job.UI.Live).
+		ui.Err, ui.Live = stderr, false
+	}
 	ui.Signals = w.Passed()
 	ui.Stdin = sync.OnceValues(func() (*os.File, error) { return workerStdin(os.Stdin) })
 	if ui.TTY.Out || ui.TTY.Err {
@@ -54,7 +67,11 @@ func jobConfig(args []string, cl cmdline.CommandLine) (job.Config, error) {
 	}
 	dir, err := os.Getwd()
 	if err != nil {
-		return job.Config{}, fmt.Errorf("read the working directory: %w", err)
+		// Deleted under the shell (a rebuilt checkout): the workers start
+		// in it on every node, so nothing can start.
+		return job.Config{}, &userr.InputError{Where: "the working directory",
+			Problem: fmt.Sprintf("it cannot be read (%v); it may have been deleted or replaced since this shell entered it", err),
+			Fix:     "cd to the directory again (cd \"$PWD\"), or to another one, and run the command again"}
 	}
 	return job.Config{Args: args, CommandLine: cl, Getenv: os.Getenv, Environ: environ(),
 		Self: self, Dir: dir, LookPath: exec.LookPath}, nil

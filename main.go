@@ -28,6 +28,7 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/internal/job"
 	"github.com/gorun/gorun/internal/signals"
+	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/launch"
 )
@@ -49,8 +50,12 @@ func main() {
 	if len(os.Args) < 2 || !strings.HasPrefix(os.Args[1], "_") {
 		w = signals.Watch()
 	}
-	err := newApp(w).Run(os.Args)
-	os.Exit(exitCode(err, os.Stderr, w.First()))
+	// gorun's own stderr: --timestamps turns its stamps on (runLaunch).
+	stderr := &term.Stamper{W: os.Stderr}
+	app := newApp(w)
+	app.ErrWriter = stderr
+	err := app.Run(os.Args)
+	os.Exit(exitCode(err, stderr, w.First()))
 }
 
 // exitCode is where errors become exit codes (job.ExitCode), printed

@@ -146,6 +146,14 @@ gorun options:
                            ahead; auto: torch, for a script that imports it,
                            on nodes with a CPU to spare (default auto;
                            off: none)
+  --timestamps             gorun's own lines begin with the time (RFC 3339,
+                           milliseconds): 2026-12-06T21:40:01.123+00:00
+  --worker-timestamps      so do the workers' and torchrun's lines
+
+Worker lines begin with [NODE LOCAL_RANK rGLOBAL_RANK] ("[node1 3 r11]"), or
+with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE filled in as torchrun fills it
+(${role_name} ${rank} ${local_rank} ${pid}, and ${node} ${hostname}); on one
+local node, as torchrun prints them (with --tee, its "[default0]:").
 
 Signals: SIGINT, SIGTERM, SIGHUP and SIGQUIT reach every worker once, as
 themselves, and stop the job (a second one kills at once); SIGUSR1, SIGUSR2

@@ -596,7 +596,7 @@ var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace", "--shutdown-timeout",
-	"--prewarm", "--fanout",
+	"--prewarm", "--fanout", "--timestamps", "--worker-timestamps",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1233,6 +1233,8 @@ func TestEveryGorunOption(t *testing.T) {
 		"--shutdown-timeout":    {"45", "ShutdownTimeout StopGrace"},
 		"--prewarm":             {"torch,numpy", "Prewarm PrewarmAuto"},
 		"--fanout":              {"64", "Fanout"},
+		"--timestamps":          {"", "Timestamps"},
+		"--worker-timestamps":   {"", "WorkerTimestamps"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

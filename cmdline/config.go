@@ -136,6 +136,11 @@ type Options struct {
 	// checks, the teardown check) or starts at once; 0 (not given):
 	// DefaultFanout.
 	Fanout int
+	// Timestamps (--timestamps) begins each of gorun's own lines on
+	// stderr with the time, RFC 3339 with milliseconds; WorkerTimestamps
+	// (--worker-timestamps) each line of the nodes (workers, torchrun).
+	Timestamps       bool
+	WorkerTimestamps bool
 }
 
 // PassSignals are the signals gorun passes on to every worker without

@@ -63,6 +63,8 @@ func gorunTable() []*optionSpec {
 		gorunValue("shutdown_timeout", "--shutdown-timeout", setShutdownTimeout).also("--shutdown_timeout"),
 		gorunValue("prewarm", "--prewarm", setPrewarm).byDefault("auto"),
 		gorunValue("fanout", "--fanout", setFanout),
+		gorunFlag("timestamps", "--timestamps", func(o *Options) *bool { return &o.Timestamps }),
+		gorunFlag("worker_timestamps", "--worker-timestamps", func(o *Options) *bool { return &o.WorkerTimestamps }),
 	}
 }
 

@@ -20,6 +20,10 @@ const RankCommand = "_rank"
 // not known on the head (preflight off); the node agent replaces it.
 const GorunSelf = "{gorun}"
 
+// PrefixTemplateVar is torchrun's template of the prefix of its --tee
+// lines, which gorun's lines of the workers follow too.
+const PrefixTemplateVar = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
+
 // WorkerEchoVar holds, as torchrun's --redirects takes it per local rank
 // ("0:3,1:1"; "1" for every stream of every rank), the streams each
 // worker's supervisor also writes where torchrun captures them (the

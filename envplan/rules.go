@@ -25,6 +25,7 @@ var (
 		"CUDA_DEVICE_MAX_CONNECTIONS",
 		"CUDA_LAUNCH_BLOCKING",
 		"CUDA_MODULE_LOADING",
+		"TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE", // each node's torchrun prefixes its --tee copies with it, as gorun its lines
 	}
 )
 

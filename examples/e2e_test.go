@@ -744,8 +744,8 @@ exec "`+shim(t)+`" "${args[@]}"
 // TestRedirectsAndTee: torchrun's --redirects and --tee keep their meaning
 // under gorun, side by side with the same torchrun. A redirected stream
 // stays off the console; a teed one is on both; one named by neither is on
-// the console only, once: gorun's console lines (torchrun's "[default0]:"
-// taken off) are exactly those, and torchrun's are among them (its tee
+// the console only, once, a teed one with torchrun's "[default0]:": gorun's
+// console lines are exactly those, and torchrun's are among them (its tee
 // reads the files and can miss a worker's last line as the worker ends:
 // "out from 0" was missing once under --tee 1). The --log-dir files are
 // the same.
@@ -766,7 +766,7 @@ print("err from", r, file=sys.stderr, flush=True)
 		var got []string
 		for _, l := range strings.Split(string(out), "\n") {
 			if i := strings.Index(l, " from "); i > 0 {
-				got = append(got, regexp.MustCompile(`^\[default\d\]:`).ReplaceAllString(l, ""))
+				got = append(got, l)
 			}
 		}
 		slices.Sort(got)
@@ -777,7 +777,9 @@ print("err from", r, file=sys.stderr, flush=True)
 		var got []string
 		for _, p := range paths {
 			b, _ := os.ReadFile(p)
-			got = append(got, lines(b)...)
+			for _, l := range lines(b) {
+				got = append(got, regexp.MustCompile(`^\[default\d\]:`).ReplaceAllString(l, ""))
+			}
 		}
 		slices.Sort(got)
 		return got
@@ -808,12 +810,16 @@ print("err from", r, file=sys.stderr, flush=True)
 				for i := 0; i+1 < len(opts); i += 2 {
 					spec[opts[i]] = opts[i+1]
 				}
-				off := envplan.StdStreams(spec["--redirects"], r) &^ envplan.StdStreams(spec["--tee"], r)
-				if off&1 == 0 {
-					want = append(want, fmt.Sprintf("out from %d", r))
-				}
-				if off&2 == 0 {
-					want = append(want, fmt.Sprintf("err from %d", r))
+				tee := envplan.StdStreams(spec["--tee"], r)
+				off := envplan.StdStreams(spec["--redirects"], r) &^ tee
+				for bit, l := range map[int]string{1: "out from %d", 2: "err from %d"} {
+					switch {
+					case off&bit != 0:
+					case tee&bit != 0: // torchrun's copy, with its prefix
+						want = append(want, fmt.Sprintf("[default%d]:"+l, r, r))
+					default:
+						want = append(want, fmt.Sprintf(l, r))
+					}
 				}
 			}
 			slices.Sort(want)

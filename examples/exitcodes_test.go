@@ -46,6 +46,18 @@ func TestExitCodes(t *testing.T) {
 			run: local(nil, "--torchrun", "/nonexistent/bin/torchrun", "--nproc-per-node", "2", script(t))},
 		{name: "2 preflight: GPUs asked of a node with none", code: 2, want: []string{"driver.present"},
 			run: local(nil, "--torchrun", shim(t), "--nproc-per-node", "gpu", script(t))},
+		{name: "2 the working directory deleted", code: 2, want: []string{"the working directory", "deleted"},
+			run: func(t *testing.T, mark string) (int, string) {
+				gone := filepath.Join(t.TempDir(), "gone")
+				if err := os.Mkdir(gone, 0o755); err != nil {
+					t.Fatal(err)
+				}
+				// The shell enters it, removes it, then runs gorun there.
+				cmd := exec.Command("sh", "-c", `cd "$1" && rmdir "$1" && shift && exec "$@"`, "sh", gone,
+					gorunBin, "--torchrun", shim(t), "--nproc-per-node", "2", script(t), "--tag", mark)
+				r := startCmd(t, cmd, []string{"GORUN_MARK=" + mark})
+				return r.wait(t, time.Minute), r.output()
+			}},
 		{name: "3 a node unreachable (ssh)", code: 3, want: []string{"cannot reach every node", "10.77.0.250"},
 			run: func(t *testing.T, mark string) (int, string) {
 				c := needCluster(t, 2)

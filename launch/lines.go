@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 	"unicode/utf8"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // Limits on held output.
@@ -211,15 +213,17 @@ type nodeLog struct {
 	name  string
 	color string // "" for no colour
 	plain bool   // lines pass through as they are: no prefix, worker prefixes kept
+	stamp bool   // each line begins with the time it came (Prefix.Stamp)
 
 	// tagWorkers prefixes worker lines in plain mode too, from the moment
 	// several workers' stacks are printed at once (a hang diagnosis).
 	tagWorkers atomic.Bool
 
-	mu    sync.Mutex
-	all   tail
-	ranks map[int]*tail
-	cause causeParser
+	mu     sync.Mutex
+	all    tail
+	ranks  map[int]*tail
+	global map[int]int // each local rank's global rank, once its worker said
+	cause  causeParser
 }
 
 // tail keeps the last tailLines lines.
@@ -249,19 +253,24 @@ func (t *tail) add(rank int, text []byte) {
 }
 
 // render returns the kept lines, oldest first, prefixed as on Out without
-// colour.
-func (t *tail) render(name string) []string {
+// colour (in gorun's own form, whatever the template), global ranks
+// from global.
+func (t *tail) render(name string, global map[int]int) []string {
 	out := make([]string, 0, t.count)
 	for i := range t.count {
 		l := t.lines[(t.next-t.count+i+tailLines)%tailLines]
-		p := appendPrefix(nil, name, "", l.rank, false)
+		g, ok := global[l.rank]
+		if !ok {
+			g = -1
+		}
+		p := appendPrefix(nil, name, "", l.rank, g, false)
 		out = append(out, string(append(p, l.text...)))
 	}
 	return out
 }
 
 func newNodeLog(name string, index int, color, plain bool) *nodeLog {
-	l := &nodeLog{name: name, plain: plain, ranks: map[int]*tail{}}
+	l := &nodeLog{name: name, plain: plain, ranks: map[int]*tail{}, global: map[int]int{}}
 	if color {
 		l.color = nodeColors[index%len(nodeColors)]
 	}
@@ -292,7 +301,7 @@ func (l *nodeLog) record(rank int, text []byte) {
 func (l *nodeLog) lastLines() []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.all.render(l.name)
+	return l.all.render(l.name, l.global)
 }
 
 // lastLinesOf returns the last lines of one local rank.
@@ -300,7 +309,7 @@ func (l *nodeLog) lastLinesOf(rank int) []string {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	if t := l.ranks[rank]; t != nil {
-		return t.render(l.name)
+		return t.render(l.name, l.global)
 	}
 	return nil
 }
@@ -311,15 +320,28 @@ func (l *nodeLog) rootCause() (rootCause, bool) {
 	return l.cause.result()
 }
 
-// appendPrefix appends "[node1 3] " (rank -1: "[node1] "), with the
-// continuation marker after the bracket when cont is set.
-func appendPrefix(dst []byte, name, color string, rank int, cont bool) []byte {
+// setGlobal records that local rank lr is global rank g.
+func (l *nodeLog) setGlobal(lr, g int) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.global[lr] = g
+}
+
+// appendPrefix appends "[node1 3 r11] " for local rank 3, global rank 11
+// ("[node1 3] " while the global rank is not known, -1; "[node1] " for
+// torchrun's own lines, rank -1), with the continuation marker after the
+// bracket when cont is set.
+func appendPrefix(dst []byte, name, color string, rank, global int, cont bool) []byte {
 	dst = append(dst, color...)
 	dst = append(dst, '[')
 	dst = append(dst, name...)
 	if rank >= 0 {
 		dst = append(dst, ' ')
 		dst = strconv.AppendInt(dst, int64(rank), 10)
+		if global >= 0 {
+			dst = append(dst, " r"...)
+			dst = strconv.AppendInt(dst, int64(global), 10)
+		}
 	}
 	dst = append(dst, ']')
 	if cont {
@@ -352,9 +374,13 @@ type lineWriter struct {
 	// rank is the local rank of a worker's own stream; -1 for torchrun's,
 	// whose lines may carry --tee's worker prefix.
 	rank int
-	// relayed, when set, tells which local ranks send their own lines, so
-	// torchrun's --tee copies of them are dropped.
-	relayed func(rank int) bool
+	// teeCopy, when set, tells torchrun's --tee copies of the lines of
+	// workers that send their own, which are dropped.
+	teeCopy func(line []byte) bool
+	// own and ownCont are a worker's own stream's prefixes (Prefix.forWorker),
+	// of a line and of a piece after its first; fixed is set for such a stream.
+	own, ownCont []byte
+	fixed        bool
 
 	mu       sync.Mutex
 	partial  []byte
@@ -381,10 +407,14 @@ func newLineWriter(log *nodeLog, s *sink, out io.Writer) *lineWriter {
 }
 
 // newRankWriter returns the writer of one worker's stream, going where
-// parent (torchrun's stream of the same kind) goes.
-func newRankWriter(log *nodeLog, parent *lineWriter, rank int) *lineWriter {
-	return &lineWriter{log: log, sink: parent.sink, out: parent.out, rank: rank,
+// parent (torchrun's stream of the same kind) goes, its lines marked by
+// the prefixes p gives the stream (bit: 1 stdout, 2 stderr).
+func newRankWriter(log *nodeLog, parent *lineWriter, st wire.WorkerStarted, p Prefix, bit int) *lineWriter {
+	w := &lineWriter{log: log, sink: parent.sink, out: parent.out, rank: st.LocalRank, fixed: true,
 		live: true, now: time.Now, afterFunc: func(d time.Duration, f func()) stopper { return time.AfterFunc(d, f) }}
+	w.own, w.ownCont = p.forWorker(log, st, bit)
+	log.setGlobal(st.LocalRank, st.Rank)
+	return w
 }
 
 // Write never fails: output after close is dropped, since the process it
@@ -567,20 +597,29 @@ func (w *lineWriter) endLine(b, line []byte) []byte {
 			}
 			return b
 		}
+		b = w.stamp(b)
 		b = append(b, w.prefix(w.contRank, true)...)
 		b = append(b, line...)
 		return append(b, '\n')
 	}
-	if w.relayed != nil {
-		if r, _ := splitWorkerPrefix(line); r >= 0 && w.relayed(r) {
-			return b // torchrun's --tee copy of a line the worker sent itself
-		}
+	if w.teeCopy != nil && w.teeCopy(line) {
+		return b // torchrun's --tee copy of a line the worker sent itself
 	}
 	rank, text := w.split(line)
 	w.log.record(rank, text)
+	b = w.stamp(b)
 	b = append(b, w.prefix(rank, false)...)
 	b = append(b, text...)
 	return append(b, '\n')
+}
+
+// stamp appends the time before a line (Prefix.Stamp); in plain mode not
+// before a piece that goes on a line already begun.
+func (w *lineWriter) stamp(b []byte) []byte {
+	if !w.log.stamp || w.log.plain && w.cont {
+		return b
+	}
+	return appendStamp(b, time.Now())
 }
 
 // limit is the longest line held whole.
@@ -596,12 +635,14 @@ func (w *lineWriter) limit() int {
 // them, so the line comes out whole, as torchrun would print it.
 func (w *lineWriter) piece(b, seg []byte) []byte {
 	if w.cont {
+		b = w.stamp(b)
 		b = append(b, w.prefix(w.contRank, true)...)
 		b = append(b, seg...)
 		return w.endPiece(b)
 	}
 	rank, text := w.split(seg)
 	w.log.record(rank, text)
+	b = w.stamp(b)
 	w.cont, w.contRank = true, rank
 	b = append(b, w.prefix(rank, false)...)
 	b = append(b, text...)
@@ -628,22 +669,50 @@ func (w *lineWriter) split(line []byte) (int, []byte) {
 }
 
 // prefix returns the prefix for rank, cached for the common small ranks;
-// none in plain mode.
+// none in plain mode, but a worker's --tee prefix there, and every
+// worker's once several workers' stacks are shown (tagWorkers).
 func (w *lineWriter) prefix(rank int, cont bool) []byte {
+	if w.fixed {
+		switch {
+		case !w.log.plain:
+			if cont {
+				return w.ownCont
+			}
+			return w.own
+		case w.own != nil:
+			if cont {
+				return nil // the rest of the line the prefix began
+			}
+			return w.own
+		case !w.log.tagWorkers.Load():
+			return nil
+		}
+		return appendPrefix(nil, w.log.name, w.log.color, rank, w.global(rank), cont)
+	}
 	if w.log.plain && (rank < 0 || !w.log.tagWorkers.Load()) {
 		return nil
 	}
 	if cont || rank >= 255 {
-		return appendPrefix(nil, w.log.name, w.log.color, rank, cont)
+		return appendPrefix(nil, w.log.name, w.log.color, rank, -1, cont)
 	}
 	i := rank + 1
 	for len(w.prefixes) <= i {
 		w.prefixes = append(w.prefixes, nil)
 	}
 	if w.prefixes[i] == nil {
-		w.prefixes[i] = appendPrefix(nil, w.log.name, w.log.color, rank, false)
+		w.prefixes[i] = appendPrefix(nil, w.log.name, w.log.color, rank, -1, false)
 	}
 	return w.prefixes[i]
+}
+
+// global is local rank lr's global rank, -1 while not known.
+func (w *lineWriter) global(lr int) int {
+	w.log.mu.Lock()
+	defer w.log.mu.Unlock()
+	if g, ok := w.log.global[lr]; ok {
+		return g
+	}
+	return -1
 }
 
 // cutPoint is where to cut a piece of at most len(b) bytes: before a

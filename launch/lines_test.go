@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"github.com/gorun/gorun/internal/wire"
+
 	"bytes"
 	"fmt"
 	"strings"
@@ -357,7 +359,7 @@ func TestPlainLongLinesWhole(t *testing.T) {
 		var out bytes.Buffer
 		s := newSink(nil)
 		l := newNodeLog("localhost", 0, false, true)
-		w := newRankWriter(l, newLineWriter(l, s, &out), 0)
+		w := newRankWriter(l, newLineWriter(l, s, &out), wire.WorkerStarted{}, Prefix{}, 1)
 		for b := []byte(in); len(b) > 0; {
 			n := min(chunk, len(b))
 			w.Write(b[:n])

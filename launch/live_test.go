@@ -1,6 +1,8 @@
 package launch
 
 import (
+	"github.com/gorun/gorun/internal/wire"
+
 	"bytes"
 	"testing"
 	"time"
@@ -53,7 +55,7 @@ func live(plain bool, steps ...liveStep) string {
 	c := &fakeClock{now: time.Unix(1000, 0)}
 	var ws [2]*lineWriter
 	for r := range ws {
-		ws[r] = newRankWriter(l, parent, r)
+		ws[r] = newRankWriter(l, parent, wire.WorkerStarted{Rank: r, LocalRank: r}, Prefix{}, 1)
 		ws[r].now = func() time.Time { return c.now }
 		ws[r].afterFunc = c.afterFunc
 	}
@@ -93,20 +95,20 @@ func TestLiveLines(t *testing.T) {
 		{"prefixed: first piece after the age, then one a second, the current frame only", false,
 			[]liveStep{w0("\r 1/9"), wait(99 * ms), w0("\r 2/9"), wait(1 * ms), w0("\r 3/9"), wait(100 * ms),
 				w0("\r 4/9"), wait(800 * ms), w0("\r 5/9"), wait(200 * ms), w0("\r 6/9\r 9/9\n")},
-			"[node1 0]  2/9\n[node1 0]+  5/9\n[node1 0]+  9/9\ngorun: done\n"},
+			"[node1 0 r0]  2/9\n[node1 0 r0]+  5/9\n[node1 0 r0]+  9/9\ngorun: done\n"},
 		{"prefixed: no other rank's line glued to a piece", false,
 			[]liveStep{w0("\r 10%"), wait(100 * ms), {rank: 1, text: "hello\n"}, w0("\r 100%\n")},
-			"[node1 0]  10%\n[node1 1] hello\n[node1 0]+  100%\ngorun: done\n"},
+			"[node1 0 r0]  10%\n[node1 1 r1] hello\n[node1 0 r0]+  100%\ngorun: done\n"},
 		{"prefixed: a line in two writes stays whole", false, []liveStep{w0("text"), wait(99 * ms), w0("\n")},
-			"[node1 0] text\ngorun: done\n"},
+			"[node1 0 r0] text\ngorun: done\n"},
 		{"prefixed: a UTF-8 sequence is not cut", false, []liveStep{w0("ab\xc3"), wait(100 * ms), w0("\xa9\n")},
-			"[node1 0] ab\n[node1 0]+ é\ngorun: done\n"},
+			"[node1 0 r0] ab\n[node1 0 r0]+ é\ngorun: done\n"},
 		{"prefixed: carriage returns alone show nothing", false, []liveStep{w0("\r"), wait(time.Second), w0("done\n")},
-			"[node1 0] done\ngorun: done\n"},
+			"[node1 0 r0] done\ngorun: done\n"},
 		{"prefixed: a piece then the newline alone", false, []liveStep{w0("50%"), wait(100 * ms), w0("\n")},
-			"[node1 0] 50%\ngorun: done\n"},
+			"[node1 0 r0] 50%\ngorun: done\n"},
 		{"prefixed: last line without newline ends with one", false, []liveStep{w0("tail")},
-			"[node1 0] tail\ngorun: done\n"},
+			"[node1 0 r0] tail\ngorun: done\n"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {

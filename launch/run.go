@@ -1,6 +1,7 @@
 package launch
 
 import (
+	"bytes"
 	"cmp"
 	"context"
 	"encoding/json"
@@ -177,7 +178,8 @@ type member struct {
 	startErr       error
 	running        bool // started and not yet waited for
 
-	shown []int // Options.LocalRanks
+	shown  []int  // Options.LocalRanks
+	prefix Prefix // Options.Prefix
 
 	attempt   int                                            // from 0
 	telemetry func(node string, attempt int, payload []byte) // Options.Telemetry
@@ -223,6 +225,7 @@ func (g *importGate) nodeDone() {
 type workerState struct {
 	started  wire.WorkerStarted
 	out, err *lineWriter
+	teeHead  []byte        // what torchrun's --tee puts before its copies of the worker's lines
 	last     time.Time     // last progress: started, a line, a heartbeat
 	progress bool          // made progress once: past its start-up
 	joined   bool          // reached the rendezvous store
@@ -342,8 +345,8 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		w := &workerState{started: st, last: time.Now(),
-			out: newRankWriter(m.log, m.stdout, st.LocalRank), err: newRankWriter(m.log, m.stderr, st.LocalRank)}
+		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st),
+			out: newRankWriter(m.log, m.stdout, st, m.prefix, 1), err: newRankWriter(m.log, m.stderr, st, m.prefix, 2)}
 		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
 			w.out.out, w.err.out = io.Discard, io.Discard
 		}
@@ -419,12 +422,22 @@ func (m *member) startWarm() {
 	}
 }
 
-// relayed reports whether local rank lr speaks for itself, so torchrun's
-// --tee copies of its lines are dropped.
-func (m *member) relayed(lr int) bool {
+// teeCopy reports whether line, of torchrun's console, is its --tee copy
+// of a line of a worker that speaks for itself: such a copy is dropped.
+func (m *member) teeCopy(line []byte) bool {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return m.workers[lr] != nil
+	if r, _ := splitWorkerPrefix(line); r >= 0 && m.workers[r] != nil {
+		return true // "[default0]:", which a torchrun older than the template (2.2) puts there too
+	}
+	if m.prefix.Template != "" {
+		for _, w := range m.workers {
+			if bytes.HasPrefix(line, w.teeHead) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // runAttempt starts every node, waits for all of them and says how it went.
@@ -445,7 +458,8 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	imports := &importGate{}
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks,
+		l.stamp = opts.Prefix.Stamp
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix,
 			attempt: k, clock: clock, imports: imports}
 		if n.Workers > 0 {
 			imports.waiting++ // a node of unknown size holds no other's standby
@@ -459,7 +473,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			}
 		}
 		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
-		m.stdout.relayed, m.stderr.relayed = m.relayed, m.relayed
+		m.stdout.teeCopy, m.stderr.teeCopy = m.teeCopy, m.teeCopy
 		m.agentErr = newLineWriter(l, s, opts.Err)
 		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
 		m.node.Job = attemptJob(opts, n.Job)

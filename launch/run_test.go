@@ -742,7 +742,7 @@ func TestRunHang(t *testing.T) {
 			t.Errorf("diag lacks %q:\n%s", want, d)
 		}
 	}
-	if !strings.Contains(out.String(), "[node1 0] step 1\n") || strings.Contains(out.String(), "Fatal Python error") {
+	if !strings.Contains(out.String(), "[node1 0 r0] step 1\n") || strings.Contains(out.String(), "Fatal Python error") {
 		t.Errorf("out = %q, want the output, not the dumps", out.String())
 	}
 	if len(saved) != 2 || saved[0].Rank != 0 || saved[1].Rank != 1 || saved[1].Dump == nil || len(savedLines) != 2 {
@@ -778,7 +778,7 @@ func TestRunDropsTeeCopies(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Out: &out}); err != nil {
 		t.Fatal(err)
 	}
-	if got := out.String(); got != "[node1 0] hello\n[node1] torchrun says\n" {
+	if got := out.String(); got != "[node1 0 r0] hello\n[node1] torchrun says\n" {
 		t.Errorf("out = %q", got)
 	}
 }
@@ -819,7 +819,7 @@ func TestRunLocalRanksFilter(t *testing.T) {
 	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Out: &out, LocalRanks: []int{1}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := out.String(); got != "[node1 1] one\n" {
+	if got := out.String(); got != "[node1 1 r1] one\n" {
 		t.Errorf("out = %q, want rank 1 only", got)
 	}
 }

@@ -67,6 +67,9 @@ type Options struct {
 	// Color prefixes with ANSI colours; main sets it only on a terminal and
 	// when NO_COLOR is unset.
 	Color bool
+	// Prefix says how the workers' lines are marked: the node and local
+	// and global rank ("[node1 3 r11] "), or torchrun's template.
+	Prefix Prefix
 	// Kill, when closed, turns a graceful stop into an immediate one (second
 	// Ctrl-C).
 	Kill <-chan struct{}

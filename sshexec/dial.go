@@ -51,6 +51,9 @@ type Config struct {
 	// once more, when DialAll ends, as "N more nodes alike (HOSTLIST):
 	// the first one's message". Nil drops them.
 	Warn func(msg string)
+	// Dialled, when set, is told as each of DialAll's hosts is reached or
+	// failed, with how many are done of how many; one call at a time.
+	Dialled func(done, total int)
 }
 
 // maxJumps bounds ProxyJump chains, so a "Host * / ProxyJump bastion" that

@@ -95,14 +95,18 @@ func DialAll(ctx context.Context, hosts []string, cfg Config, limit int) (map[st
 	defer in.close()
 	var mu sync.Mutex
 	remotes := make(map[string]*Remote, len(unique))
+	done := 0
 	err := ForEach(ctx, unique, limit, func(ctx context.Context, h string) error {
 		r, err := in.dial(ctx, h) // the *HostError names h
+		mu.Lock()
+		defer mu.Unlock()
+		if done++; cfg.Dialled != nil {
+			cfg.Dialled(done, len(unique))
+		}
 		if err != nil {
 			return err
 		}
-		mu.Lock()
 		remotes[h] = r
-		mu.Unlock()
 		return nil
 	})
 	return remotes, err

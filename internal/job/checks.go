@@ -2,7 +2,6 @@ package job
 
 import (
 	"context"
-	"fmt"
 	"io"
 	"maps"
 	"os/exec"
@@ -27,7 +26,7 @@ func Preflight(ctx context.Context, cfg Config, ui UI) (preflight.Report, error)
 	if err != nil {
 		return preflight.Report{}, err
 	}
-	runners, err := Connect(ctx, cl, nodes, cfg, ui.Err)
+	runners, err := Connect(ctx, cl, nodes, cfg, ui)
 	if err != nil {
 		return preflight.Report{}, interrupted(ctx, "while connecting to the nodes", err)
 	}
@@ -114,14 +113,9 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 			opts.ScriptName, opts.Script = cl.Torchrun.TrainingScript, src
 		}
 	}
-	if ui.Live && len(targets) >= 4 {
-		opts.Progress = func(done, total int) {
-			fmt.Fprintf(ui.Err, "\rpreflight: %d/%d nodes checked", done, total)
-			if done == total {
-				fmt.Fprint(ui.Err, "\r\x1b[K")
-			}
-		}
-	}
+	progress := startProgress(ui, "preflight", "checked", len(targets))
+	defer progress.end()
+	opts.Progress = progress.set
 	return preflight.Run(ctx, targets, opts)
 }
 

@@ -3,7 +3,6 @@ package job
 import (
 	"context"
 	"fmt"
-	"io"
 	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
@@ -84,7 +83,7 @@ func chooseTransport(cl cmdline.CommandLine, nodes []hosts.Host, cfg Config) (Tr
 // every node inside a Slurm allocation; else Local for the head itself and
 // SSH for the rest, dialled in parallel. On any failure every connection
 // is closed and the error names each failing host.
-func Connect(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, cfg Config, diag io.Writer) (map[string]sshexec.Runner, error) {
+func Connect(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, cfg Config, ui UI) (map[string]sshexec.Runner, error) {
 	t, err := chooseTransport(cl, nodes, cfg)
 	if err != nil {
 		return nil, err
@@ -95,10 +94,11 @@ func Connect(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, cf
 	case TransportSrun:
 		return connectSrun(ctx, cl.Gorun, nodes, cfg.Self)
 	}
-	return connectSSH(ctx, cl.Gorun, nodes, cfg.Self, diag)
+	return connectSSH(ctx, cl.Gorun, nodes, cfg.Self, ui)
 }
 
-func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self string, diag io.Writer) (map[string]sshexec.Runner, error) {
+func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self string, ui UI) (map[string]sshexec.Runner, error) {
+	diag := ui.Err
 	sc := sshexec.Config{
 		User: o.SSHUser, Port: o.SSHPort, Identity: o.SSHIdentity,
 		SSHConfigFile: o.SSHConfig, KnownHosts: o.KnownHosts,
@@ -132,7 +132,10 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 			return nil, fmt.Errorf("read the gorun binary: %w", err)
 		}
 	}
+	progress := startProgress(ui, "connecting", "reached", len(remote))
+	sc.Dialled = progress.set
 	dialled, err := sshexec.DialAll(ctx, remote, sc, o.Fanout)
+	progress.end()
 	for name, r := range dialled {
 		runners[name] = r
 	}

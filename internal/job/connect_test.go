@@ -90,7 +90,7 @@ func noSlurm() Config {
 }
 
 func TestConnectLocal(t *testing.T) {
-	runners, err := Connect(context.Background(), parse(t, "x.py"), nil, noSlurm(), nil)
+	runners, err := Connect(context.Background(), parse(t, "x.py"), nil, noSlurm(), UI{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +99,7 @@ func TestConnectLocal(t *testing.T) {
 	}
 	// A host list of this machine only needs no ssh.
 	runners, err = Connect(context.Background(), parse(t, "--hosts", "localhost:1", "x.py"),
-		[]hosts.Host{{Name: "localhost", Slots: 1}}, noSlurm(), nil)
+		[]hosts.Host{{Name: "localhost", Slots: 1}}, noSlurm(), UI{})
 	if err != nil || len(runners) != 1 {
 		t.Fatalf("localhost in --hosts: %v, %v", runners, err)
 	}
@@ -118,7 +118,7 @@ func TestConnectSSHRefused(t *testing.T) {
 	nodes := []hosts.Host{{Name: "nodea"}, {Name: "nodeb"}}
 
 	cl := parse(t, "--ssh-config", cfgFile, "--known-hosts", kh, "--hosts", "nodea,nodeb", "x.py")
-	_, err := Connect(context.Background(), cl, nodes, cfg, nil)
+	_, err := Connect(context.Background(), cl, nodes, cfg, UI{})
 	if !errors.Is(err, ErrUnreachable) {
 		t.Fatalf("refused ports: %v, want ErrUnreachable", err)
 	}
@@ -129,7 +129,7 @@ func TestConnectSSHRefused(t *testing.T) {
 	}
 
 	cl = parse(t, "--ssh-config", cfgFile, "--known-hosts", filepath.Join(dir, "missing"), "--hosts", "nodea,nodeb", "x.py")
-	if _, err := Connect(context.Background(), cl, nodes, cfg, nil); !errors.Is(err, ErrSSHSettings) {
+	if _, err := Connect(context.Background(), cl, nodes, cfg, UI{}); !errors.Is(err, ErrSSHSettings) {
 		t.Errorf("a missing known_hosts: %v, want ErrSSHSettings", err)
 	}
 }
@@ -139,7 +139,7 @@ func TestConnectSrunRemoteGorun(t *testing.T) {
 	cfg := Config{LookPath: func(string) (string, error) { return "/usr/bin/srun", nil },
 		Getenv: env(map[string]string{"SLURM_JOB_ID": "7"})}
 	nodes := []hosts.Host{{Name: "n1"}, {Name: "n2"}}
-	runners, err := Connect(context.Background(), cl, nodes, cfg, nil)
+	runners, err := Connect(context.Background(), cl, nodes, cfg, UI{})
 	if err != nil {
 		t.Fatal(err)
 	}

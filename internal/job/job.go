@@ -80,6 +80,9 @@ type Config struct {
 // UI is where a run writes, and what main knows of the terminal.
 type UI struct {
 	Out, Err io.Writer
+	// Lines is where the nodes' stderr lines go: Err without the stamps
+	// --timestamps puts on gorun's own lines. Nil: Err.
+	Lines io.Writer
 	// Color: Out is a terminal and NO_COLOR is unset.
 	Color bool
 	// Live: Err is a terminal that can redraw a line in place (not
@@ -139,7 +142,9 @@ type run struct {
 func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 	// The hooks say things between attempts from Run's goroutine while
 	// launch's writer goroutine may still be writing: one lock for both.
-	ui.Err = &lockedWriter{w: ui.Err}
+	// The nodes' lines share the lock.
+	var mu sync.Mutex
+	ui.Err, ui.Lines = &lockedWriter{mu: &mu, w: ui.Err}, &lockedWriter{mu: &mu, w: ui.lines()}
 	start := time.Now()
 	var atFault []string
 	defer func() {
@@ -190,7 +195,7 @@ func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 		}
 		return renderPlan(ui.Out, plan, cl.Gorun.Format)
 	}
-	if r.conns, err = Connect(ctx, cl, active, cfg, ui.Err); err != nil {
+	if r.conns, err = Connect(ctx, cl, active, cfg, ui); err != nil {
 		return interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(r.conns)
@@ -258,8 +263,16 @@ func newRunID() string {
 }
 
 // lockedWriter serializes writes to w.
+// lines is Lines, else Err.
+func (ui UI) lines() io.Writer {
+	if ui.Lines != nil {
+		return ui.Lines
+	}
+	return ui.Err
+}
+
 type lockedWriter struct {
-	mu sync.Mutex
+	mu *sync.Mutex
 	w  io.Writer
 }
 

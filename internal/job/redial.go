@@ -50,7 +50,7 @@ type redial struct {
 func newRedial(r *run) *redial {
 	return &redial{runID: r.cfg.RunID, fanout: r.cl.Gorun.Fanout, quit: make(chan struct{}), pending: map[string]bool{}, back: map[string]sshexec.Runner{},
 		connect: func(ctx context.Context, h hosts.Host) (sshexec.Runner, error) {
-			conns, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, io.Discard)
+			conns, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, UI{Err: io.Discard})
 			if err != nil {
 				return nil, err
 			}

@@ -198,11 +198,11 @@ func nnodesText(c cmdline.Config) string {
 // that cannot be reached is said and retired (never dialled again in this
 // run), and does not stop the job.
 func (r *run) connectSpares(ctx context.Context) {
-	conns, err := Connect(ctx, r.cl, r.spares.ready, r.cfg, r.ui.Err)
+	conns, err := Connect(ctx, r.cl, r.spares.ready, r.cfg, UI{Err: r.ui.Err})
 	if err != nil { // one at a time, to know which
 		conns = map[string]sshexec.Runner{}
 		for _, h := range r.spares.ready {
-			one, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, r.ui.Err)
+			one, err := Connect(ctx, r.cl, []hosts.Host{h}, r.cfg, UI{Err: r.ui.Err})
 			if err != nil {
 				fmt.Fprintf(r.ui.Err, "gorun: spare %s cannot be reached, so it is not used: %s\n", h.Name, userr.Printable(err.Error()))
 				continue

@@ -58,10 +58,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		HangTimeout: r.cl.Gorun.HangTimeout,
 		LocalRanks:  localRanks(r.cl.Torchrun.LocalRanksFilter),
 		Out:         r.ui.Out,
-		Err:         r.ui.Err,
+		Err:         r.ui.lines(),
 		Diag:        r.ui.Err,
 		Plain:       len(r.spec.Hosts) == 0, // one local node: print exactly what torchrun prints
 		Color:       r.ui.Color,
+		Prefix:      r.prefix(plan),
 		Kill:        r.ui.Kill,
 		StopGrace:   r.cl.Gorun.StopGrace,
 		Signals:     r.ui.Signals,
@@ -88,6 +89,22 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		fmt.Fprintln(r.ui.Err, "gorun:", userr.Printable(ferr.Error()))
 		return err
 	}
+}
+
+// prefix says how the workers' lines are marked: torchrun's template
+// where the user set one (exported, which every node's torchrun gets
+// too, or with --env), its --role and --tee, and --worker-timestamps.
+func (r *run) prefix(plan envplan.Plan) launch.Prefix {
+	p := launch.Prefix{Template: r.cfg.Getenv(envplan.PrefixTemplateVar), Role: r.cl.Torchrun.Role, Stamp: r.cl.Gorun.WorkerTimestamps}
+	if len(plan.Nodes) > 0 {
+		if v, ok := plan.Nodes[0].Env[envplan.PrefixTemplateVar]; ok {
+			p.Template = v.Value
+		}
+	}
+	if tee := r.cl.Torchrun.Tee; r.cl.Set("tee") {
+		p.Tee = func(lr int) int { return envplan.StdStreams(tee, lr) }
+	}
+	return p
 }
 
 // ahead is launch.Options.Ahead for this run: attempt k+1's jobs as its

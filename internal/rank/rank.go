@@ -272,6 +272,8 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	w.rasAddr = getenv("NCCL_RAS_ADDR")
 	started.Rank, started.LocalRank, started.WorldSize = w.rank, w.localRank, atoi(getenv("WORLD_SIZE"), -1)
 	started.PID, started.Time, started.RASReporter = pid, time.Now().UnixNano(), w.ras
+	started.Host, _ = os.Hostname()
+	started.Supervisor = os.Getpid()
 	w.send(wire.FrameStarted, wire.JSON(started))
 	close(announced)
 

@@ -2,9 +2,12 @@ package term
 
 import (
 	"bytes"
+	"fmt"
 	"io"
 	"os"
+	"strings"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -137,5 +140,25 @@ func TestSameFile(t *testing.T) {
 		if got := SameFile(tt.x, tt.y); got != tt.want {
 			t.Errorf("%s: SameFile = %v, want %v", tt.name, got, tt.want)
 		}
+	}
+}
+
+// TestStamper: nothing changes until Enable; then each line begins with
+// the time, however the writes cut the lines.
+func TestStamper(t *testing.T) {
+	var out strings.Builder
+	at := time.Date(2026, 12, 6, 21, 40, 1, 123456789, time.UTC)
+	s := &Stamper{W: &out, Now: func() time.Time { return at }}
+	fmt.Fprint(s, "before\n")
+	s.Enable()
+	fmt.Fprint(s, "gorun: one\ngorun: tw")
+	fmt.Fprint(s, "o\n\ngorun: three\n")
+	want := "before\n" +
+		"2026-12-06T21:40:01.123Z gorun: one\n" +
+		"2026-12-06T21:40:01.123Z gorun: two\n" +
+		"2026-12-06T21:40:01.123Z \n" +
+		"2026-12-06T21:40:01.123Z gorun: three\n"
+	if out.String() != want {
+		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
