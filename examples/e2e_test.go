@@ -16,6 +16,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -835,5 +836,73 @@ print("err from", r, file=sys.stderr, flush=True)
 				t.Errorf("log files: gorun %q, torchrun %q", got["gorun"][1], got["torchrun"][1])
 			}
 		})
+	}
+}
+
+// TestLogDirAttempts: with --log-dir and a restart, gorun's log folder is
+// laid out as torchrun's own restarts lay it out: one run folder, with
+// attempt_0 and attempt_1, each with every local rank's files. Side by
+// side with torchrun (--max-restarts 1, local rank 1 failing on the first
+// attempt), names of the folders made at random aside, and gorun's
+// marker (.gorun-run) aside.
+func TestLogDirAttempts(t *testing.T) {
+	needTorch(t)
+	job := filepath.Join(t.TempDir(), "job.py")
+	if err := os.WriteFile(job, []byte(`import os, sys
+k, lr = os.environ["TORCHELASTIC_RESTART_COUNT"], os.environ["LOCAL_RANK"]
+print("attempt", k, "local rank", lr, flush=True)
+print("to stderr", k, lr, file=sys.stderr, flush=True)
+sys.exit(3 if k == "0" and lr == "1" else 0)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	layout := func(t *testing.T, logDir string) []string {
+		t.Helper()
+		runs, _ := os.ReadDir(logDir)
+		if len(runs) != 1 {
+			t.Errorf("%d folders in --log-dir, want the run's only: %v", len(runs), runs)
+		}
+		var got []string
+		_ = filepath.WalkDir(logDir, func(p string, d fs.DirEntry, err error) error {
+			rel, _ := filepath.Rel(logDir, p)
+			parts := strings.Split(rel, string(filepath.Separator))
+			if err != nil || rel == "." || strings.HasPrefix(d.Name(), ".") {
+				return err
+			}
+			parts[0] = "RUN"
+			line := strings.Join(parts, "/")
+			if !d.IsDir() && strings.HasSuffix(p, ".log") {
+				b, _ := os.ReadFile(p)
+				line += ": " + strings.TrimSpace(string(b))
+			}
+			got = append(got, line)
+			return nil
+		})
+		slices.Sort(got)
+		return got
+	}
+	got := map[string][]string{}
+	for _, l := range []string{"torchrun", "gorun"} {
+		logDir := filepath.Join(t.TempDir(), "logs")
+		argv := []string{"--nproc_per_node", "2", "--max_restarts", "1", "--log_dir", logDir, "--redirects", "3", job}
+		var cmd *exec.Cmd
+		if l == "torchrun" {
+			cmd = exec.Command(shim(t), argv...)
+		} else {
+			cmd = exec.Command(gorunBin, append([]string{"--torchrun", shim(t)}, argv...)...)
+		}
+		cmd.Env = append(os.Environ(), "NO_COLOR=1")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", l, err, out)
+		}
+		got[l] = layout(t, logDir)
+	}
+	// error.json is written where torchrun 2.x's record decorator is in
+	// the script; this one has none: both have no such file.
+	if !slices.Equal(got["gorun"], got["torchrun"]) {
+		t.Errorf("--log-dir after a restart:\ngorun:\n  %s\ntorchrun:\n  %s", strings.Join(got["gorun"], "\n  "), strings.Join(got["torchrun"], "\n  "))
+	}
+	if !slices.Contains(got["gorun"], "RUN/attempt_1/1/stdout.log: attempt 1 local rank 1") {
+		t.Errorf("no attempt_1 in gorun's run folder:\n  %s", strings.Join(got["gorun"], "\n  "))
 	}
 }

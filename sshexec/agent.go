@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/gorun/gorun/internal/logdir"
 	"io"
 	"os"
 	"os/signal"
@@ -183,6 +184,12 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 	}
 	code := a.supervise(ctx, job, r, ctl, sigs)
 	out.wait()
+	if a.relay != nil {
+		// torchrun has ended: its --log-dir folder joins the run's.
+		if err := logdir.Finish(a.relay.dir); err != nil {
+			a.logf("--log-dir: this attempt's folder stays where torchrun made it: %v", err)
+		}
+	}
 	return code
 }
 

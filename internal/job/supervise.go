@@ -184,6 +184,9 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		if js.runID != "" {
 			env[wire.RunIDVar] = js.runID
 		}
+		if js.logDir != "" {
+			env[wire.LogDirVar] = js.logDir
+		}
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
 			if a == envplan.GorunSelf {
@@ -290,6 +293,7 @@ func workerScript(cmd []string) (worker []string, module bool) {
 // jobSettings are what every node's job of a run shares.
 type jobSettings struct {
 	dir, runID  string
+	logDir      string // --log-dir as given; "": not given (wire.LogDirVar)
 	warm        bool
 	early       bool     // --warm-restart early: the standby starts with the attempt on every node
 	prewarm     []string // modules the worker pool imports; none: no pool
@@ -309,6 +313,9 @@ type jobSettings struct {
 func (r *run) jobSettings() jobSettings {
 	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", early: r.cl.Gorun.WarmRestart == "early", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
 		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace, maxRestarts: r.cl.Torchrun.MaxRestarts}
+	if r.cl.Set("log_dir") && !r.cl.Torchrun.RunPath {
+		js.logDir = r.cl.Torchrun.LogDir
+	}
 	if r.ui.Stdin != nil && len(r.spec.Hosts) == 0 { // local: over ssh and srun the workers read /dev/null
 		if in, err := r.ui.Stdin(); err == nil {
 			js.stdin = in

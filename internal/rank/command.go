@@ -76,7 +76,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
-		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar || k == sshexec.GateVar:
+		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar || k == sshexec.GateVar || k == wire.LogDirVar:
 			continue // the worker's own children must not speak for it
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "", k == "TORCHELASTIC_MAX_RESTARTS" && most != "":
 			continue

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/logdir"
 	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
@@ -147,6 +148,15 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	w.stopped = make(chan struct{})
 	w.connOK = w.conn != nil
 	localRank := atoi(getenv("LOCAL_RANK"), -1)
+	if sock := getenv(sshexec.RelaySocketVar); localRank == 0 && sock != "" {
+		// The attempt's --log-dir folder, seen in the run's as torchrun's
+		// own restarts would write it.
+		host, _ := os.Hostname()
+		if err := logdir.Begin(getenv("TORCHELASTIC_ERROR_FILE"), getenv(wire.LogDirVar), getenv(wire.RunIDVar), host,
+			atoi(getenv(wire.RestartCountVar), 0), filepath.Dir(sock)); err != nil {
+			fmt.Fprintf(w.stderr, "gorun %s: --log-dir: this attempt's folder stays where torchrun made it: %v\n", envplan.RankCommand, err)
+		}
+	}
 	echo := envplan.StdStreams(getenv(envplan.WorkerEchoVar), localRank)
 	merged := getenv(wire.MergedOutputVar) == "1" && echo == 0
 	// Streams torchrun would show on no console (--redirects): written

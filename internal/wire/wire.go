@@ -56,6 +56,10 @@ const (
 	// set by the head; the worker's supervisor copies it to torchrun's
 	// TORCHELASTIC_RESTART_COUNT.
 	RestartCountVar = "GORUN_RESTART_COUNT"
+	// LogDirVar holds torchrun's --log-dir where the user gave one, for
+	// the workers' supervisors, which keep its attempts in one run folder
+	// (internal/logdir); the workers never see it.
+	LogDirVar = "GORUN_LOG_DIR"
 	// MaxRestartsVar is the group's --max-restarts, set by the head with
 	// RestartCountVar; the worker's supervisor copies it to torchrun's
 	// TORCHELASTIC_MAX_RESTARTS (each torchrun runs with 0).
