@@ -133,14 +133,14 @@ func ParseTTY(s string) TTY {
 
 // WorkerStarted says a worker runs.
 type WorkerStarted struct {
-	Rank      int   `json:"rank"`
-	LocalRank int   `json:"local_rank"`
-	WorldSize int   `json:"world_size"`
-	PID       int   `json:"pid"`
+	Rank      int `json:"rank"`
+	LocalRank int `json:"local_rank"`
+	WorldSize int `json:"world_size"`
+	PID       int `json:"pid"`
 	// Supervisor is the pid of the worker's supervisor (gorun _rank),
 	// the process torchrun started.
-	Supervisor int `json:"supervisor_pid,omitempty"`
-	Time      int64 `json:"time_ns"` // node clock, Unix nanoseconds
+	Supervisor int   `json:"supervisor_pid,omitempty"`
+	Time       int64 `json:"time_ns"` // node clock, Unix nanoseconds
 	// Host is the node's hostname, as the worker's gethostname says it.
 	Host string `json:"host,omitempty"`
 	// RASReporter is set on the one worker (local rank 0 of node 0) that
