@@ -61,7 +61,10 @@ func TestExitCodes(t *testing.T) {
 		{name: "3 a node unreachable (ssh)", code: 3, want: []string{"cannot reach every node", "10.77.0.250"},
 			run: func(t *testing.T, mark string) (int, string) {
 				c := needCluster(t, 2)
-				return local(nil, append(c.sshArgs(), "--hosts", c.nodes[0]+":1,10.77.0.250:1", "--torchrun", shim(t), script(t))...)(t, mark)
+				sum := filepath.Join(t.TempDir(), "s.json")
+				code, out := local(nil, append(c.sshArgs(), "--hosts", c.nodes[0]+":1,10.77.0.250:1", "--torchrun", shim(t), "--summary", sum, script(t))...)(t, mark)
+				refusedSummary(t, sum, 3, "10.77.0.250")
+				return code, out
 			}},
 		{name: "3 preflight: a node's network (ssh)", code: 3, want: []string{"net.route", "node1", "preflight failed; nothing was started"},
 			run: func(t *testing.T, mark string) (int, string) {
@@ -69,17 +72,7 @@ func TestExitCodes(t *testing.T) {
 				noRouteToNode0(t, c, 1)
 				sum := filepath.Join(t.TempDir(), "s.json")
 				code, out := local(nil, append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--torchrun", shim(t), "--summary", sum, script(t))...)(t, mark)
-				// The summary of a refused run: what a scheduler reads.
-				b, err := os.ReadFile(sum)
-				var s struct {
-					Outcome      string   `json:"outcome"`
-					ExitCode     *int     `json:"exit_code"`
-					NodesAtFault []string `json:"nodes_at_fault"`
-				}
-				if err != nil || json.Unmarshal(b, &s) != nil || s.Outcome != "refused" || s.ExitCode == nil || *s.ExitCode != 3 ||
-					len(s.NodesAtFault) != 1 || s.NodesAtFault[0] != c.nodes[1] {
-					t.Errorf("--summary of the refused run: %v\n%s", err, b)
-				}
+				refusedSummary(t, sum, 3, c.nodes[1])
 				return code, out
 			}},
 		{name: "3 preflight: a node Slurm marks failing (Slurm job)", code: 3, want: []string{"slurm.node.state", "Slurm reports node1 as fail", "preflight failed; nothing was started"},
@@ -191,4 +184,20 @@ exec bash "$GORUN_SBATCH" "$@"
 	}()
 	_, outFile, code := c.submit(t, true, c.jobEnv(t, env...), "--nodes=2", "--ntasks-per-node=2", "--requeue", "--open-mode=append", batch, "--tag", mark)
 	return code, readOutput(t, outFile)
+}
+
+// refusedSummary fails t unless the --summary at path is a refused run's,
+// exiting code, with node the only one at fault: what a scheduler reads.
+func refusedSummary(t *testing.T, path string, code int, node string) {
+	t.Helper()
+	b, err := os.ReadFile(path)
+	var s struct {
+		Outcome      string   `json:"outcome"`
+		ExitCode     *int     `json:"exit_code"`
+		NodesAtFault []string `json:"nodes_at_fault"`
+	}
+	if err != nil || json.Unmarshal(b, &s) != nil || s.Outcome != "refused" || s.ExitCode == nil || *s.ExitCode != code ||
+		len(s.NodesAtFault) != 1 || s.NodesAtFault[0] != node {
+		t.Errorf("--summary of the refused run: %v, want %d and %s at fault\n%s", err, code, node, b)
+	}
 }

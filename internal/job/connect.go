@@ -2,7 +2,9 @@ package job
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"slices"
 	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
@@ -212,4 +214,36 @@ func checkFileLimit(nodes, perNode int, how, each string, limit uint64) error {
 		Problem: fmt.Sprintf("%d nodes %s need about %d open files (%s, and %d for the head itself), but this process may open only %d (RLIMIT_NOFILE)",
 			nodes, how, need, each, filesBesideNodes, limit),
 		Fix: fmt.Sprintf("raise the limit before gorun starts (ulimit -n %d, or nofile in /etc/security/limits.conf for the user), or launch on fewer nodes", need)}
+}
+
+// unreachedHosts names the nodes a failed Connect could not reach (each
+// *sshexec.HostError in err), sorted.
+func unreachedHosts(err error) []string {
+	var names []string
+	var walk func(error)
+	walk = func(err error) {
+		var he *sshexec.HostError
+		switch e := err.(type) {
+		case nil:
+			return
+		case interface{ WrappedErrors() []error }: // go-multierror
+			for _, w := range e.WrappedErrors() {
+				walk(w)
+			}
+			return
+		case interface{ Unwrap() []error }:
+			for _, w := range e.Unwrap() {
+				walk(w)
+			}
+			return
+		}
+		if errors.As(err, &he) {
+			names = append(names, he.Host)
+			return
+		}
+		walk(errors.Unwrap(err))
+	}
+	walk(err)
+	slices.Sort(names)
+	return slices.Compact(names)
 }

@@ -3,8 +3,10 @@ package job
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/sshexec"
+	"github.com/hashicorp/go-multierror"
 )
 
 func TestChooseTransport(t *testing.T) {
@@ -167,5 +170,20 @@ func TestCheckFileLimit(t *testing.T) {
 	}
 	if err := checkFileLimit(1<<20, 1, "over SSH", "", 0); err != nil {
 		t.Errorf("unknown limit: %v", err)
+	}
+}
+
+// TestUnreachedHosts: the nodes a failed dial names, however the error
+// wraps them.
+func TestUnreachedHosts(t *testing.T) {
+	var merr *multierror.Error
+	merr = multierror.Append(merr, &sshexec.HostError{Host: "node7", Err: errors.New("no route")},
+		&sshexec.HostError{Host: "node3", Err: errors.New("refused")})
+	err := fmt.Errorf("%w:\n%w", ErrUnreachable, merr)
+	if got := unreachedHosts(err); !slices.Equal(got, []string{"node3", "node7"}) {
+		t.Errorf("unreachedHosts = %q, want node3 node7", got)
+	}
+	if got := unreachedHosts(errors.New("other")); len(got) != 0 {
+		t.Errorf("unreachedHosts of an error naming no node = %q", got)
 	}
 }

@@ -196,6 +196,7 @@ func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 		return renderPlan(ui.Out, plan, cl.Gorun.Format)
 	}
 	if r.conns, err = Connect(ctx, cl, active, cfg, ui); err != nil {
+		atFault = unreachedHosts(err)
 		return interrupted(ctx, "while connecting to the nodes", err)
 	}
 	defer closeAll(r.conns)

@@ -47,8 +47,8 @@ type Summary struct {
 	AttemptNodes [][]string `json:"attempt_nodes"`
 	// Replacements are the spares that took a node's place (hot spares).
 	Replacements []ReplacementSummary `json:"replacements"`
-	// NodesAtFault are, for "refused", the nodes whose preflight failed
-	// (the error names an unreachable one).
+	// NodesAtFault are, for "refused", the nodes whose preflight failed,
+	// or that could not be reached.
 	NodesAtFault []string `json:"nodes_at_fault"`
 }
 
