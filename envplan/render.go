@@ -254,7 +254,7 @@ func (t tableWriter) node(n NodePlan) {
 	for _, name := range slices.Sorted(maps.Keys(n.Env)) {
 		v := n.Env[name]
 		value := secret.Hidden
-		if shown := secret.Redact(name, v.Value); shown != secret.Hidden {
+		if shown := v.shown(name); shown != secret.Hidden {
 			value = displayWord(shown)
 		}
 		t.line("    " + name + "=" + value + "  [" + v.Source + "]")
@@ -353,7 +353,7 @@ func normalize(p Plan) Plan {
 		}
 		env := make(map[string]Var, len(n.Env))
 		for name, v := range n.Env {
-			v.Value = secret.Redact(name, v.Value)
+			v.Value = v.shown(name)
 			env[name] = v
 		}
 		n.Env = env
@@ -439,7 +439,17 @@ func RenderShell(w io.Writer, p Plan) error {
 // hiddenInShell reports whether the shell form must not print the value.
 // An empty value hides nothing.
 func hiddenInShell(name string, v Var) bool {
-	return v.Value != "" && secret.Redact(name, v.Value) != v.Value
+	return v.Value != "" && v.shown(name) != v.Value
+}
+
+// shown is the value as a plan prints it: as secret.Redact shows it, and
+// never one given as --env NAME, which the user asked to be taken from
+// the head without being written out.
+func (v Var) shown(name string) string {
+	if v.Source == SourceUser && v.Reason == reasonEnvHead && v.Value != "" {
+		return secret.Hidden
+	}
+	return secret.Redact(name, v.Value)
 }
 
 // shellHidden returns the assignment that passes a hidden value from the
@@ -447,7 +457,7 @@ func hiddenInShell(name string, v Var) bool {
 // the user what to export. name must be a valid variable name: it appears
 // unquoted.
 func shellHidden(name string, v Var) (word, advice string) {
-	if v.Source == SourceUser && (v.Reason == reasonExported || v.Reason == reasonExportedHead) {
+	if v.Source == SourceUser && (v.Reason == reasonExported || v.Reason == reasonExportedHead || v.Reason == reasonEnvHead) {
 		return name + `="${` + name + `:?hidden in this plan; export it with the value it had where gorun ran}"`,
 			name + " (exported where gorun ran): export it with the same value"
 	}

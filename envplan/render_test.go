@@ -473,3 +473,28 @@ func TestNotesHideSecrets(t *testing.T) {
 		}
 	}
 }
+
+// TestEnvNameNotPrinted: a value --env NAME takes from the head's
+// environment is not printed in any form of the plan, even one no secret
+// rule would hide; the shell form reads it from the running shell.
+func TestEnvNameNotPrinted(t *testing.T) {
+	s := newSpec(nil, "train.py")
+	s.Environ = map[string]string{"MY_SETTING": "plain-value-42"}
+	s.Gorun.Env = []string{"MY_SETTING"}
+	p, err := Build(s, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, render := range map[string]func(io.Writer, Plan) error{"table": RenderTable, "json": RenderJSON, "shell": RenderShell, "brief": RenderBrief} {
+		var b strings.Builder
+		if err := render(&b, p); err != nil {
+			t.Fatal(err)
+		}
+		if strings.Contains(b.String(), "plain-value-42") {
+			t.Errorf("%s prints the value of --env MY_SETTING:\n%s", name, b.String())
+		}
+		if name == "shell" && !strings.Contains(b.String(), `MY_SETTING="${MY_SETTING:?`) {
+			t.Errorf("shell does not read MY_SETTING from the running shell:\n%s", b.String())
+		}
+	}
+}
