@@ -44,6 +44,10 @@ func runLaunch(w *signals.Watcher, args []string, stdout, stderr io.Writer) erro
 	if err != nil {
 		return err
 	}
+	var note string
+	if cfg.CommandLine, note = job.TorchrunBesideSelf(cfg.CommandLine, cfg.Self, os.Getenv, exec.LookPath); note != "" {
+		fmt.Fprintln(stderr, "gorun:", note)
+	}
 	w.Pass(cl.Torchrun.PassSignals()...)
 	ui := jobUI(stdout, lines, w.Kill())
 	if cl.Gorun.Timestamps {

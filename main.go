@@ -101,6 +101,9 @@ func newApp(w *signals.Watcher) *cli.App {
 			if args := c.Args().Slice(); len(args) > 0 && args[0] == "help" {
 				return runHelp(args[1:], c.App.Writer)
 			}
+			if args := c.Args().Slice(); len(args) == 1 && args[0] == "--version" {
+				return runVersion(nil, c.App.Writer) // torchrun has no --version: gorun's
+			}
 			return runLaunch(w, c.Args().Slice(), c.App.Writer, c.App.ErrWriter)
 		},
 		Commands: append([]*cli.Command{

@@ -26,7 +26,9 @@ in, after --include or --exclude. Nothing is contacted.
 // versionUsage is `gorun version --help`.
 const versionUsage = `usage: gorun version
 
-Prints gorun's module version and the revision it was built from.
+Prints gorun's version and the commit it was built from, the Go version,
+the platform, and the oldest glibc this binary starts on (read from its
+own dynamic symbols). gorun --version prints the same.
 `
 
 // helpTopic is the text `gorun help COMMAND` prints, "" for no such
@@ -71,7 +73,7 @@ func runVersion(args []string, w io.Writer) error {
 		return &userr.InputError{Where: "gorun version", Problem: fmt.Sprintf("takes no options and no arguments, and %q was given", args[0]),
 			Fix: "run gorun version alone; gorun version --help says what it prints"}
 	}
-	_, err := fmt.Fprintln(w, "gorun", buildinfo.Version())
+	_, err := io.WriteString(w, buildinfo.Describe())
 	return err
 }
 

@@ -1,30 +1,44 @@
-// Package buildinfo says which build of gorun this is: the module version
-// a release carries, else "devel", with the VCS revision and time the Go
-// toolchain stamped into the binary. It reads the running binary's build
-// information and nothing else.
+// Package buildinfo says which build of gorun this is: the version (the
+// module version `go install` stamps, else the VERSION file beside this
+// one, which a release sets), the commit and time the Go toolchain stamped
+// into the binary, the Go version, the platform, and the oldest glibc the
+// binary starts on, read from its own dynamic symbols. It reads the
+// running binary and nothing else.
 package buildinfo
 
 import (
+	"cmp"
+	"debug/elf"
+	_ "embed"
 	"fmt"
+	"os"
+	"runtime"
 	"runtime/debug"
+	"slices"
+	"strconv"
+	"strings"
 )
 
-// Version is the module version a release build carries, else "devel",
-// with the revision and time of the commit it was built from ("+dirty"
-// when the work tree had changes): "devel (0123456789ab+dirty,
-// 2026-12-02T00:00:00Z)".
+// release is the VERSION file: the version of a build from a checkout.
+//
+//go:embed VERSION
+var release string
+
+// Version is the version with the revision and time of the commit it
+// was built from ("+dirty" when the work tree had changes):
+// "0.9.0 (0123456789ab+dirty, 2026-12-02T00:00:00Z)".
 func Version() string {
 	bi, ok := debug.ReadBuildInfo()
 	if !ok {
-		return "devel"
+		return strings.TrimSpace(release)
 	}
-	return version(bi)
+	return version(bi, release)
 }
 
-func version(bi *debug.BuildInfo) string {
+func version(bi *debug.BuildInfo, release string) string {
 	v := bi.Main.Version
 	if v == "" || v == "(devel)" {
-		v = "devel"
+		v = cmp.Or(strings.TrimSpace(release), "devel")
 	}
 	var rev, at, dirty string
 	for _, s := range bi.Settings {
@@ -49,4 +63,60 @@ func version(bi *debug.BuildInfo) string {
 		at = ", " + at
 	}
 	return fmt.Sprintf("%s (%s%s%s)", v, rev, dirty, at)
+}
+
+// Describe is what `gorun version` prints: the version line, then the Go
+// version, the platform and the glibc floor, a line each.
+func Describe() string {
+	floor := "not known (" + os.Args[0] + " could not be read)"
+	if self, err := os.Executable(); err == nil {
+		floor = GlibcFloor(self)
+	}
+	return fmt.Sprintf("gorun %s\ngo: %s\nplatform: %s/%s\nglibc: %s\n", Version(), runtime.Version(), runtime.GOOS, runtime.GOARCH, floor)
+}
+
+// GlibcFloor says which glibc the binary at path needs: "2.28 or later"
+// (the newest GLIBC_ symbol version it imports), "none (static)", or why
+// it cannot tell.
+func GlibcFloor(path string) string {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "not known (" + err.Error() + ")"
+	}
+	defer f.Close()
+	syms, err := f.ImportedSymbols()
+	if err != nil || len(syms) == 0 {
+		return "none (static)"
+	}
+	var newest []int
+	for _, s := range syms {
+		if v, ok := glibcVersion(s.Version); ok && slices.Compare(v, newest) > 0 {
+			newest = v
+		}
+	}
+	if newest == nil {
+		return "none (no glibc symbol versions)"
+	}
+	parts := make([]string, len(newest))
+	for i, n := range newest {
+		parts[i] = strconv.Itoa(n)
+	}
+	return strings.Join(parts, ".") + " or later"
+}
+
+// glibcVersion reads "GLIBC_2.3.4" as [2 3 4].
+func glibcVersion(s string) ([]int, bool) {
+	rest, ok := strings.CutPrefix(s, "GLIBC_")
+	if !ok {
+		return nil, false
+	}
+	var v []int
+	for _, p := range strings.Split(rest, ".") {
+		n, err := strconv.Atoi(p)
+		if err != nil {
+			return nil, false
+		}
+		v = append(v, n)
+	}
+	return v, true
 }
