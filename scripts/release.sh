@@ -56,6 +56,13 @@ echo /vendor/ >>"$src/.git/info/exclude"
 commit=$(git -C "$src" rev-parse HEAD)
 epoch=$(git -C "$src" log -1 --format=%ct)
 
+# /proc inside the root: Go and gorun read /proc/self/exe.
+mountpoint -q "$ROOT/proc" || mount -t proc proc "$ROOT/proc"
+trap 'umount "$ROOT/proc" 2>/dev/null || true' EXIT
+gobuild=(chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/go/bin:/usr/bin:/bin HOME=/root GOROOT=/usr/local/go
+  GOCACHE=/root/.cache/go-build GOPATH=/root/go GOTOOLCHAIN=local GOPROXY=off GOTELEMETRY=off
+  CGO_ENABLED=1 GOOS=linux CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations")
+
 out=$ROOT/out && rm -rf "$out" && mkdir -p "$out"
 mkdir -p "$DIST"
 rm -f "$DIST"/gorun-* "$DIST"/gorun_launcher-* "$DIST"/SHA256SUMS
@@ -63,11 +70,7 @@ for arch in amd64 arm64; do
   cc=gcc
   [ $arch = arm64 ] && cc=aarch64-linux-gnu-gcc
   say "building linux/$arch ($version, $commit)"
-  chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/go/bin:/usr/bin:/bin HOME=/root \
-    GOCACHE=/root/.cache/go-build GOPATH=/root/go GOTOOLCHAIN=local GOPROXY=off \
-    CGO_ENABLED=1 GOOS=linux GOARCH=$arch CC=$cc \
-    CGO_CFLAGS="-O2 -g -Wno-deprecated-declarations" \
-    sh -c "cd /src/gorun && go build -mod=vendor -buildvcs=true -trimpath -ldflags='-s -w -buildid=' -o /out/gorun-linux-$arch ."
+  "${gobuild[@]}" GOARCH=$arch CC=$cc sh -c "cd /src/gorun && go build -mod=vendor -buildvcs=true -trimpath -ldflags='-s -w -buildid=' -o /out/gorun-linux-$arch ."
   bin=$out/gorun-linux-$arch
   # Every GLIBC_ symbol version the binary needs, newest last.
   newest=$(readelf -W --dyn-syms "$bin" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/GLIBC_//' | sort -uV | tail -1)
@@ -100,9 +103,7 @@ qemu=(qemu-aarch64-static -L "$ROOT/usr/aarch64-linux-gnu")
 (cd "$ROOT/tmp/job" && "${qemu[@]}" "$out/gorun-linux-arm64" --dry-run --preflight off --nproc-per-node 2 train.py | tail -3)
 "${qemu[@]}" "$out/gorun-linux-arm64" preflight --topo-file "$repo/preflight/testdata/topo/dgx-h100.txt" | tail -3
 for pkg in cmdline hosts envplan; do
-  chroot "$ROOT" /usr/bin/env -i PATH=/usr/local/go/bin:/usr/bin:/bin HOME=/root GOCACHE=/root/.cache/go-build \
-    GOTOOLCHAIN=local GOPROXY=off CGO_ENABLED=1 GOARCH=arm64 CC=aarch64-linux-gnu-gcc \
-    sh -c "cd /src/gorun && go test -mod=vendor -c -o /out/$pkg.test ./$pkg"
+  "${gobuild[@]}" GOARCH=arm64 CC=aarch64-linux-gnu-gcc sh -c "cd /src/gorun && go test -mod=vendor -c -o /out/$pkg.test ./$pkg"
   (cd "$src/$pkg" && "${qemu[@]}" "$out/$pkg.test" -test.count=1 | tail -1)
 done
 say "check: the wheels in fresh venvs"

@@ -17,6 +17,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/gorun/gorun/internal/lazyre"
 )
 
 // release is the VERSION file: the version of a build from a checkout.
@@ -37,7 +39,9 @@ func Version() string {
 
 func version(bi *debug.BuildInfo, release string) string {
 	v := bi.Main.Version
-	if v == "" || v == "(devel)" {
+	if v == "" || v == "(devel)" || pseudo().MatchString(v) {
+		// A build from a checkout: Go 1.24 and later stamp a pseudo-version
+		// made of the commit, which says less than VERSION with it.
 		v = cmp.Or(strings.TrimSpace(release), "devel")
 	}
 	var rev, at, dirty string
@@ -64,6 +68,10 @@ func version(bi *debug.BuildInfo, release string) string {
 	}
 	return fmt.Sprintf("%s (%s%s%s)", v, rev, dirty, at)
 }
+
+// pseudo matches a Go pseudo-version's tail ("v0.0.0-20261206214459-4564cf34dab4",
+// "v1.2.4-0.20261206214459-4564cf34dab4+dirty").
+var pseudo = lazyre.New(`(^|[-.])\d{14}-[0-9a-f]{12}(\+dirty)?$`)
 
 // Describe is what `gorun version` prints: the version line, then the Go
 // version, the platform and the glibc floor, a line each.

@@ -31,6 +31,8 @@ func TestVersion(t *testing.T) {
 		{"(devel)", vcs("vcs.revision", "0123456789abcdef", "vcs.time", "2026-12-02T00:00:00Z", "vcs.modified", "true"),
 			"0.9.0 (0123456789ab+dirty, 2026-12-02T00:00:00Z)"},
 		{"v1.2.3", vcs("vcs.revision", "abc", "vcs.modified", "false"), "v1.2.3 (abc)"},
+		{"v0.0.0-20261206214459-4564cf34dab4", vcs("vcs.revision", "4564cf34dab4aa"), "0.9.0 (4564cf34dab4)"},
+		{"v1.2.4-0.20261206214459-4564cf34dab4+dirty", nil, "0.9.0"},
 	} {
 		bi := &debug.BuildInfo{Main: debug.Module{Version: tc.version}, Settings: tc.settings}
 		if got := version(bi, "0.9.0\n"); got != tc.want {
