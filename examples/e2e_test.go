@@ -323,8 +323,8 @@ func (r *run) output() string {
 }
 
 // leftovers lists what a run may have left behind: every process in the
-// test cluster's node namespaces except the cluster's own (sshd and the
-// unshare holding its PID namespace), whatever
+// test cluster's node namespaces except the cluster's own (each sshd
+// listener, not its sessions, and the unshare holding its PID namespace), whatever
 // it is and whether or not it carries a mark, plus processes anywhere
 // whose command line or environment carries the run's mark (local mode,
 // where the job runs on this machine).
@@ -353,16 +353,20 @@ func leftovers(mark string) []string {
 			continue // gone, or a zombie: it holds no resources; its parent reaps it
 		}
 		comm, _ := os.ReadFile(filepath.Join("/proc", pid, "comm"))
+		cmdline, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
 		ns, _ := os.Readlink(filepath.Join("/proc", pid, "ns", "net"))
-		own := strings.TrimSpace(string(comm)) // the cluster's own: sshd, and the unshare that holds its PID namespace
-		left := nodeNets[ns] && own != "sshd" && own != "unshare"
+		// The cluster's own: each node's sshd listener (an ssh session's
+		// sshd is a leftover like any other), and the unshare that holds
+		// its PID namespace.
+		name := strings.TrimSpace(string(comm))
+		own := name == "sshd" && bytes.Contains(cmdline, []byte("[listener]")) || name == "unshare"
+		left := nodeNets[ns] && !own
 		for _, f := range []string{"cmdline", "environ"} {
 			b, err := os.ReadFile(filepath.Join("/proc", pid, f))
 			left = left || err == nil && bytes.Contains(b, []byte(mark))
 		}
 		if left {
-			cmd, _ := os.ReadFile(filepath.Join("/proc", pid, "cmdline"))
-			found = append(found, pid+" "+strings.ReplaceAll(string(cmd), "\x00", " "))
+			found = append(found, pid+" "+strings.ReplaceAll(string(cmdline), "\x00", " "))
 		}
 	}
 	return found
@@ -904,5 +908,32 @@ sys.exit(3 if k == "0" and lr == "1" else 0)
 	}
 	if !slices.Contains(got["gorun"], "RUN/attempt_1/1/stdout.log: attempt 1 local rank 1") {
 		t.Errorf("no attempt_1 in gorun's run folder:\n  %s", strings.Join(got["gorun"], "\n  "))
+	}
+}
+
+// TestLeftoversSeeSSHSessions: an ssh session left open on a node (its
+// sshd, with no command under it) is a leftover; the node's sshd listener
+// is not.
+func TestLeftoversSeeSSHSessions(t *testing.T) {
+	c := needCluster(t, 1)
+	mark := marker(t)
+	if left := leftovers(mark); len(left) != 0 {
+		t.Fatalf("leftovers before the session: %q", left)
+	}
+	ssh := exec.Command("ssh", "-F", filepath.Join(c.state, "ssh_config"), "-N", c.nodes[0])
+	if err := ssh.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { ssh.Process.Kill(); ssh.Wait() }()
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		left := leftovers(mark)
+		if len(left) > 0 && strings.Contains(strings.Join(left, "\n"), "sshd") {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("an open ssh session to %s is no leftover: %q", c.nodes[0], left)
+		}
+		time.Sleep(100 * time.Millisecond)
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
@@ -137,15 +138,31 @@ func TestHookErrors(t *testing.T) {
 	}
 }
 
+// TestKillContext: the context ends when kill is closed (a second
+// Ctrl-C), not before, and with its cancel; a nil kill never ends it.
 func TestKillContext(t *testing.T) {
 	kill := make(chan struct{})
 	ctx, cancel := killContext(context.Background(), kill)
 	defer cancel()
+	select {
+	case <-ctx.Done():
+		t.Fatal("ended before kill was closed")
+	case <-time.After(50 * time.Millisecond):
+	}
 	close(kill)
-	<-ctx.Done()
+	select {
+	case <-ctx.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("not ended 5 s after kill was closed")
+	}
 	ctx, cancel = killContext(context.Background(), nil)
+	if ctx.Err() != nil {
+		t.Fatal("a nil kill ended the context at once")
+	}
 	cancel()
-	<-ctx.Done()
+	if ctx.Err() == nil {
+		t.Fatal("cancel did not end the context")
+	}
 }
 
 func TestLocalRanks(t *testing.T) {
