@@ -396,7 +396,7 @@ func TestHostileInput(t *testing.T) {
 	}
 }
 
-// TestRdzvEndpointByBackend pins what README's "Bad input" says of
+// TestRdzvEndpointByBackend pins what docs/guide.md's "Bad input" says of
 // --rdzv-endpoint, backend by backend, through the real binary.
 func TestRdzvEndpointByBackend(t *testing.T) {
 	for _, tc := range []struct {

@@ -2,17 +2,19 @@ package main
 
 import (
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
 	"testing"
+	"unicode"
 
 	"github.com/gorun/gorun/cmdline"
 )
 
 // TestREADMEAmbiguousPrefixes computes the torchrun option prefixes that
 // picked one torchrun option alone and are ambiguous next to gorun's own
-// options, and checks that README's "Compatibility with torchrun" lists
+// options, and checks that docs/compatibility.md ("The command line and its options") lists
 // exactly those.
 func TestREADMEAmbiguousPrefixes(t *testing.T) {
 	// torchrun's option strings as argparse matches them: both spellings
@@ -56,13 +58,13 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 	}
 	slices.Sort(became)
 
-	readme, err := os.ReadFile("README.md")
+	readme, err := os.ReadFile("docs/compatibility.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	m := regexp.MustCompile(`(\w+)\s+torchrun prefixes that were unambiguous alone become ambiguous next to them\s+\(([^)]*)\)`).FindSubmatch(readme)
 	if m == nil {
-		t.Fatal("README no longer has the sentence on prefixes made ambiguous")
+		t.Fatal("docs/compatibility.md no longer has the sentence on prefixes made ambiguous")
 	}
 	var listed []string
 	for _, q := range regexp.MustCompile("`([^`]+)`").FindAllSubmatch(m[2], -1) {
@@ -70,23 +72,25 @@ func TestREADMEAmbiguousPrefixes(t *testing.T) {
 	}
 	slices.Sort(listed)
 	if !slices.Equal(listed, became) {
-		t.Errorf("README lists %q; the prefixes gorun's options made ambiguous are %q", listed, became)
+		t.Errorf("docs/compatibility.md lists %q; the prefixes gorun's options made ambiguous are %q", listed, became)
 	}
 	words := []string{"no", "one", "two", "three", "four", "five", "six", "seven", "eight"}
 	if len(became) < len(words) && string(m[1]) != words[len(became)] {
-		t.Errorf("README says %q prefixes; there are %d", m[1], len(became))
+		t.Errorf("docs/compatibility.md says %q prefixes; there are %d", m[1], len(became))
 	}
 }
 
-// TestREADMECitesFilesThatExist checks that every repository path README
-// cites (docs/device/h200-2gpu/busbw.txt, examples/slurm/, ...) exists,
-// and that it cites nothing in the project's shared reference folder,
-// which is not in the repository (copy what a claim rests on into docs/).
+// userDocs are the README and the docs it links to for users and
+// contributors: what TestREADMECitesFilesThatExist and
+// TestDocsLinksResolve read.
+var userDocs = []string{"README.md", "docs/guide.md", "docs/compatibility.md", "docs/design.md"}
+
+// TestREADMECitesFilesThatExist checks that every repository path the
+// README and the docs beside it cite (docs/device/h200-2gpu/busbw.txt,
+// examples/slurm/, ...) exists, and that they cite nothing in the
+// project's shared reference folder, which is not in the repository
+// (copy what a claim rests on into docs/).
 func TestREADMECitesFilesThatExist(t *testing.T) {
-	readme, err := os.ReadFile("README.md")
-	if err != nil {
-		t.Fatal(err)
-	}
 	entries, err := os.ReadDir(".")
 	if err != nil {
 		t.Fatal(err)
@@ -99,17 +103,85 @@ func TestREADMECitesFilesThatExist(t *testing.T) {
 	}
 	cited := regexp.MustCompile(`(?:^|[\s(` + "`" + `])((?:` + strings.Join(dirs, "|") + `)/[A-Za-z0-9_./-]*)`)
 	seen := 0
-	for _, m := range cited.FindAllSubmatch(readme, -1) {
-		p := strings.TrimRight(string(m[1]), ".,;:")
-		seen++
-		if _, err := os.Stat(p); err != nil {
-			t.Errorf("README cites %s, which is not in the repository", p)
+	for _, doc := range userDocs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range cited.FindAllSubmatch(text, -1) {
+			p := strings.TrimRight(string(m[1]), ".,;:")
+			seen++
+			if _, err := os.Stat(p); err != nil {
+				t.Errorf("%s cites %s, which is not in the repository", doc, p)
+			}
+		}
+		if m := regexp.MustCompile(`(?:^|[\s(;])reference/[A-Za-z0-9_./-]+`).Find(text); m != nil {
+			t.Errorf("%s cites %q, in the shared reference folder outside the repository", doc, strings.TrimSpace(string(m)))
 		}
 	}
 	if seen < 10 {
 		t.Errorf("found only %d cited paths; is the pattern still right?", seen)
 	}
-	if m := regexp.MustCompile(`(?:^|[\s(;])reference/[A-Za-z0-9_./-]+`).Find(readme); m != nil {
-		t.Errorf("README cites %q, in the shared reference folder outside the repository", strings.TrimSpace(string(m)))
+}
+
+// TestDocsLinksResolve: every relative link of the README and the docs
+// beside it names a file or folder of the repository, and a link to a
+// heading (#anchor) one that the target has, as GitHub makes anchors.
+func TestDocsLinksResolve(t *testing.T) {
+	link := regexp.MustCompile(`\]\(([^)\s]+)\)`)
+	anchors := func(path string) map[string]bool {
+		b, err := os.ReadFile(path)
+		if err != nil {
+			return nil
+		}
+		out := map[string]bool{}
+		for _, m := range regexp.MustCompile(`(?m)^#+ (.+)$`).FindAllSubmatch(b, -1) {
+			out[githubAnchor(string(m[1]))] = true
+		}
+		return out
 	}
+	checked := 0
+	for _, doc := range userDocs {
+		text, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range link.FindAllSubmatch(text, -1) {
+			target := string(m[1])
+			if strings.Contains(target, "://") {
+				continue
+			}
+			file, anchor, _ := strings.Cut(target, "#")
+			path := doc
+			if file != "" {
+				path = filepath.Join(filepath.Dir(doc), file)
+			}
+			checked++
+			if _, err := os.Stat(path); err != nil {
+				t.Errorf("%s links to %s, which is not in the repository", doc, target)
+				continue
+			}
+			if anchor != "" && !anchors(path)[anchor] {
+				t.Errorf("%s links to %s: %s has no heading with that anchor", doc, target, path)
+			}
+		}
+	}
+	if checked < 10 {
+		t.Errorf("checked only %d links; is the pattern still right?", checked)
+	}
+}
+
+// githubAnchor is the anchor GitHub gives a heading: lower case, spaces
+// to hyphens, punctuation but hyphens and underscores dropped.
+func githubAnchor(heading string) string {
+	var b strings.Builder
+	for _, r := range strings.ToLower(heading) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
 }

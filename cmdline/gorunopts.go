@@ -206,7 +206,7 @@ const ShutdownTimeoutVar = "TORCH_ELASTIC_SHUTDOWN_TIMEOUT"
 
 // applyShutdownTimeout sets StopGrace from torchrun's names for it where
 // --stop-grace was not given: --shutdown-timeout, else
-// TORCH_ELASTIC_SHUTDOWN_TIMEOUT (README, "Signals": --stop-grace wins
+// TORCH_ELASTIC_SHUTDOWN_TIMEOUT (docs/guide.md, "Signals and preemption": --stop-grace wins
 // over both, the flag over the variable).
 func (p *parser) applyShutdownTimeout(getenv func(string) string) error {
 	if _, given := p.gorunGiven["stop_grace"]; given {

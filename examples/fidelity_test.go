@@ -12,12 +12,12 @@ import (
 	"time"
 )
 
-// The fidelity suite (README, "What a pooled worker guarantees"): a
+// The fidelity suite (docs/compatibility.md, "What a pooled worker guarantees"): a
 // script that records what a training script can observe
 // (fidelity/probe.py), or a case of fidelity/cases that does something
 // before its `import torch`, runs under torchrun and under gorun, and
 // fidelity/compare.py lists every difference between what their ranks
-// saw; one outside README's allowlist fails the test.
+// saw; one outside docs/compatibility.md's allowlist fails the test.
 
 func fidelityDir(t *testing.T, rel string) string { return absPath(t, filepath.Join("fidelity", rel)) }
 
@@ -63,11 +63,11 @@ func fidelityGorunCode(t *testing.T, dir string, env []string, args ...string) (
 // between the baseline's ranks and the run's.
 func compareFidelity(t *testing.T, baseline, run, label string) {
 	t.Helper()
-	cmd := exec.Command("python3", fidelityDir(t, "compare.py"), baseline, run, "--label", label, "--readme", absPath(t, "../README.md"))
+	cmd := exec.Command("python3", fidelityDir(t, "compare.py"), baseline, run, "--label", label, "--readme", absPath(t, "../docs/compatibility.md"))
 	b, err := cmd.CombinedOutput()
 	t.Logf("%s", b)
 	if err != nil {
-		t.Errorf("compare.py %s: %v (a difference outside README's allowlist, listed above as DIFFERS)", label, err)
+		t.Errorf("compare.py %s: %v (a difference outside docs/compatibility.md's allowlist, listed above as DIFFERS)", label, err)
 	}
 }
 

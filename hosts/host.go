@@ -20,7 +20,7 @@ type Host struct {
 	// SLURM_TASKS_PER_NODE, ...; Slurm sets the tasks even when nobody
 	// asked for them, 1 per node under `sbatch -N 3`). A
 	// --nproc-per-node given on the command line wins over them, with a
-	// note in the plan (README, "Explicit wins").
+	// note in the plan (docs/guide.md, "Explicit wins").
 	Implied bool `json:"-"`
 }
 

@@ -9,7 +9,7 @@ import (
 	"github.com/gorun/gorun/internal/clockevent"
 )
 
-// Straggler thresholds (README "GPU telemetry" lists them). A GPU is
+// Straggler thresholds (docs/guide.md, "GPU telemetry", lists them). A GPU is
 // compared with its peers: the other GPUs of the job, on any node, whose
 // latest sample is at most peerFresh old.
 const (

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fidelity suite (README, "What a pooled worker guarantees") on one
+# The fidelity suite (docs/compatibility.md, "What a pooled worker guarantees") on one
 # machine, with real torchrun, as examples/fidelity_test.go runs it in CI:
 # the probe under torchrun and under gorun (pooled, cold, a restarted
 # attempt), on NPROC ranks and on one (an NCCL all_reduce where there is a
@@ -35,7 +35,7 @@ run() {
 # compare BASE RUN LABEL
 compare() {
   local f=$out/compare-$2-$3.txt
-  "$python" "$root/examples/fidelity/compare.py" "$work/$1" "$work/$2" --label "$3" --readme "$root/README.md" >"$f" 2>&1
+  "$python" "$root/examples/fidelity/compare.py" "$work/$1" "$work/$2" --label "$3" --readme "$root/docs/compatibility.md" >"$f" 2>&1
   local rc=$?
   tail -1 "$f" | sed "s/^/$2: /" | tee -a "$summary"
   grep DIFFERS "$f" | head -20 | tee -a "$summary"

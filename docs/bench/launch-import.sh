@@ -16,7 +16,7 @@ export PYTHON_EXEC=$python
 work=$(mktemp -d /tmp/gorun-launch-XXXXXX)
 trap 'rm -rf "$work"' EXIT
 # COLD_SCRIPT=1: the job sets OMP_NUM_THREADS before its import, so gorun's
-# pool must start its workers cold (README, "What a pooled worker
+# pool must start its workers cold (docs/compatibility.md, "What a pooled worker
 # guarantees"): what such a script costs against torchrun's own start.
 {
   echo 'import os, time'

@@ -1,9 +1,9 @@
 # Lists every difference between what the ranks of two runs of a probe
 # observed (probe.py, or a script of cases/), and fails on any that
-# README's allowlist ("What a pooled worker guarantees") does not name for
+# the allowlist of docs/compatibility.md ("What a pooled worker guarantees") does not name for
 # the run.
 #
-#   compare.py BASELINE_DIR RUN_DIR --label LABEL [--readme README.md]
+#   compare.py BASELINE_DIR RUN_DIR --label LABEL [--readme docs/compatibility.md]
 #
 # BASELINE_DIR holds torchrun's rank*.json (and rank*.atexit), RUN_DIR
 # gorun's. LABEL (cold: --prewarm off; pooled, ssh, restart, case: with
@@ -105,7 +105,7 @@ def main():
     ap.add_argument("baseline")
     ap.add_argument("run")
     ap.add_argument("--label", required=True)
-    ap.add_argument("--readme", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "README.md"))
+    ap.add_argument("--readme", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "docs", "compatibility.md"))
     args = ap.parse_args()
     a, b = load(args.baseline), load(args.run)
     if not a or set(a) != set(b):

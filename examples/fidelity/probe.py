@@ -1,7 +1,7 @@
 # What a training script can observe of the process it runs in, recorded
 # by every rank as JSON: the fidelity suite runs it under torchrun and
 # under gorun (cold, pooled, over ssh, a restarted attempt) and
-# compare.py lists every difference outside README's allowlist ("What a
+# compare.py lists every difference outside docs/compatibility.md's allowlist ("What a
 # pooled worker guarantees").
 #
 #   probe.py [ARGS...]    writes $FIDELITY_OUT/rank$RANK.json
@@ -272,7 +272,7 @@ def main():
     record(o, "proc.timerslack", lambda: prctl(30))  # PR_GET_TIMERSLACK
     record(o, "fds", fds)
     # A pooled worker's interpreter has a thread of gorun's for its first
-    # second or so (README's allowlist): counted from 3 s in.
+    # second or so (docs/compatibility.md's allowlist): counted from 3 s in.
     time.sleep(max(0, 3 - (time.monotonic() - _T0)))
     record(o, "threads.python", lambda: [t.name for t in threading.enumerate()])
     record(o, "threads.native", lambda: sorted(open("/proc/self/task/%s/comm" % t).read().strip() for t in os.listdir("/proc/self/task")))

@@ -2,7 +2,7 @@
 // about itself (Stamp: which format, which gorun, which Slurm job or
 // Kubernetes pod), and the JSON Schema of each format, made from the Go
 // types that write it (For), so that a published schema cannot drift from
-// the output. docs/schema/ holds them; README, "Machine-readable
+// the output. docs/schema/ holds them; docs/guide.md, "Machine-readable
 // outputs", lists them.
 package schema
 
