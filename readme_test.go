@@ -2,6 +2,7 @@ package main
 
 import (
 	"os"
+	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -184,4 +185,47 @@ func githubAnchor(heading string) string {
 		}
 	}
 	return b.String()
+}
+
+// TestFigures runs docs/bench/figures.py, which recomputes the docs'
+// figures from the raw files they cite; then it alters one figure in a
+// copy of the docs and checks that the script fails on it.
+func TestFigures(t *testing.T) {
+	if _, err := exec.LookPath("python3"); err != nil {
+		t.Fatalf("python3 is needed to recompute the figures: %v", err)
+	}
+	if out, err := exec.Command("python3", "docs/bench/figures.py").CombinedOutput(); err != nil {
+		t.Fatalf("figures.py: %v\n%s", err, out)
+	}
+	root := t.TempDir()
+	docs := filepath.Join(root, "docs")
+	if err := os.MkdirAll(docs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for _, d := range []string{"bench", "device"} {
+		abs, _ := filepath.Abs(filepath.Join("docs", d))
+		if err := os.Symlink(abs, filepath.Join(docs, d)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, f := range []string{"BENCHMARKS.md", "guide.md", "compatibility.md"} {
+		b, err := os.ReadFile(filepath.Join("docs", f))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if f == "BENCHMARKS.md" {
+			altered := strings.Replace(string(b), "2918 ms (2865–3062)", "2818 ms (2865–3062)", 1)
+			if altered == string(b) {
+				t.Fatal("BENCHMARKS.md no longer has the figure this test alters")
+			}
+			b = []byte(altered)
+		}
+		if err := os.WriteFile(filepath.Join(docs, f), b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	out, err := exec.Command("python3", "docs/bench/figures.py", "--root", root).CombinedOutput()
+	if err == nil || !strings.Contains(string(out), "1 mismatched") {
+		t.Errorf("figures.py on an altered figure: %v, want a failure naming it:\n%s", err, out)
+	}
 }

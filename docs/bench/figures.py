@@ -1,0 +1,111 @@
+#!/usr/bin/env python3
+"""Recompute the figures the docs state from the raw files they cite, and
+fail on any mismatch.
+
+usage: figures.py [--root DIR]   (DIR: the repository; default: this file's)
+
+Each figure below names the doc, the raw file, what is computed from the
+raw file (every round of it, not its own summary line), and how the doc
+writes it. The doc must contain that text exactly: a figure edited away
+from its data, or data that no longer gives the figure, fails. A figure
+added to the docs with a raw file belongs here. CI runs this (TestFigures
+in readme_test.go, which also shows it failing on an altered figure).
+"""
+import argparse
+import math
+import os
+import re
+import statistics
+import sys
+
+
+def rounds(path, who, metric):
+    """Every round's value of metric for who ("gorun", "torchrun", "pdsh"),
+    from lines like 'round=3 gorun launch_import_all_ms=2913' or
+    'round=3 gorun_ms=38789 pdsh_ms=52226'."""
+    vals = []
+    with open(path) as f:
+        for line in f:
+            if not line.startswith("round="):
+                continue
+            fields = line.split()
+            if len(fields) > 1 and fields[1] == who:
+                m = re.search(r"\b%s=(\d+)" % re.escape(metric), line)
+            else:
+                m = re.search(r"\b%s_%s=(\d+)" % (re.escape(who), re.escape(metric)), line)
+            if m:
+                vals.append(int(m.group(1)))
+    if not vals:
+        sys.exit("figures.py: no %s %s in %s" % (who, metric, path))
+    return vals
+
+
+def ms_range(v):
+    return "%d–%d" % (min(v), max(v))
+
+
+def s_range(v):
+    return "%.1f–%.1f s" % (min(v) / 1000, max(v) / 1000)
+
+
+def median(v):
+    """The median as the bench scripts print it: halves round up."""
+    return math.floor(statistics.median(v) + 0.5)
+
+
+def ratio(a, b):
+    return "%.2f" % (statistics.median(a) / statistics.median(b))
+
+
+DEV = "docs/device/h100-1gpu/fidelity/final-81addeb/"
+RES = "docs/bench/results/"
+
+
+def figures():
+    """(doc, raw, the text the doc must contain), each computed here."""
+    out = []
+    # issue 45's speed figures on one H100 (BENCHMARKS.md's table and compatibility.md's sentence)
+    li = DEV + "launch-import.txt"
+    g, t = rounds(li, "gorun", "launch_import_all_ms"), rounds(li, "torchrun", "launch_import_all_ms")
+    out.append(("docs/BENCHMARKS.md", li, "%d ms (%s) | %d ms (%s), **%s×**" % (median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
+    cs = DEV + "launch-import-cold-script.txt"
+    g, t = rounds(cs, "gorun", "launch_import_all_ms"), rounds(cs, "torchrun", "launch_import_all_ms")
+    out.append(("docs/BENCHMARKS.md", cs, "%d ms (%s) | %d ms (%s), **%s×**" % (median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
+    out.append(("docs/compatibility.md", cs, "%s× (%s against %s ms, %d" % (ratio(g, t), ms_range(g), ms_range(t), len(g))))
+    rd = DEV + "restart-device.txt"
+    g, t = rounds(rd, "gorun", "import_all_ms"), rounds(rd, "torchrun", "import_all_ms")
+    out.append(("docs/BENCHMARKS.md", rd, "%d ms (%s) | **%d ms (%s)**, %s×" % (median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
+    # 200 nodes over ssh, 32 at a time against pdsh, and all at once (the guide's SSH section)
+    l2 = RES + "launch-200.txt"
+    g, p = rounds(l2, "gorun", "ms"), rounds(l2, "pdsh", "ms")
+    out.append(("docs/guide.md", l2, "%s (median %.1f s) 32 at a time, where pdsh (its own 32 at a time, the baseline) took %s" % (s_range(g), median(g) / 1000, s_range(p))))
+    lb = RES + "launch-200-before.txt"
+    out.append(("docs/guide.md", lb, "took %s with every agent started at once" % s_range(rounds(lb, "gorun", "ms"))))
+    # Ctrl-C during a start, local mode (the guide's Preflight section)
+    sd = RES + "stop-during-start-local-2026-12-05.txt"
+    v = [int(x) for x in re.findall(r"sigint_to_exit_ms=(\d+)", open(sd).read())]
+    out.append(("docs/guide.md", sd, "%s ms over %d stops" % (ms_range(v), len(v))))
+    return out
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--root", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    args = ap.parse_args()
+    os.chdir(args.root)
+    bad = 0
+    figs = figures()
+    for doc, raw, text in figs:
+        with open(doc) as f:
+            body = f.read()
+        # the docs wrap lines: compare with every run of white space as one space
+        flat = lambda s: re.sub(r"\s+", " ", s)
+        if flat(text) not in flat(body):
+            print("figures.py: %s does not say %r, which %s gives" % (doc, text, raw))
+            bad += 1
+    print("figures.py: %d figures checked against their raw files, %d mismatched" % (len(figs), bad))
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()
