@@ -1037,9 +1037,24 @@ func TestClusterHangCulprit(t *testing.T) {
 	// see a peer's dump end that peer and error out before its own dump,
 	// which then holds no Python frame (the race TestClusterHangInCCall
 	// tolerates too): the other waiting ranks are then named one by one.
+	// The expected ranks are named here, up front: rank 4 stuck, the five
+	// others waiting. At most two of those may be missed to the race; the
+	// stuck rank never.
+	expectWaiting := map[string]bool{}
+	for rank := range 6 {
+		if rank != 4 {
+			expectWaiting[fmt.Sprintf("%s rank %d", n[rank/2], rank)] = true
+		}
+	}
 	missing := map[string]bool{}
 	for _, m := range regexp.MustCompile(`(?m)^gorun: hang: no stacks: (\S+ rank \d+) \(its dump holds no Python frame\)$`).FindAllStringSubmatch(out, -1) {
+		if !expectWaiting[m[1]] {
+			t.Errorf("%s sent no Python frame, and it is not one of the waiting ranks the race may hit:\n%s", m[1], out)
+		}
 		missing[m[1]] = true
+	}
+	if len(missing) > 2 {
+		t.Errorf("%d of the 5 waiting ranks sent no Python frame; the race costs at most 2:\n%s", len(missing), out)
 	}
 	if len(missing) > 0 {
 		var names []string
