@@ -151,6 +151,14 @@ gorun options:
   --timestamps             gorun's own lines begin with the time (RFC 3339,
                            milliseconds): 2026-12-06T21:40:01.123+00:00
   --worker-timestamps      so do the workers' and torchrun's lines
+  --step-pattern REGEX     a training step in a worker's line, by its group
+                           (?P<step>N) (default: "step N", "iter N", tqdm's
+                           "N/M [", as plain prints, Lightning and the HF
+                           Trainer print them); off: none. The last line says
+                           the goodput: productive steps over wall time, the
+                           rest by cause; --summary has it in full
+  --checkpoint-pattern RE  a saved checkpoint in a worker's line (default: a
+                           line saying a checkpoint was saved or written)
 
 Worker lines begin with [NODE LOCAL_RANK rGLOBAL_RANK] ("[node1 3 r11]"), or
 with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE filled in as torchrun fills it

@@ -596,7 +596,7 @@ var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
 	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace", "--shutdown-timeout",
-	"--prewarm", "--fanout", "--timestamps", "--worker-timestamps",
+	"--prewarm", "--fanout", "--timestamps", "--worker-timestamps", "--step-pattern", "--checkpoint-pattern",
 }
 
 func TestOptionNames(t *testing.T) {
@@ -1235,6 +1235,8 @@ func TestEveryGorunOption(t *testing.T) {
 		"--fanout":              {"64", "Fanout"},
 		"--timestamps":          {"", "Timestamps"},
 		"--worker-timestamps":   {"", "WorkerTimestamps"},
+		"--step-pattern":        {"batch (?P<step>\\d+)", "StepPattern"},
+		"--checkpoint-pattern":  {"ckpt saved", "CheckpointPattern"},
 	}
 	for _, name := range GorunOptionNames() {
 		t.Run(name, func(t *testing.T) {

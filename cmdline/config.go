@@ -141,6 +141,12 @@ type Options struct {
 	// (--worker-timestamps) each line of the nodes (workers, torchrun).
 	Timestamps       bool
 	WorkerTimestamps bool
+	// StepPattern (--step-pattern) recognises a training step in a
+	// worker's line by its group "step", in place of the defaults; "off"
+	// recognises none. CheckpointPattern (--checkpoint-pattern) does the
+	// same for a saved checkpoint. "": the defaults (launch.Steps).
+	StepPattern       string
+	CheckpointPattern string
 }
 
 // PassSignals are the signals gorun passes on to every worker without

@@ -3,6 +3,7 @@ package cmdline
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -65,6 +66,8 @@ func gorunTable() []*optionSpec {
 		gorunValue("fanout", "--fanout", setFanout),
 		gorunFlag("timestamps", "--timestamps", func(o *Options) *bool { return &o.Timestamps }),
 		gorunFlag("worker_timestamps", "--worker-timestamps", func(o *Options) *bool { return &o.WorkerTimestamps }),
+		gorunValue("step_pattern", "--step-pattern", setStepPattern),
+		gorunValue("checkpoint_pattern", "--checkpoint-pattern", setCheckpointPattern),
 	}
 }
 
@@ -410,3 +413,39 @@ func parseDuration(s string) (time.Duration, error) {
 	}
 	return d, nil
 }
+
+// setStepPattern reads --step-pattern: a regular expression (Go's RE2
+// syntax, which Python's re shares for what a step line needs) with a
+// named group "step" holding the step number, or "off".
+func setStepPattern(o *Options, typed string, _ int, value string) error {
+	if value == "off" {
+		o.StepPattern = value
+		return nil
+	}
+	re, err := regexp.Compile(value)
+	switch {
+	case err != nil:
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%q is not a regular expression: %v", value, err),
+			Fix: `give one with a named group step, such as 'epoch \d+ batch (?P<step>\d+)', or off`}
+	case re.SubexpIndex("step") < 0:
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%q has no group named step to hold the step number", value),
+			Fix: `name the group that matches the number (?P<step>\d+), as in 'batch (?P<step>\d+)'`}
+	}
+	o.StepPattern = value
+	return nil
+}
+
+// setCheckpointPattern reads --checkpoint-pattern: a regular expression
+// a line that reports a saved checkpoint matches.
+func setCheckpointPattern(o *Options, typed string, _ int, value string) error {
+	if _, err := regexp.Compile(value); err != nil {
+		return &userr.InputError{Where: typed, Problem: fmt.Sprintf("%q is not a regular expression: %v", value, err),
+			Fix: "give the words the script prints when it has saved a checkpoint, such as 'checkpoint saved'"}
+	}
+	o.CheckpointPattern = value
+	return nil
+}
+
+// StepsOff reports whether --step-pattern off turned the reading of
+// steps (and goodput) off.
+func (o Options) StepsOff() bool { return o.StepPattern == "off" }

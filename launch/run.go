@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"slices"
 	"sync"
 	"syscall"
@@ -95,6 +96,7 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 		res.Attempts = k + 1
 		o := runAttempt(ctx, opts, s, nodes, k, restart, notices)
 		res.Silences = append(res.Silences, o.silence)
+		res.Steps = append(res.Steps, o.steps)
 		if restart != nil {
 			res.Restarts = append(res.Restarts, *restart)
 		}
@@ -162,8 +164,9 @@ type outcome struct {
 	failSeen    time.Time // when the group began to be stopped (end, if it never was)
 	end         time.Time // when every node had exited and its output was in
 	silence     Silence
-	ahead       int       // nodes of the next attempt handed their jobs ahead (Options.Ahead)
-	aheadAt     time.Time // when the last of them was
+	steps       AttemptSteps // what the workers' output said of their steps
+	ahead       int          // nodes of the next attempt handed their jobs ahead (Options.Ahead)
+	aheadAt     time.Time    // when the last of them was
 }
 
 // member is one node of a running attempt.
@@ -180,6 +183,7 @@ type member struct {
 
 	shown  []int  // Options.LocalRanks
 	prefix Prefix // Options.Prefix
+	steps  Steps  // Options.Steps
 
 	attempt   int                                            // from 0
 	telemetry func(node string, attempt int, payload []byte) // Options.Telemetry
@@ -232,6 +236,7 @@ type workerState struct {
 	imported bool          // past its imports: joined, or ended (importDone)
 	done     bool          // exited or dumped its stacks
 	stacks   *pystack.Dump // sent for a hang diagnosis (wire.FrameStacks)
+	steps    *stepTrack    // what its output said of its training steps
 }
 
 type exit struct {
@@ -319,7 +324,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if progress {
 			first, w.progress = !w.progress, true
 		}
-		last := w.last
+		last, steps := w.last, w.steps
 		m.mu.Unlock()
 		if progress {
 			m.clock.tick(last, false, first)
@@ -330,6 +335,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		switch kind {
 		case wire.FrameOut, wire.FrameErr:
 			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
+			steps.scan(rest, last)
 			out.Write(rest)
 		case wire.FrameDumped:
 			events <- event{i: m.index, kind: kind, lr: lr}
@@ -345,7 +351,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st),
+		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps),
 			out: newRankWriter(m.log, m.stdout, st, m.prefix, 1), err: newRankWriter(m.log, m.stderr, st, m.prefix, 2)}
 		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
 			w.out.out, w.err.out = io.Discard, io.Discard
@@ -459,7 +465,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		l.stamp = opts.Prefix.Stamp
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix,
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix, steps: opts.Steps,
 			attempt: k, clock: clock, imports: imports}
 		if n.Workers > 0 {
 			imports.waiting++ // a node of unknown size holds no other's standby
@@ -537,6 +543,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			rs.Handed = time.Since(rs.Failed)
 		}
 	}
+	began := time.Now()
 	startAll(startCtx, ms, opts.Fanout)
 	unhook()
 	attemptStart := time.Now()
@@ -753,6 +760,18 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		o.failSeen = o.end
 	}
 	sayTimeline(true)
+	o.steps = AttemptSteps{Attempt: k, Start: began, End: o.end, Hang: o.failure != nil && o.failure.Code == ExitHang}
+	if o.failure != nil {
+		o.steps.Failed = o.failSeen
+	}
+	for _, m := range ms {
+		m.mu.Lock()
+		for _, lr := range slices.Sorted(maps.Keys(m.workers)) {
+			w := m.workers[lr]
+			o.steps.Ranks = append(o.steps.Ranks, w.steps.result(m.node.Name, rankIDs{local: lr, global: w.started.Rank}))
+		}
+		m.mu.Unlock()
+	}
 	return o
 }
 

@@ -70,6 +70,9 @@ type Options struct {
 	// Prefix says how the workers' lines are marked: the node and local
 	// and global rank ("[node1 3 r11] "), or torchrun's template.
 	Prefix Prefix
+	// Steps says how training steps and checkpoints are recognised in the
+	// workers' output (Result.Steps).
+	Steps Steps
 	// Kill, when closed, turns a graceful stop into an immediate one (second
 	// Ctrl-C).
 	Kill <-chan struct{}
@@ -199,6 +202,9 @@ type Result struct {
 	// Silences has one entry per attempt, in order: how long the group
 	// went without progress, in start-up and after it.
 	Silences []Silence
+	// Steps has one entry per attempt, in order: the training steps and
+	// checkpoints the workers' output reported (Options.Steps).
+	Steps []AttemptSteps
 }
 
 // Restart is where the time of one restart went, each phase as an offset

@@ -254,12 +254,12 @@ func TestHooksOrder(t *testing.T) {
 	for _, h := range hs {
 		names = append(names, h.Name())
 	}
-	if got, want := strings.Join(names, ", "), "hang limits, flight recorder, hang stacks, GPU teardown check, recheck, master port"; got != want {
+	if got, want := strings.Join(names, ", "), "hang limits, flight recorder, hang stacks, GPU teardown check, recheck, master port, goodput"; got != want {
 		t.Errorf("hooks %s, want %s", got, want)
 	}
 	r.cfg.RunID = ""
-	if hs, _ = r.hooks(outputs{}, "", envplan.Plan{}); len(hs) != 5 {
-		t.Errorf("without a run id: %d hooks, want 5", len(hs))
+	if hs, _ = r.hooks(outputs{}, "", envplan.Plan{}); len(hs) != 6 {
+		t.Errorf("without a run id: %d hooks, want 6", len(hs))
 	}
 }
 

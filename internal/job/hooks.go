@@ -107,8 +107,11 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	if watch != nil {
 		hs = append(hs, watch)
 	}
+	if !r.cl.Gorun.StepsOff() {
+		hs = append(hs, &goodputLine{start: r.start, w: r.ui.Err})
+	}
 	if path := r.cl.Gorun.Summary; path != "" {
-		sum := &summary{stamp: schema.NewStamp(schema.Summary, r.cfg.Getenv), path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now()}
+		sum := &summary{stamp: schema.NewStamp(schema.Summary, r.cfg.Getenv), path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now(), runStart: r.start}
 		hs = append(hs, sum)
 	}
 	return hs, nil

@@ -135,6 +135,8 @@ type run struct {
 	spares *spares
 	// torch is where the checks found each node's torch.
 	torch torchPlaces
+	// start is when this gorun began: the goodput's wall time is from it.
+	start time.Time
 }
 
 // Run is the main job: resolve the hosts, connect, check, plan, then print
@@ -175,7 +177,7 @@ func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 		fmt.Fprintln(ui.Err, podLine(cl))
 	}
 	active, sp := splitSpares(cl, nodes)
-	r := &run{cfg: cfg, cl: cl, ui: ui, perPod: transport == TransportPod, spares: sp,
+	r := &run{cfg: cfg, cl: cl, ui: ui, perPod: transport == TransportPod, spares: sp, start: start,
 		spec: envplan.Spec{CommandLine: cl, Hosts: active, Environ: cfg.Environ, RunID: cfg.RunID}}
 	if _, err := envplan.Build(r.spec, nil); err != nil { // bad input refused before connecting anywhere
 		return err

@@ -50,6 +50,9 @@ type Summary struct {
 	// NodesAtFault are, for "refused", the nodes whose preflight failed,
 	// or that could not be reached.
 	NodesAtFault []string `json:"nodes_at_fault"`
+	// Goodput is where the wall time went, from gorun's start: null for
+	// a refused run.
+	Goodput *Goodput `json:"goodput"`
 }
 
 // ReplacementSummary is one node replaced by a spare before a restart.
@@ -116,6 +119,9 @@ type summary struct {
 	command []string
 	runID   string
 	start   time.Time
+	// runStart is gorun's own start, before connecting and preflight:
+	// where the goodput's wall time begins.
+	runStart time.Time
 
 	mu       sync.Mutex
 	failures []FailureSummary
@@ -178,6 +184,10 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	}
 	if runErr != nil {
 		sum.Error = secret.Redact("", userr.Printable(runErr.Error()))
+	}
+	if !s.runStart.IsZero() {
+		g := computeGoodput(s.runStart, end, res.Steps)
+		sum.Goodput = &g
 	}
 	for _, r := range res.Restarts {
 		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -63,6 +64,7 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Plain:       len(r.spec.Hosts) == 0, // one local node: print exactly what torchrun prints
 		Color:       r.ui.Color,
 		Prefix:      r.prefix(plan),
+		Steps:       steps(r.cl.Gorun),
 		Kill:        r.ui.Kill,
 		StopGrace:   r.cl.Gorun.StopGrace,
 		Signals:     r.ui.Signals,
@@ -89,6 +91,19 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		fmt.Fprintln(r.ui.Err, "gorun:", userr.Printable(ferr.Error()))
 		return err
 	}
+}
+
+// steps is how training steps and checkpoints are recognised: the
+// user's patterns (checked as they were parsed) or launch's defaults.
+func steps(o cmdline.Options) launch.Steps {
+	st := launch.Steps{Off: o.StepsOff()}
+	if o.StepPattern != "" && !st.Off {
+		st.Step = regexp.MustCompile(o.StepPattern)
+	}
+	if o.CheckpointPattern != "" {
+		st.Checkpoint = regexp.MustCompile(o.CheckpointPattern)
+	}
+	return st
 }
 
 // prefix says how the workers' lines are marked: torchrun's template

@@ -1,0 +1,257 @@
+package job
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strings"
+	"time"
+
+	"github.com/gorun/gorun/launch"
+)
+
+// Goodput is where the run's wall time went, from gorun's start to its
+// end, read from the outside: the training steps and checkpoints the
+// workers printed (launch.Steps recognises them), each attempt's start,
+// failure and end. Productive time is from an attempt's first step to
+// its last; the rest is badput, by cause.
+type Goodput struct {
+	// Known is false when no step was recognised in any worker's output:
+	// then nothing else is computed (Why says so), and no figure is made up.
+	Known bool   `json:"known"`
+	Why   string `json:"why,omitempty"`
+	// WallSeconds is gorun's start to its end; Goodput the productive
+	// share of it (0 to 1).
+	WallSeconds float64 `json:"wall_seconds"`
+	Goodput     float64 `json:"goodput"`
+	// Parts add up to WallSeconds, each with a stable key: preflight,
+	// startup, productive, lost_progress, restart, hang, end, other.
+	Parts []GoodputPart `json:"parts"`
+	// CheckpointsKnown: a checkpoint was recognised, so the progress a
+	// failure lost (lost_progress) is from the attempt's last checkpoint;
+	// without one, lost_progress holds only the part of a step the
+	// failure cut, and what it undid counts as productive.
+	CheckpointsKnown bool `json:"checkpoints_known"`
+	// Steps is every attempt's steps, every rank's.
+	Steps []AttemptStepsSummary `json:"steps"`
+}
+
+// GoodputPart is one share of the wall time.
+type GoodputPart struct {
+	Key     string  `json:"key"`
+	Name    string  `json:"name"` // as printed
+	Seconds float64 `json:"seconds"`
+	Share   float64 `json:"share"` // of WallSeconds, 0 to 1
+}
+
+// AttemptStepsSummary is one attempt's steps.
+type AttemptStepsSummary struct {
+	Attempt int                `json:"attempt"` // from 1, as printed
+	Ranks   []RankStepsSummary `json:"ranks"`
+}
+
+// RankStepsSummary is one worker's steps in one attempt.
+type RankStepsSummary struct {
+	Node      string `json:"node"`
+	Rank      int    `json:"rank"`
+	LocalRank int    `json:"local_rank"`
+	Steps     int64  `json:"steps"`
+	LastStep  int64  `json:"last_step"`
+	// FirstStepS and LastStepS are seconds from gorun's start (null: no step).
+	FirstStepS *float64 `json:"first_step_s"`
+	LastStepS  *float64 `json:"last_step_s"`
+	MedianMS   float64  `json:"step_median_ms"`
+	P90MS      float64  `json:"step_p90_ms"`
+	// CheckpointS is its last checkpoint, in seconds from gorun's start
+	// (null: none recognised).
+	CheckpointS *float64 `json:"checkpoint_s"`
+}
+
+// goodputParts are the parts' keys, in order, and their printed names.
+func goodputParts() [][2]string {
+	return [][2]string{{"preflight", "preflight"}, {"startup", "start-up"}, {"productive", "productive"},
+		{"lost_progress", "lost progress"}, {"restart", "restarts"}, {"hang", "hang"}, {"end", "end"}, {"other", "other"}}
+}
+
+// computeGoodput reads the run from start to end, attempts in order.
+func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodput {
+	g := Goodput{WallSeconds: end.Sub(start).Seconds(), Parts: []GoodputPart{}, Steps: []AttemptStepsSummary{}}
+	since := func(t time.Time) *float64 {
+		if t.IsZero() {
+			return nil
+		}
+		s := t.Sub(start).Seconds()
+		return &s
+	}
+	seen := false
+	for _, a := range attempts {
+		as := AttemptStepsSummary{Attempt: a.Attempt + 1, Ranks: []RankStepsSummary{}}
+		for _, r := range a.Ranks {
+			seen = seen || r.Steps > 0
+			g.CheckpointsKnown = g.CheckpointsKnown || !r.Checkpoint.IsZero()
+			rs := RankStepsSummary{Node: r.Node, Rank: r.Rank, LocalRank: r.LocalRank, Steps: r.Steps, LastStep: r.LastStep,
+				MedianMS: ms(r.Median), P90MS: ms(r.P90), CheckpointS: since(r.Checkpoint)}
+			if r.Steps > 0 {
+				rs.FirstStepS, rs.LastStepS = since(r.First), since(r.Last)
+			}
+			as.Ranks = append(as.Ranks, rs)
+		}
+		g.Steps = append(g.Steps, as)
+	}
+	if !seen {
+		g.Why = "no training step was recognised in the workers' output (--step-pattern REGEX names one)"
+		if len(attempts) == 0 {
+			g.Why = "no attempt ran"
+		}
+		return g
+	}
+	g.Known = true
+	parts := map[string]time.Duration{}
+	add := func(key string, from, to time.Time) {
+		if !from.IsZero() && to.After(from) {
+			parts[key] += to.Sub(from)
+		}
+	}
+	add("preflight", start, attempts[0].Start)
+	var prevFail time.Time // the failure before this attempt; zero for the first
+	for i, a := range attempts {
+		first, last, ckpt := attemptSpan(a)
+		stop := a.End // where this attempt's own time ends
+		if !a.Failed.IsZero() {
+			stop = a.Failed
+		}
+		lead := "startup" // up to the first step
+		from := a.Start
+		if i > 0 {
+			lead, from = "restart", prevFail // the downtime runs from the failure
+		}
+		if first.IsZero() { // no step: the whole attempt is its lead-in
+			add(lead, from, stop)
+		} else {
+			add(lead, from, first)
+			switch {
+			case a.Failed.IsZero(): // it succeeded, or was interrupted
+				add("productive", first, last)
+			case a.Hang:
+				add("productive", first, last)
+				add("hang", last, a.Failed)
+			case g.CheckpointsKnown:
+				kept := later(first, ckpt) // progress since it is lost
+				if kept.After(last) {
+					kept = last
+				}
+				add("productive", first, kept)
+				add("lost_progress", kept, a.Failed)
+			default:
+				add("productive", first, last)
+				add("lost_progress", last, a.Failed)
+			}
+			if a.Failed.IsZero() && i == len(attempts)-1 {
+				add("end", last, end)
+			}
+		}
+		if !a.Failed.IsZero() {
+			prevFail = a.Failed
+			if i == len(attempts)-1 {
+				add("end", a.Failed, end) // no attempt after it: the stop and the end
+			}
+		} else if first.IsZero() && i == len(attempts)-1 {
+			add("end", stop, end)
+		}
+	}
+	var sum time.Duration
+	for _, d := range parts {
+		sum += d
+	}
+	if wall := end.Sub(start); wall > sum {
+		parts["other"] = wall - sum
+	}
+	for _, kn := range goodputParts() {
+		k := kn[0]
+		d, ok := parts[k]
+		if !ok && k != "productive" {
+			continue
+		}
+		p := GoodputPart{Key: k, Name: kn[1], Seconds: d.Seconds()}
+		if g.WallSeconds > 0 {
+			p.Share = d.Seconds() / g.WallSeconds
+		}
+		g.Parts = append(g.Parts, p)
+		if k == "productive" {
+			g.Goodput = p.Share
+		}
+	}
+	return g
+}
+
+// attemptSpan is an attempt's first step (any rank's), last step (any
+// rank's) and last checkpoint (any rank's); zero times where none.
+func attemptSpan(a launch.AttemptSteps) (first, last, ckpt time.Time) {
+	for _, r := range a.Ranks {
+		if r.Steps > 0 {
+			if first.IsZero() || r.First.Before(first) {
+				first = r.First
+			}
+			last = later(last, r.Last)
+		}
+		ckpt = later(ckpt, r.Checkpoint)
+	}
+	return first, last, ckpt
+}
+
+func later(a, b time.Time) time.Time {
+	if b.After(a) {
+		return b
+	}
+	return a
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// Line is the run's last line: "gorun: goodput 91.2% of 3m12s: start-up
+// 2.1%, restarts 4.0%, ...", or why it is not known.
+func (g Goodput) Line() string {
+	if !g.Known {
+		return "gorun: goodput unknown: " + g.Why
+	}
+	wall := time.Duration(g.WallSeconds * float64(time.Second)).Round(time.Second)
+	if wall == 0 {
+		wall = time.Duration(g.WallSeconds * float64(time.Second)).Round(time.Millisecond)
+	}
+	var rest []string
+	for _, p := range g.Parts {
+		if p.Key != "productive" && p.Share >= 0.0005 {
+			rest = append(rest, fmt.Sprintf("%s %.1f%%", p.Name, 100*p.Share))
+		}
+	}
+	line := fmt.Sprintf("gorun: goodput %.1f%% of %s", 100*g.Goodput, wall)
+	if len(rest) > 0 {
+		line += ": " + strings.Join(rest, ", ")
+	}
+	if !g.CheckpointsKnown && g.partShare("lost_progress") > 0 {
+		line += " (no checkpoint recognised: what a failure undid counts as productive)"
+	}
+	return line
+}
+
+func (g Goodput) partShare(key string) float64 {
+	for _, p := range g.Parts {
+		if p.Key == key {
+			return p.Share
+		}
+	}
+	return 0
+}
+
+// goodputLine is the hook that prints Goodput.Line as the run ends.
+type goodputLine struct {
+	start time.Time
+	w     io.Writer
+}
+
+func (*goodputLine) Name() string { return "goodput" }
+
+func (h *goodputLine) Finish(_ context.Context, _ *Attempt, res launch.Result, _ error) error {
+	fmt.Fprintln(h.w, computeGoodput(h.start, time.Now(), res.Steps).Line())
+	return nil
+}

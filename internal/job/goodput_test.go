@@ -1,0 +1,65 @@
+package job
+
+import (
+	"math"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/gorun/gorun/launch"
+)
+
+// TestGoodputSchedule: a known schedule, second by second: preflight
+// 0-10; attempt 1 starts 10, first step 20, checkpoint 60, last step 70,
+// fails 75; attempt 2 starts 76, first step 90, last step 150, hangs,
+// caught 180; the run ends 182. Every part is where the schedule puts it,
+// and the parts add up to the wall time.
+func TestGoodputSchedule(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	at := func(s float64) time.Time { return t0.Add(time.Duration(s * float64(time.Second))) }
+	rank := func(first, last, ckpt float64) launch.RankSteps {
+		r := launch.RankSteps{Node: "n0", Steps: 10, LastStep: 10, First: at(first), Last: at(last)}
+		if ckpt > 0 {
+			r.Checkpoint = at(ckpt)
+		}
+		return r
+	}
+	attempts := []launch.AttemptSteps{
+		{Attempt: 0, Start: at(10), Failed: at(75), End: at(75.5), Ranks: []launch.RankSteps{rank(20, 70, 60), rank(21, 69, 0)}},
+		{Attempt: 1, Start: at(76), Failed: at(180), End: at(181), Hang: true, Ranks: []launch.RankSteps{rank(90, 150, 0), rank(91, 149, 0)}},
+	}
+	g := computeGoodput(t0, at(182), attempts)
+	want := map[string]float64{"preflight": 10, "startup": 10, "productive": 40 + 60, "lost_progress": 15, "restart": 15, "hang": 30, "end": 2}
+	got := map[string]float64{}
+	sum := 0.0
+	for _, p := range g.Parts {
+		got[p.Key] = p.Seconds
+		sum += p.Seconds
+	}
+	for k, w := range want {
+		if math.Abs(got[k]-w) > 1e-6 {
+			t.Errorf("%s: %.3f s, want %.0f", k, got[k], w)
+		}
+	}
+	if math.Abs(sum-182) > 1e-6 || got["other"] > 1e-6 {
+		t.Errorf("parts add up to %.3f s (other %.3f), want 182", sum, got["other"])
+	}
+	if !g.Known || !g.CheckpointsKnown || math.Abs(g.Goodput-100.0/182) > 1e-9 {
+		t.Errorf("known %v, checkpoints %v, goodput %.4f, want %.4f", g.Known, g.CheckpointsKnown, g.Goodput, 100.0/182)
+	}
+	line := g.Line()
+	for _, w := range []string{"gorun: goodput 54.9% of 3m2s: ", "preflight 5.5%", "start-up 5.5%", "lost progress 8.2%", "restarts 8.2%", "hang 16.5%", "end 1.1%"} {
+		if !strings.Contains(line, w) {
+			t.Errorf("line %q lacks %q", line, w)
+		}
+	}
+}
+
+// TestGoodputUnknown: no step recognised: unknown, and said so.
+func TestGoodputUnknown(t *testing.T) {
+	t0 := time.Unix(1_000_000, 0)
+	g := computeGoodput(t0, t0.Add(time.Minute), []launch.AttemptSteps{{Start: t0, End: t0.Add(time.Minute), Ranks: []launch.RankSteps{{Node: "n0"}}}})
+	if g.Known || len(g.Parts) != 0 || !strings.Contains(g.Line(), "goodput unknown: no training step was recognised") {
+		t.Errorf("got %+v, line %q", g, g.Line())
+	}
+}

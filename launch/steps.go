@@ -1,0 +1,217 @@
+package launch
+
+import (
+	"bytes"
+	"regexp"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Steps says how training steps and checkpoints are recognised in the
+// workers' output (Options.Steps), for goodput: where the run's time went.
+type Steps struct {
+	// Step, when set, is --step-pattern: a line it matches reports the
+	// step its named group "step" holds. Nil: the defaults (DefaultSteps).
+	Step *regexp.Regexp
+	// Checkpoint, when set, is --checkpoint-pattern: a line it matches
+	// reports a checkpoint saved. Nil: the defaults.
+	Checkpoint *regexp.Regexp
+	// Off: recognise nothing.
+	Off bool
+}
+
+// The default patterns. A step is a number after "step", "iter",
+// "iteration" or "global_step" ("step 120", "Step: 120", "[iter 120/5000]",
+// "global_step=120"), or the count of a tqdm bar ("120/5000 [00:41<..."),
+// the form of Lightning's and the Hugging Face Trainer's progress bars, on
+// a line that names no validation, evaluation, test, prediction or
+// download. A checkpoint is a line that says one was saved or written, or
+// that a model is being saved (Lightning's ModelCheckpoint).
+// What keeps a false match from counting: a word must end right before
+// "step" or "iter" (so max_steps=, num_iters= do not match), the number must
+// follow it directly, and a step number that goes back is a new count (an
+// epoch's bar), not a step of the old one.
+var (
+	defaultStep       = regexp.MustCompile(`(?i)(?:^|[^a-z0-9_])(?:global_step|step|iter|iteration)\s*[:=#]?\s*\[?(?P<step>\d+)`)
+	defaultBar        = regexp.MustCompile(`(?P<step>\d+)/\d+\s*\[\d`)
+	defaultBarExclude = regexp.MustCompile(`(?i)valid|eval|test|predict|download|extract|map`)
+	defaultCheckpoint = regexp.MustCompile(`(?i)(?:sav(?:e|ed|ing)|wr(?:ote|iting|itten))\b.*\bcheckpoint|\bcheckpoint\b.*\b(?:saved|written)|\bsav(?:e|ed|ing) model to\b`)
+)
+
+// stepTrack is what one worker's output said of its steps in one attempt.
+// Both of the worker's streams feed it.
+type stepTrack struct {
+	steps Steps
+
+	mu         sync.Mutex
+	last       int64 // the last step number seen; -1: none yet
+	count      int64 // steps counted
+	first      time.Time
+	lastAt     time.Time
+	checkpoint time.Time       // the last checkpoint seen; zero: none
+	per        []time.Duration // each counted step's time (a jump of k steps: k samples of 1/k)
+}
+
+// maxStepSamples bounds the step times kept per worker (the latest win).
+const maxStepSamples = 4096
+
+func newStepTrack(s Steps) *stepTrack { return &stepTrack{steps: s, last: -1} }
+
+// scan reads what a worker wrote, segment by segment ("\n" and "\r" end
+// one: a tqdm bar's every frame), at time now.
+func (t *stepTrack) scan(p []byte, now time.Time) {
+	if t == nil || t.steps.Off {
+		return
+	}
+	for len(p) > 0 {
+		i := bytes.IndexAny(p, "\r\n")
+		seg := p
+		if i >= 0 {
+			seg, p = p[:i], p[i+1:]
+		} else {
+			p = nil
+		}
+		if len(seg) > 0 && len(seg) < 4096 {
+			t.segment(seg, now)
+		}
+	}
+}
+
+func (t *stepTrack) segment(seg []byte, now time.Time) {
+	if t.steps.Checkpoint != nil && t.steps.Checkpoint.Match(seg) ||
+		t.steps.Checkpoint == nil && mayReportCheckpoint(seg) && defaultCheckpoint.Match(seg) {
+		t.mu.Lock()
+		t.checkpoint = now
+		t.mu.Unlock()
+	}
+	if t.steps.Step == nil && !mayReportStep(seg) {
+		return
+	}
+	if n, ok := t.stepOf(seg); ok {
+		t.step(n, now)
+	}
+}
+
+// mayReportCheckpoint is a quick look for what the default checkpoint
+// pattern needs.
+func mayReportCheckpoint(seg []byte) bool {
+	return bytes.Contains(seg, []byte("heckpoint")) || bytes.Contains(seg, []byte("aving model")) || bytes.Contains(seg, []byte("aved model"))
+}
+
+// mayReportStep is a quick look for what the default step patterns need:
+// a digit, and "/" or "tep" or "ter" (case aside).
+func mayReportStep(seg []byte) bool {
+	digit, hint := false, false
+	for i, c := range seg {
+		switch {
+		case c >= '0' && c <= '9':
+			digit = true
+		case c == '/':
+			hint = true
+		case (c == 't' || c == 'T') && i+2 < len(seg):
+			a, b := seg[i+1]|0x20, seg[i+2]|0x20
+			hint = hint || a == 'e' && (b == 'p' || b == 'r')
+		}
+	}
+	return digit && hint
+}
+
+// stepOf is the step seg reports, if any.
+func (t *stepTrack) stepOf(seg []byte) (int64, bool) {
+	if t.steps.Step != nil {
+		return namedStep(t.steps.Step, seg)
+	}
+	if n, ok := namedStep(defaultStep, seg); ok {
+		return n, true
+	}
+	if n, ok := namedStep(defaultBar, seg); ok && !defaultBarExclude.Match(seg) {
+		return n, true
+	}
+	return 0, false
+}
+
+func namedStep(re *regexp.Regexp, seg []byte) (int64, bool) {
+	m := re.FindSubmatch(seg)
+	if m == nil {
+		return 0, false
+	}
+	i := re.SubexpIndex("step")
+	if i < 0 || m[i] == nil {
+		return 0, false
+	}
+	n, err := strconv.ParseInt(string(m[i]), 10, 64)
+	return n, err == nil
+}
+
+// step counts step n seen at now.
+func (t *stepTrack) step(n int64, now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	switch {
+	case t.last < 0:
+		t.first, t.lastAt, t.last = now, now, n
+		t.count = 1
+		return
+	case n == t.last:
+		return
+	case n > t.last:
+		d := n - t.last
+		t.count += d
+		each := now.Sub(t.lastAt) / time.Duration(d)
+		for range min(d, maxStepSamples) {
+			t.per = append(t.per, each)
+		}
+	default: // a new count (an epoch's bar begins again)
+		t.count += max(n, 1)
+	}
+	t.last, t.lastAt = n, now
+	if len(t.per) > maxStepSamples {
+		t.per = slices.Delete(t.per, 0, len(t.per)-maxStepSamples)
+	}
+}
+
+// RankSteps is what a worker's output said of its steps in one attempt.
+type RankSteps struct {
+	Node      string
+	LocalRank int
+	Rank      int
+	// Steps counted; 0: none recognised (the rest is zero).
+	Steps    int64
+	LastStep int64     // the last step number the worker printed
+	First    time.Time // its first step
+	Last     time.Time // its last step
+	// Median and P90 are its step time (0 with fewer than two steps).
+	Median, P90 time.Duration
+	// Checkpoint is its last checkpoint (zero: none recognised).
+	Checkpoint time.Time
+}
+
+// AttemptSteps is one attempt's steps, every worker's.
+type AttemptSteps struct {
+	Attempt int       // from 0
+	Start   time.Time // the attempt's nodes were being started
+	End     time.Time // every node had exited
+	Failed  time.Time // the failure was seen (zero: none)
+	Hang    bool      // it failed by a hang
+	Ranks   []RankSteps
+}
+
+func (t *stepTrack) result(node string, st rankIDs) RankSteps {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	r := RankSteps{Node: node, LocalRank: st.local, Rank: st.global, Checkpoint: t.checkpoint}
+	if t.last < 0 {
+		return r
+	}
+	r.Steps, r.LastStep, r.First, r.Last = t.count, t.last, t.first, t.lastAt
+	if len(t.per) > 0 {
+		s := slices.Clone(t.per)
+		slices.Sort(s)
+		r.Median, r.P90 = s[len(s)/2], s[min(len(s)-1, len(s)*9/10)]
+	}
+	return r
+}
+
+type rankIDs struct{ local, global int }
