@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -123,4 +124,41 @@ func TestGoodputE2E(t *testing.T) {
 		t.Errorf("no goodput line at the end:\n%s", r.output())
 	}
 	t.Logf("goodput parts: %v; the job's schedule: %v", got, want)
+}
+
+// TestStragglerFromSteps: on CPU (no GPU telemetry to go on), a rank whose
+// steps take twice the others' is named, with its ratio (1.7-2.3x); in a
+// balanced run no rank is.
+func TestStragglerFromSteps(t *testing.T) {
+	needTorch(t)
+	job := filepath.Join(t.TempDir(), "job.py")
+	if err := os.WriteFile(job, []byte(`import os, time
+rank, slow = int(os.environ["RANK"]), int(os.environ.get("SLOW_RANK", "-1"))
+for step in range(1, 31):
+    time.sleep(0.1 * (2 if rank == slow else 1))
+    print("step", step, flush=True)
+`), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, slow := range []string{"1", "-1"} {
+		mark := marker(t)
+		r := startGorun(t, []string{"GORUN_MARK=" + mark, "SLOW_RANK=" + slow}, "--torchrun", shim(t), "--nproc-per-node", "3", job, "--tag", mark)
+		if code := r.wait(t, 3*time.Minute); code != 0 {
+			t.Fatalf("exit %d:\n%s", code, r.output())
+		}
+		out := r.output()
+		m := regexp.MustCompile(`gorun: straggler: localhost rank (\d+) \(attempt 1\): step time \d+ ms \(median\), ([\d.]+)x`).FindAllStringSubmatch(out, -1)
+		if slow == "-1" {
+			if len(m) != 0 {
+				t.Errorf("a balanced run named stragglers:\n%s", out)
+			}
+			continue
+		}
+		if len(m) != 1 || m[0][1] != "1" {
+			t.Fatalf("want rank 1 named alone:\n%s", out)
+		}
+		if ratio, _ := strconv.ParseFloat(m[0][2], 64); ratio < 1.7 || ratio > 2.3 {
+			t.Errorf("rank 1 at %.2fx, want 2x within 0.3", ratio)
+		}
+	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 	"time"
 
@@ -34,6 +35,71 @@ type Goodput struct {
 	CheckpointsKnown bool `json:"checkpoints_known"`
 	// Steps is every attempt's steps, every rank's.
 	Steps []AttemptStepsSummary `json:"steps"`
+	// Stragglers are the ranks whose median step time was more than
+	// stragglerRatio times the median of the other ranks' medians, in an
+	// attempt where at least two ranks printed minSteps steps or more.
+	Stragglers []Straggler `json:"stragglers"`
+}
+
+// Straggler is a rank whose steps lagged the others'.
+type Straggler struct {
+	Attempt  int     `json:"attempt"` // from 1
+	Node     string  `json:"node"`
+	Rank     int     `json:"rank"`
+	MedianMS float64 `json:"step_median_ms"`
+	OthersMS float64 `json:"others_median_ms"`
+	Ratio    float64 `json:"ratio"`
+}
+
+// Straggler thresholds: a rank is named when its median step time is
+// more than stragglerRatio times the others' (the median of their
+// medians), each with minSteps steps at least.
+const (
+	stragglerRatio = 1.25
+	minSteps       = 10
+)
+
+// findStragglers names, per attempt, the ranks whose steps lagged.
+func findStragglers(attempts []launch.AttemptSteps) []Straggler {
+	out := []Straggler{}
+	for _, a := range attempts {
+		var timed []launch.RankSteps
+		for _, r := range a.Ranks {
+			if r.Steps >= minSteps && r.Median > 0 {
+				timed = append(timed, r)
+			}
+		}
+		if len(timed) < 2 {
+			continue
+		}
+		for i, r := range timed {
+			var others []time.Duration
+			for j, o := range timed {
+				if j != i {
+					others = append(others, o.Median)
+				}
+			}
+			slices.Sort(others)
+			om := others[len(others)/2]
+			if len(others)%2 == 0 {
+				om = (others[len(others)/2-1] + others[len(others)/2]) / 2
+			}
+			if ratio := float64(r.Median) / float64(om); ratio > stragglerRatio {
+				out = append(out, Straggler{Attempt: a.Attempt + 1, Node: r.Node, Rank: r.Rank, MedianMS: ms(r.Median), OthersMS: ms(om), Ratio: ratio})
+			}
+		}
+	}
+	return out
+}
+
+// StragglerLines says each straggler, a line each.
+func (g Goodput) StragglerLines() []string {
+	var out []string
+	for _, s := range g.Stragglers {
+		out = append(out, fmt.Sprintf("gorun: straggler: %s rank %d (attempt %d): step time %.0f ms (median), %.2fx the other ranks' %.0f ms",
+			s.Node, s.Rank, s.Attempt, s.MedianMS, s.Ratio, s.OthersMS))
+	}
+	return out
 }
 
 // GoodputPart is one share of the wall time.
@@ -75,7 +141,7 @@ func goodputParts() [][2]string {
 
 // computeGoodput reads the run from start to end, attempts in order.
 func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodput {
-	g := Goodput{WallSeconds: end.Sub(start).Seconds(), Parts: []GoodputPart{}, Steps: []AttemptStepsSummary{}}
+	g := Goodput{WallSeconds: end.Sub(start).Seconds(), Parts: []GoodputPart{}, Steps: []AttemptStepsSummary{}, Stragglers: []Straggler{}}
 	since := func(t time.Time) *float64 {
 		if t.IsZero() {
 			return nil
@@ -98,6 +164,7 @@ func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodpu
 		}
 		g.Steps = append(g.Steps, as)
 	}
+	g.Stragglers = findStragglers(attempts)
 	if !seen {
 		g.Why = "no training step was recognised in the workers' output (--step-pattern REGEX names one)"
 		if len(attempts) == 0 {
@@ -252,6 +319,10 @@ type goodputLine struct {
 func (*goodputLine) Name() string { return "goodput" }
 
 func (h *goodputLine) Finish(_ context.Context, _ *Attempt, res launch.Result, _ error) error {
-	fmt.Fprintln(h.w, computeGoodput(h.start, time.Now(), res.Steps).Line())
+	g := computeGoodput(h.start, time.Now(), res.Steps)
+	for _, l := range g.StragglerLines() {
+		fmt.Fprintln(h.w, l)
+	}
+	fmt.Fprintln(h.w, g.Line())
 	return nil
 }

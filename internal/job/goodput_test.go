@@ -63,3 +63,19 @@ func TestGoodputUnknown(t *testing.T) {
 		t.Errorf("got %+v, line %q", g, g.Line())
 	}
 }
+
+// TestStragglers: a rank at 2x the others' step time is named with its
+// ratio; a balanced attempt, or ranks with too few steps, name none.
+func TestStragglers(t *testing.T) {
+	r := func(rank int, med time.Duration, steps int64) launch.RankSteps {
+		return launch.RankSteps{Node: "n0", Rank: rank, Steps: steps, Median: med}
+	}
+	got := findStragglers([]launch.AttemptSteps{
+		{Attempt: 0, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 104*time.Millisecond, 50), r(2, 200*time.Millisecond, 50), r(3, 98*time.Millisecond, 50)}},
+		{Attempt: 1, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 120*time.Millisecond, 50)}},
+		{Attempt: 2, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 900*time.Millisecond, 5)}},
+	})
+	if len(got) != 1 || got[0].Rank != 2 || got[0].Attempt != 1 || math.Abs(got[0].Ratio-2) > 0.01 {
+		t.Errorf("stragglers %+v, want rank 2 of attempt 1 at 2.00x", got)
+	}
+}
