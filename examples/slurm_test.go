@@ -15,6 +15,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"github.com/gorun/gorun/internal/testenv"
 	"maps"
 	"math/rand/v2"
 	"os"
@@ -116,9 +117,11 @@ func allProcs() []proc {
 func needSlurm(t *testing.T, n int) slurmCluster {
 	t.Helper()
 	state := os.Getenv("GORUN_SLURM")
-	if os.Getenv("GORUN_E2E") != "1" || state == "" {
+	if !testenv.E2E() {
 		t.Skip("skipping: the Slurm tests need GORUN_E2E=1 and GORUN_SLURM=<state dir> (examples/testcluster/slurm-cluster.sh up 4)")
 	}
+	// Under GORUN_E2E=1 a missing cluster fails, as a missing tool does.
+	need(t, state != "", "GORUN_SLURM is not set (examples/testcluster/slurm-cluster.sh up 4, then GORUN_SLURM=<its state dir>)")
 	needTorch(t)
 	c := slurmCluster{state: state, conf: filepath.Join(state, "slurm.conf")}
 	if _, err := os.Stat(c.conf); err != nil {
