@@ -85,6 +85,17 @@ def figures():
     sd = RES + "stop-during-start-local-2026-12-05.txt"
     v = [int(x) for x in re.findall(r"sigint_to_exit_ms=(\d+)", open(sd).read())]
     out.append(("docs/guide.md", sd, "%s ms over %d stops" % (ms_range(v), len(v))))
+    # goodput on one H100 against the job's own clock (the guide's Goodput section)
+    import json
+    gp = "docs/device/h100-1gpu/goodput/"
+    prods, shares = [], []
+    for i in (1, 2):
+        g = json.load(open(gp + "summary-%d.json" % i))["goodput"]
+        parts = {p["key"]: p for p in g["parts"]}
+        prods.append("%.3f" % parts["productive"]["seconds"])
+        shares.append("%.1f%%" % (100 * parts["startup"]["share"]))
+    out.append(("docs/guide.md", gp + "summary-1.json", "productive %s and %s s by gorun's summary" % tuple(prods)))
+    out.append(("docs/guide.md", gp + "summary-2.json", "start-up, with the compile, %s and %s of the wall time" % tuple(shares)))
     return out
 
 
