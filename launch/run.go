@@ -44,7 +44,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 	if opts.Diag == nil {
 		opts.Diag = io.Discard
 	}
-	s := newSink(newStatusLine(opts.StatusOut, opts.Status, opts.Color))
+	steps := &stepCounter{}
+	s := newSink(newStatusLine(opts.StatusOut, opts.Status, steps.total, opts.Color))
 	defer closeSink(s, opts.Diag)
 	// Once the user stops the run, output that nobody reads may not hold
 	// it up (sink.bound).
@@ -94,7 +95,8 @@ func Run(ctx context.Context, opts Options) (Result, error) {
 			return res, fmt.Errorf("attempt %d: no nodes to run on", k+1)
 		}
 		res.Attempts = k + 1
-		o := runAttempt(ctx, opts, s, nodes, k, restart, notices)
+		o := runAttempt(ctx, opts, s, nodes, k, restart, notices, steps)
+		steps.attemptEnded()
 		res.Silences = append(res.Silences, o.silence)
 		res.Steps = append(res.Steps, o.steps)
 		if restart != nil {
@@ -181,9 +183,10 @@ type member struct {
 	startErr       error
 	running        bool // started and not yet waited for
 
-	shown  []int  // Options.LocalRanks
-	prefix Prefix // Options.Prefix
-	steps  Steps  // Options.Steps
+	shown   []int        // Options.LocalRanks
+	prefix  Prefix       // Options.Prefix
+	steps   Steps        // Options.Steps
+	counter *stepCounter // the run's, for the status line
 
 	attempt   int                                            // from 0
 	telemetry func(node string, attempt int, payload []byte) // Options.Telemetry
@@ -351,7 +354,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps),
+		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps, m.counter),
 			out: newRankWriter(m.log, m.stdout, st, m.prefix, 1), err: newRankWriter(m.log, m.stderr, st, m.prefix, 2)}
 		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
 			w.out.out, w.err.out = io.Discard, io.Discard
@@ -449,7 +452,7 @@ func (m *member) teeCopy(line []byte) bool {
 // runAttempt starts every node, waits for all of them and says how it went.
 // It returns only when every started process has been waited for and its
 // output flushed.
-func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int, rs *Restart, notices *nodeNotices) outcome {
+func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int, rs *Restart, notices *nodeNotices, counter *stepCounter) outcome {
 	events := make(chan event, 256)
 	ms := make([]*member, len(nodes))
 	expected := 0 // workers of the attempt, where every node says
@@ -465,7 +468,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		l.stamp = opts.Prefix.Stamp
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix, steps: opts.Steps,
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix, steps: opts.Steps, counter: counter,
 			attempt: k, clock: clock, imports: imports}
 		if n.Workers > 0 {
 			imports.waiting++ // a node of unknown size holds no other's standby

@@ -12,7 +12,8 @@ import (
 // every statusEvery unless a refresh asks; nothing else touches it.
 type statusLine struct {
 	w     io.Writer
-	text  func(lines int64) string
+	text  func(Counts) string
+	steps func() int64 // the run's steps so far (stepCounter.total); nil: none
 	color bool
 
 	lines int64     // newlines written so far
@@ -26,11 +27,17 @@ type statusLine struct {
 // flood of lines is not doubled by redraws; the ticker redraws it anyway.
 const statusEvery = 200 * time.Millisecond
 
-func newStatusLine(w io.Writer, text func(lines int64) string, color bool) *statusLine {
+func newStatusLine(w io.Writer, text func(Counts) string, steps func() int64, color bool) *statusLine {
 	if w == nil || text == nil {
 		return nil
 	}
-	return &statusLine{w: w, text: text, color: color, now: time.Now}
+	return &statusLine{w: w, text: text, steps: steps, color: color, now: time.Now}
+}
+
+// Counts are what the status line is given each time it is drawn.
+type Counts struct {
+	Lines int64 // lines written so far
+	Steps int64 // training steps so far: each attempt's most advanced worker's, added up
 }
 
 func (l *statusLine) wrote(b []byte) {
@@ -59,7 +66,11 @@ func (l *statusLine) draw(force bool) {
 	if !force && now.Sub(l.drawn) < statusEvery {
 		return
 	}
-	text := l.text(l.lines)
+	c := Counts{Lines: l.lines}
+	if l.steps != nil {
+		c.Steps = l.steps()
+	}
+	text := l.text(c)
 	l.erase()
 	if text == "" {
 		return

@@ -19,10 +19,10 @@ import (
 func TestStatusLine(t *testing.T) {
 	var term bytes.Buffer
 	var counts []int64
-	st := newStatusLine(&term, func(lines int64) string {
-		counts = append(counts, lines)
-		return fmt.Sprintf("gorun: %d lines", lines)
-	}, false)
+	st := newStatusLine(&term, func(c Counts) string {
+		counts = append(counts, c.Lines)
+		return fmt.Sprintf("gorun: %d lines", c.Lines)
+	}, nil, false)
 	clock := time.Unix(0, 0)
 	st.now = func() time.Time { clock = clock.Add(time.Second); return clock }
 	s := newSink(st)
@@ -43,7 +43,7 @@ func TestStatusLine(t *testing.T) {
 }
 
 func TestNoStatusLineWithoutWriter(t *testing.T) {
-	if newStatusLine(nil, func(int64) string { return "x" }, false) != nil {
+	if newStatusLine(nil, func(Counts) string { return "x" }, nil, false) != nil {
 		t.Error("a status line without a terminal")
 	}
 	var out bytes.Buffer

@@ -43,7 +43,8 @@ var (
 // stepTrack is what one worker's output said of its steps in one attempt.
 // Both of the worker's streams feed it.
 type stepTrack struct {
-	steps Steps
+	steps   Steps
+	counter *stepCounter // the run's; nil: none
 
 	mu         sync.Mutex
 	last       int64 // the last step number seen; -1: none yet
@@ -57,7 +58,39 @@ type stepTrack struct {
 // maxStepSamples bounds the step times kept per worker (the latest win).
 const maxStepSamples = 4096
 
-func newStepTrack(s Steps) *stepTrack { return &stepTrack{steps: s, last: -1} }
+func newStepTrack(s Steps, c *stepCounter) *stepTrack {
+	return &stepTrack{steps: s, counter: c, last: -1}
+}
+
+// stepCounter counts the run's steps for the status line: in each
+// attempt, the count of the worker that counted most, the attempts
+// before added up, so that the count only grows.
+type stepCounter struct {
+	mu   sync.Mutex
+	base int64 // the attempts before's
+	cur  int64 // this attempt's
+}
+
+func (c *stepCounter) seen(n int64) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.cur = max(c.cur, n)
+}
+
+func (c *stepCounter) attemptEnded() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.base, c.cur = c.base+c.cur, 0
+}
+
+func (c *stepCounter) total() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.base + c.cur
+}
 
 // scan reads what a worker wrote, segment by segment ("\n" and "\r" end
 // one: a tqdm bar's every frame), at time now.
@@ -153,6 +186,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	case t.last < 0:
 		t.first, t.lastAt, t.last = now, now, n
 		t.count = 1
+		t.counter.seen(1)
 		return
 	case n == t.last:
 		return
@@ -167,6 +201,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 		t.count += max(n, 1)
 	}
 	t.last, t.lastAt = n, now
+	t.counter.seen(t.count)
 	if len(t.per) > maxStepSamples {
 		t.per = slices.Delete(t.per, 0, len(t.per)-maxStepSamples)
 	}

@@ -28,7 +28,7 @@ func TestStepPatterns(t *testing.T) {
 		}
 		want, text, _ := strings.Cut(l, "|")
 		lines++
-		tr := newStepTrack(Steps{})
+		tr := newStepTrack(Steps{}, nil)
 		now := time.Unix(1000, 0)
 		tr.scan([]byte(text+"\n"), now)
 		r := tr.result("n", rankIDs{})
@@ -57,7 +57,7 @@ func TestStepPatterns(t *testing.T) {
 // steps), an epoch's bar beginning again, and repeats; step times from
 // the gaps; a user's pattern replaces the defaults.
 func TestStepCounting(t *testing.T) {
-	tr := newStepTrack(Steps{})
+	tr := newStepTrack(Steps{}, nil)
 	at := time.Unix(1000, 0)
 	feed := func(d time.Duration, s string) {
 		at = at.Add(d)
@@ -75,9 +75,27 @@ func TestStepCounting(t *testing.T) {
 	if !r.First.Equal(time.Unix(1000, 0)) || !r.Last.Equal(at) {
 		t.Errorf("first %v last %v", r.First, r.Last)
 	}
-	user := newStepTrack(Steps{Step: regexp.MustCompile(`done (?P<step>\d+)`)})
+	user := newStepTrack(Steps{Step: regexp.MustCompile(`done (?P<step>\d+)`)}, nil)
 	user.scan([]byte("step 4\ndone 9\n"), at)
 	if r := user.result("n", rankIDs{}); r.Steps != 1 || r.LastStep != 9 {
 		t.Errorf("--step-pattern: %+v, want step 9 only", r)
+	}
+}
+
+// TestStepCounter: the run's count is each attempt's most advanced
+// worker's, the attempts before added, so it only grows.
+func TestStepCounter(t *testing.T) {
+	c := &stepCounter{}
+	a, b := newStepTrack(Steps{}, c), newStepTrack(Steps{}, c)
+	at := time.Unix(1000, 0)
+	a.scan([]byte("step 1\nstep 5\n"), at)
+	b.scan([]byte("step 1\nstep 3\n"), at)
+	if got := c.total(); got != 5 {
+		t.Fatalf("attempt 1: %d steps, want 5 (the most advanced worker's)", got)
+	}
+	c.attemptEnded()
+	newStepTrack(Steps{}, c).scan([]byte("step 1\nstep 2\n"), at)
+	if got := c.total(); got != 7 {
+		t.Errorf("after attempt 2's 2 steps: %d, want 7", got)
 	}
 }

@@ -117,7 +117,7 @@ type Options struct {
 	// given how many lines have been written so far. It is called from the
 	// writer goroutine about once a second and after output, and the line
 	// is erased before any output and at the end. "" shows nothing.
-	Status    func(lines int64) string
+	Status    func(Counts) string
 	StatusOut io.Writer
 	// Failed, when set, is told of each failed attempt (k from 0) as soon
 	// as it has been stopped, before any restart.

@@ -135,3 +135,16 @@ func TestStatusRateWindow(t *testing.T) {
 		t.Errorf("after a quiet window: %q", got)
 	}
 }
+
+// TestStatusStepRate: with steps counted, their rate follows the lines'.
+func TestStatusStepRate(t *testing.T) {
+	s := NewStatus()
+	t0 := time.Unix(1000, 0)
+	s.LineWithSteps(t0, 0, 10)
+	if got := s.LineWithSteps(t0.Add(2*time.Second), 200, 19); got != "gorun: 100 lines/s | 4.5 steps/s" {
+		t.Errorf("got %q", got)
+	}
+	if got := NewStatus().LineWithSteps(t0, 0, 0); got != "gorun: 0 lines/s" {
+		t.Errorf("no steps: %q", got)
+	}
+}

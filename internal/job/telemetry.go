@@ -148,7 +148,7 @@ func planGPUs(n envplan.NodePlan) []telemetry.GPU {
 func (g *gpuWatch) Configure(o *launch.Options) {
 	o.Telemetry = g.frame
 	if g.ui.Live {
-		o.Status = func(lines int64) string { return fitWidth(g.statusLine(lines), g.ui.width()) }
+		o.Status = func(c launch.Counts) string { return fitWidth(g.statusLine(c), g.ui.width()) }
 		o.StatusOut = g.ui.Err
 	}
 }
@@ -194,10 +194,10 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 }
 
 // statusLine is launch.Options.Status, before fitting.
-func (g *gpuWatch) statusLine(lines int64) string {
+func (g *gpuWatch) statusLine(c launch.Counts) string {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	return g.status.Line(time.Now(), lines)
+	return g.status.LineWithSteps(time.Now(), c.Lines, c.Steps)
 }
 
 // AttemptFailed puts the failure on the report's time axis.

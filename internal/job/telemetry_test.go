@@ -92,7 +92,7 @@ func TestGPUWatch(t *testing.T) {
 	if g.frame("gpu1", 0, []byte("{not json")) != "" {
 		t.Error("a bad frame printed something")
 	}
-	if line := g.statusLine(10); !strings.HasPrefix(line, "gorun: ") {
+	if line := g.statusLine(launch.Counts{Lines: 10}); !strings.HasPrefix(line, "gorun: ") {
 		t.Errorf("status = %q", line)
 	}
 	g.AttemptFailed(0, launch.Failure{Node: "gpu1", Reason: "exit 1"})
@@ -179,9 +179,9 @@ func TestGPUWatchStatusOnlyLive(t *testing.T) {
 		t.Fatal("live terminal: no status line")
 	}
 	// The width is read at every redraw.
-	first := o.Status(0)
+	first := o.Status(launch.Counts{})
 	width = 12
-	if second := o.Status(0); len([]rune(second)) >= len([]rune(first)) || len([]rune(second)) > 11 {
+	if second := o.Status(launch.Counts{}); len([]rune(second)) >= len([]rune(first)) || len([]rune(second)) > 11 {
 		t.Errorf("after a resize to 12 columns: %q (was %q)", second, first)
 	}
 }
