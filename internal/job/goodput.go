@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -35,6 +36,9 @@ type Goodput struct {
 	CheckpointsKnown bool `json:"checkpoints_known"`
 	// Steps is every attempt's steps, every rank's.
 	Steps []AttemptStepsSummary `json:"steps"`
+	// Chain adds up the runs of this job a scheduler started again (a
+	// Slurm requeue, the same --rdzv-id) so far; null for a run alone.
+	Chain *ChainGoodput `json:"chain"`
 	// Stragglers are the ranks whose median step time was more than
 	// stragglerRatio times the median of the other ranks' medians, in an
 	// attempt where at least two ranks printed minSteps steps or more.
@@ -310,10 +314,23 @@ func (g Goodput) partShare(key string) float64 {
 	return 0
 }
 
-// goodputLine is the hook that prints Goodput.Line as the run ends.
+// goodputLine is the hook that works out the goodput as the run ends,
+// adds it to its chain's (chainKey) and prints it; the summary, after it,
+// writes what it left in out.
 type goodputLine struct {
-	start time.Time
-	w     io.Writer
+	start    time.Time
+	w        io.Writer
+	chain    string // chainKey's; "": none
+	cacheDir string // the user's cache ("": none kept)
+	runID    string
+	out      *goodputResult
+}
+
+// goodputResult is what goodputLine worked out, for the summary.
+type goodputResult struct {
+	g     Goodput
+	chain *ChainGoodput
+	done  bool
 }
 
 func (*goodputLine) Name() string { return "goodput" }
@@ -324,5 +341,18 @@ func (h *goodputLine) Finish(_ context.Context, _ *Attempt, res launch.Result, _
 		fmt.Fprintln(h.w, l)
 	}
 	fmt.Fprintln(h.w, g.Line())
+	var chain *ChainGoodput
+	if h.cacheDir != "" {
+		var err error
+		if chain, err = addToChain(filepath.Join(h.cacheDir, "gorun", "runs"), h.chain, h.runID, g); err != nil {
+			fmt.Fprintf(h.w, "gorun: goodput: the figures of this job's earlier runs were not added up: %v\n", err)
+		}
+		if l := chain.Line(); l != "" {
+			fmt.Fprintln(h.w, l)
+		}
+	}
+	if h.out != nil {
+		*h.out = goodputResult{g: g, chain: chain, done: true}
+	}
 	return nil
 }

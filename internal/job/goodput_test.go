@@ -79,3 +79,27 @@ func TestStragglers(t *testing.T) {
 		t.Errorf("stragglers %+v, want rank 2 of attempt 1 at 2.00x", got)
 	}
 }
+
+// TestGoodputChain: the runs of one Slurm job (a requeue) add up, each
+// run once; a run alone has no chain line.
+func TestGoodputChain(t *testing.T) {
+	dir := t.TempDir()
+	env := func(k string) string { return map[string]string{"SLURM_JOB_ID": "4242"}[k] }
+	key := chainKey(env, "none", false)
+	if key != "slurm-4242" || chainKey(func(string) string { return "" }, "job7", true) != "rdzv-job7" || chainKey(nil, "none", false) != "" {
+		t.Fatalf("chain keys: %q", key)
+	}
+	g := func(wall, prod float64) Goodput {
+		return Goodput{Known: true, WallSeconds: wall, Parts: []GoodputPart{{Key: "productive", Seconds: prod}, {Key: "restart", Seconds: wall - prod}}}
+	}
+	c, err := addToChain(dir, key, "run1", g(100, 80))
+	if err != nil || c.Runs != 1 || c.Line() != "" {
+		t.Fatalf("first run: %+v, %v", c, err)
+	}
+	if c, err = addToChain(dir, key, "run2", g(50, 20)); err != nil || c.Runs != 2 || math.Abs(c.Goodput-100.0/150) > 1e-9 || c.WallSeconds != 150 {
+		t.Fatalf("second run: %+v, %v", c, err)
+	}
+	if !strings.Contains(c.Line(), "goodput of the 2 runs of slurm-4242 so far: 66.7% of 150s") {
+		t.Errorf("line %q", c.Line())
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
 	"time"
 
 	"github.com/gorun/gorun/envplan"
@@ -107,11 +108,15 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	if watch != nil {
 		hs = append(hs, watch)
 	}
+	var gp *goodputResult
 	if !r.cl.Gorun.StepsOff() {
-		hs = append(hs, &goodputLine{start: r.start, w: r.ui.Err})
+		gp = &goodputResult{}
+		cache, _ := os.UserCacheDir()
+		hs = append(hs, &goodputLine{start: r.start, w: r.ui.Err, out: gp, runID: r.cfg.RunID, cacheDir: cache,
+			chain: chainKey(r.cfg.Getenv, r.cl.Torchrun.RdzvID, r.cl.Set("rdzv_id"))})
 	}
 	if path := r.cl.Gorun.Summary; path != "" {
-		sum := &summary{stamp: schema.NewStamp(schema.Summary, r.cfg.Getenv), path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now(), runStart: r.start}
+		sum := &summary{stamp: schema.NewStamp(schema.Summary, r.cfg.Getenv), path: path, command: r.cfg.Args, runID: r.cfg.RunID, start: time.Now(), goodput: gp}
 		hs = append(hs, sum)
 	}
 	return hs, nil

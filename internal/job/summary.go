@@ -119,9 +119,9 @@ type summary struct {
 	command []string
 	runID   string
 	start   time.Time
-	// runStart is gorun's own start, before connecting and preflight:
-	// where the goodput's wall time begins.
-	runStart time.Time
+	// goodput is what the goodput hook worked out before this one
+	// finishes; nil: none (--step-pattern off).
+	goodput *goodputResult
 
 	mu       sync.Mutex
 	failures []FailureSummary
@@ -185,8 +185,9 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 	if runErr != nil {
 		sum.Error = secret.Redact("", userr.Printable(runErr.Error()))
 	}
-	if !s.runStart.IsZero() {
-		g := computeGoodput(s.runStart, end, res.Steps)
+	if s.goodput != nil && s.goodput.done {
+		g := s.goodput.g
+		g.Chain = s.goodput.chain
 		sum.Goodput = &g
 	}
 	for _, r := range res.Restarts {
