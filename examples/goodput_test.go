@@ -41,14 +41,14 @@ time.sleep(3600)
 func TestGoodputE2E(t *testing.T) {
 	needTorch(t)
 	dir := t.TempDir()
-	job, logf, sum := filepath.Join(dir, "job.py"), filepath.Join(dir, "schedule.log"), filepath.Join(dir, "s.json")
+	job, logf, sum, report := filepath.Join(dir, "job.py"), filepath.Join(dir, "schedule.log"), filepath.Join(dir, "s.json"), filepath.Join(dir, "r.html")
 	if err := os.WriteFile(job, []byte(goodputJob), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	mark := marker(t)
 	start := time.Now()
 	r := startGorun(t, []string{"GORUN_MARK=" + mark, "GOODPUT_LOG=" + logf}, "--torchrun", shim(t), "--nproc-per-node", "2",
-		"--max-restarts", "1", "--hang-timeout", "5s", "--summary", sum, job, "--tag", mark)
+		"--max-restarts", "1", "--hang-timeout", "5s", "--summary", sum, "--report", report, job, "--tag", mark)
 	if code := r.wait(t, 3*time.Minute); code != 124 {
 		t.Fatalf("exit %d, want 124 (the hang):\n%s", code, r.output())
 	}
@@ -119,6 +119,9 @@ func TestGoodputE2E(t *testing.T) {
 		if got[k] <= 0 {
 			t.Errorf("no %s part: %v", k, got)
 		}
+	}
+	if html, err := os.ReadFile(report); err != nil || strings.Count(string(html), `<polygon class="band"`) != 2 {
+		t.Errorf("the report's step chart: %v, want a band for each attempt on localhost", err)
 	}
 	if !strings.Contains(r.output(), "gorun: goodput ") {
 		t.Errorf("no goodput line at the end:\n%s", r.output())

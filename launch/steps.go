@@ -53,6 +53,33 @@ type stepTrack struct {
 	lastAt     time.Time
 	checkpoint time.Time       // the last checkpoint seen; zero: none
 	per        []time.Duration // each counted step's time (a jump of k steps: k samples of 1/k)
+	series     []StepPoint     // the count over time, for the report; thinned past maxStepPoints
+}
+
+// StepPoint is a worker's step count at a moment.
+type StepPoint struct {
+	T time.Time
+	N int64
+}
+
+// maxStepPoints bounds a worker's step series: past it every other point
+// goes, so a week-long run keeps a report of bounded size.
+const maxStepPoints = 1000
+
+// record adds the count at now to the series. t.mu is held.
+func (t *stepTrack) record(now time.Time) {
+	t.series = append(t.series, StepPoint{now, t.count})
+	if len(t.series) > maxStepPoints {
+		last := t.series[len(t.series)-1]
+		kept := t.series[:0]
+		for i := 0; i < len(t.series); i += 2 {
+			kept = append(kept, t.series[i])
+		}
+		if kept[len(kept)-1] != last {
+			kept = append(kept, last)
+		}
+		t.series = kept
+	}
 }
 
 // maxStepSamples bounds the step times kept per worker (the latest win).
@@ -187,6 +214,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 		t.first, t.lastAt, t.last = now, now, n
 		t.count = 1
 		t.counter.seen(1)
+		t.record(now)
 		return
 	case n == t.last:
 		return
@@ -202,6 +230,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	}
 	t.last, t.lastAt = n, now
 	t.counter.seen(t.count)
+	t.record(now)
 	if len(t.per) > maxStepSamples {
 		t.per = slices.Delete(t.per, 0, len(t.per)-maxStepSamples)
 	}
@@ -221,6 +250,8 @@ type RankSteps struct {
 	Median, P90 time.Duration
 	// Checkpoint is its last checkpoint (zero: none recognised).
 	Checkpoint time.Time
+	// Series is its step count over time, at most maxStepPoints points.
+	Series []StepPoint
 }
 
 // AttemptSteps is one attempt's steps, every worker's.
@@ -241,6 +272,7 @@ func (t *stepTrack) result(node string, st rankIDs) RankSteps {
 		return r
 	}
 	r.Steps, r.LastStep, r.First, r.Last = t.count, t.last, t.first, t.lastAt
+	r.Series = slices.Clone(t.series)
 	if len(t.per) > 0 {
 		s := slices.Clone(t.per)
 		slices.Sort(s)

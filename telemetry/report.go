@@ -81,6 +81,7 @@ type Report struct {
 	markers  []Marker
 	findings []Finding
 	notices  []string
+	steps    []StepSeries
 }
 
 // NewReport returns an empty Report.
@@ -164,6 +165,7 @@ type chartView struct {
 	W, H            int
 	Empty           bool
 	Series          []seriesView
+	Bands           []bandView
 	Markers         []markerView
 	YTicks, XTicks  []tickView
 	PlotL, PlotR    int
@@ -224,6 +226,14 @@ func (r *Report) WriteHTML(w io.Writer, info ReportInfo) error {
 			}
 		}
 	}
+	for _, s := range r.steps {
+		if t0.IsZero() || s.T[0].Before(t0) {
+			t0 = s.T[0]
+		}
+		if t1.IsZero() || s.T[len(s.T)-1].After(t1) {
+			t1 = s.T[len(s.T)-1]
+		}
+	}
 	if !t1.After(t0) {
 		t1 = t0.Add(time.Second)
 	}
@@ -240,6 +250,16 @@ func (r *Report) WriteHTML(w io.Writer, info ReportInfo) error {
 	}
 	x := func(t time.Time) float64 {
 		return padL + float64(chartW-padL-padR)*t.Sub(t0).Seconds()/t1.Sub(t0).Seconds()
+	}
+	if c, ok := r.stepChart(t0, t1, x); ok {
+		for i := 0; i <= 6; i++ {
+			t := t0.Add(time.Duration(float64(t1.Sub(t0)) * float64(i) / 6))
+			c.XTicks = append(c.XTicks, tickView{Pos: x(t), Label: t.Sub(t0).Round(time.Second).String()})
+		}
+		for _, mk := range r.markers {
+			c.Markers = append(c.Markers, markerView{X: x(mk.Time), Label: mk.Label, Kind: mk.Kind})
+		}
+		v.Charts = append(v.Charts, c)
 	}
 	for mi, m := range metrics {
 		c := chartView{ID: m.ID, Title: m.Title, Unit: m.Unit, W: chartW, H: chartH,

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -187,4 +188,39 @@ func between(s, start, end string) string {
 		return ""
 	}
 	return s[i : i+j]
+}
+
+// TestReportStepBands: 64 ranks on 2 nodes draw as 2 bands with a
+// median line each, of at most stepBuckets+1 points, plus a straggler's
+// dashed line: the chart's size follows the nodes, not the ranks.
+func TestReportStepBands(t *testing.T) {
+	r := NewReport()
+	t0 := time.Unix(1000, 0)
+	for rank := range 64 {
+		s := StepSeries{Node: fmt.Sprintf("node%d", rank/32), Rank: rank, Attempt: 1, Straggler: rank == 5}
+		for i := range 2000 {
+			s.T = append(s.T, t0.Add(time.Duration(i)*100*time.Millisecond))
+			s.N = append(s.N, int64(i))
+		}
+		r.AddSteps(s)
+	}
+	var b strings.Builder
+	if err := r.WriteHTML(&b, ReportInfo{Start: t0, End: t0.Add(200 * time.Second)}); err != nil {
+		t.Fatal(err)
+	}
+	html := b.String()
+	if n := strings.Count(html, `<polygon class="band"`); n != 2 {
+		t.Errorf("%d bands, want 2 (one per node)", n)
+	}
+	if !strings.Contains(html, `data-metric="steps"`) || !strings.Contains(html, "node0 rank 5 (straggler)") {
+		t.Errorf("no step chart with the straggler")
+	}
+	for _, m := range regexp.MustCompile(`data-points="(\d+)"`).FindAllStringSubmatch(html, -1) {
+		if n, _ := strconv.Atoi(m[1]); n > stepBuckets+1 {
+			t.Errorf("a line of %d points, want at most %d", n, stepBuckets+1)
+		}
+	}
+	if len(html) > 200<<10 {
+		t.Errorf("report of %d KiB for 64 ranks", len(html)>>10)
+	}
 }

@@ -235,6 +235,7 @@ func (g *gpuWatch) Finish(_ context.Context, _ *Attempt, res launch.Result, runE
 			// The restart's timeline, on the report's time axis.
 			g.report.Mark(telemetry.Marker{Time: rs.Failed, Kind: "restart", Label: strings.TrimPrefix(rs.String(), "gorun: ")})
 		}
+		addSteps(g.report, res.Steps)
 		if err := g.writeReport(res, runErr); err != nil {
 			errs = append(errs, fmt.Errorf("--report %s: %w", g.reportPath, err))
 		}
@@ -262,6 +263,24 @@ func (g *gpuWatch) writeReport(res launch.Result, runErr error) error {
 		return err
 	}
 	return writeFileAtomic(g.reportPath, b.Bytes())
+}
+
+// addSteps puts every worker's steps on the report's step chart, its
+// stragglers (findStragglers) marked.
+func addSteps(r *telemetry.Report, attempts []launch.AttemptSteps) {
+	slow := map[[2]int]bool{} // attempt (from 1), rank
+	for _, s := range findStragglers(attempts) {
+		slow[[2]int{s.Attempt, s.Rank}] = true
+	}
+	for _, a := range attempts {
+		for _, rk := range a.Ranks {
+			s := telemetry.StepSeries{Node: rk.Node, Rank: rk.Rank, Attempt: a.Attempt + 1, Straggler: slow[[2]int{a.Attempt + 1, rk.Rank}]}
+			for _, p := range rk.Series {
+				s.T, s.N = append(s.T, p.T), append(s.N, p.N)
+			}
+			r.AddSteps(s)
+		}
+	}
 }
 
 // planHosts are the plan's nodes, in node-rank order.
