@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // testAgentEnv makes the test binary act as the agent (helper-process
@@ -29,7 +31,7 @@ const testHeadEnv = "GORUN_TEST_HEAD"
 func TestMain(m *testing.M) {
 	// An agent may run its own binary for an ask (standbyask.go): with
 	// both variables set, the agent is the one started as `_agent`.
-	if os.Getenv(testAgentOutputEnv) == "1" && len(os.Args) > 1 && os.Args[1] != "_agent" {
+	if os.Getenv(testAgentOutputEnv) == "1" && len(os.Args) > 1 && os.Args[1] != wire.AgentCommand {
 		os.Exit(agentOutputHelper(os.Args[1:]))
 	}
 	if os.Getenv(testAgentEnv) == "1" {
@@ -210,7 +212,7 @@ type rawAgent struct {
 func startRawAgent(t *testing.T, job Job) *rawAgent {
 	t.Helper()
 	a := &rawAgent{done: make(chan struct{})}
-	a.cmd = exec.Command(os.Args[0], "_agent")
+	a.cmd = exec.Command(os.Args[0], wire.AgentCommand)
 	a.cmd.Env = append(os.Environ(), testAgentEnv+"=1")
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -360,7 +362,7 @@ func TestAgentHeadLost(t *testing.T) {
 		},
 		{
 			name: "kill now",
-			act:  func(t *testing.T, a *rawAgent) { a.send(t, ctlKill) },
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, wire.CtlKill) },
 			min:  0, max: grace / 2, want: 137,
 		},
 		{
@@ -368,7 +370,7 @@ func TestAgentHeadLost(t *testing.T) {
 			act: func(t *testing.T, a *rawAgent) {
 				a.send(t, appendTerm(nil, false, 0, 0)...)
 				time.Sleep(grace / 4)
-				a.send(t, ctlKill)
+				a.send(t, wire.CtlKill)
 			},
 			min: 0, max: grace * 3 / 4, want: 143,
 		},
@@ -408,7 +410,7 @@ func TestAgentHeadLost(t *testing.T) {
 					case <-stopBeat:
 						return
 					case <-tick.C:
-						_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+						_, _ = a.stdin.Write([]byte{wire.CtlHeartbeat})
 					}
 				}
 			}()
@@ -514,7 +516,7 @@ func TestAgentHeartbeatKeepsJob(t *testing.T) {
 	for {
 		select {
 		case <-tick.C:
-			_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+			_, _ = a.stdin.Write([]byte{wire.CtlHeartbeat})
 			continue
 		case <-a.done:
 		}
@@ -588,7 +590,7 @@ func TestAgentReapsOrphans(t *testing.T) {
 	if children != 1 {
 		t.Errorf("agent has %d children, want 1 (the job's sh)", children)
 	}
-	a.send(t, ctlKill)
+	a.send(t, wire.CtlKill)
 	if got := a.wait(t, 5*time.Second); got != 137 {
 		t.Errorf("exit code = %d, want 137", got)
 	}
