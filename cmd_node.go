@@ -6,11 +6,9 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/node"
 	"github.com/gorun/gorun/internal/rank"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/preflight"
 )
 
 // nodeCommands are the hidden subcommands the head runs on a node (gorun
@@ -21,7 +19,7 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 		{
 			// The node agent: started by the head (locally or over SSH) to
 			// run one job and tear its whole tree down.
-			Name: "_agent", Hidden: true, SkipFlagParsing: true,
+			Name: wire.AgentCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				return cli.Exit("", node.ServeAgent(ctx, os.Stdin, os.Stdout, os.Stderr))
 			},
@@ -29,7 +27,7 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 		{
 			// The worker's supervisor: torchrun starts it in place of
 			// each worker (see envplan's wrapWorkers and rank.Run).
-			Name: envplan.RankCommand, Hidden: true, SkipFlagParsing: true,
+			Name: wire.RankCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				return cli.Exit("", rank.Run(c.Args().Slice(), os.Getenv, os.Stderr))
 			},
@@ -37,7 +35,7 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 		{
 			// A node's side of the all_reduce between two nodes
 			// (preflight --bandwidth all).
-			Name: preflight.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
+			Name: wire.BandwidthCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				return node.RunBandwidth(ctx, c.Args().First(), c.App.Writer)
 			},
@@ -53,7 +51,7 @@ func nodeCommands(ctx context.Context) []*cli.Command {
 		},
 		{
 			// The node-side collector: prints this node's Facts as JSON.
-			Name: preflight.CollectCommand, Hidden: true, SkipFlagParsing: true,
+			Name: wire.CollectCommand, Hidden: true, SkipFlagParsing: true,
 			Action: func(c *cli.Context) error {
 				return node.RunCollect(ctx, c.Args().First(), c.App.Writer)
 			},

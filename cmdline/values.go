@@ -11,6 +11,7 @@ import (
 
 	"github.com/gorun/gorun/internal/lazyre"
 	"github.com/gorun/gorun/internal/userr"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // parseNNodes follows parse_min_max_nnodes and config_from_args's
@@ -196,12 +197,8 @@ func parseSignals(s setting) ([]syscall.Signal, error) {
 			return nil, &userr.InputError{Where: s.where, Problem: fmt.Sprintf("%s is not a signal gorun handles", userr.Quote(name)),
 				Fix: "give a comma-separated list of " + strings.Join(known, ", ")}
 		}
-		switch sig {
-		case syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT:
-		default:
-			if !slices.Contains(pass, sig) {
-				pass = append(pass, sig)
-			}
+		if !wire.IsStopSignal(sig) && !slices.Contains(pass, sig) {
+			pass = append(pass, sig)
 		}
 	}
 	return pass, nil

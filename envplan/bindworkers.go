@@ -7,35 +7,12 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/wire"
 )
-
-// RankCPUsVar carries each local rank's CPU set to the worker's supervisor:
-// cpulists in local-rank order, separated by ';' ("0-11;12-23").
-const RankCPUsVar = "GORUN_RANK_CPUS"
-
-// RankCommand is the hidden gorun subcommand that supervises one worker.
-const RankCommand = "_rank"
-
-// GorunSelf stands for the node's own gorun in a command when its path is
-// not known on the head (preflight off); the node agent replaces it.
-const GorunSelf = "{gorun}"
 
 // PrefixTemplateVar is torchrun's template of the prefix of its --tee
 // lines, which gorun's lines of the workers follow too.
 const PrefixTemplateVar = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-
-// WorkerEchoVar holds, as torchrun's --redirects takes it per local rank
-// ("0:3,1:1"; "1" for every stream of every rank), the streams each
-// worker's supervisor also writes where torchrun captures them (the
-// user's --tee and --redirects files). Any other would reach torchrun's
-// console as well as the head's lines: twice.
-const WorkerEchoVar = "GORUN_WORKER_ECHO"
-
-// WorkerQuietVar holds, as torchrun's --redirects takes it per local rank
-// ("0:3,1:1"), the streams each worker's supervisor keeps off the console:
-// those --redirects sends to files and --tee does not copy back (torchrun
-// shows neither). Bit 1 is stdout, bit 2 stderr.
-const WorkerQuietVar = "GORUN_WORKER_QUIET"
 
 // StdStreams is torchrun's --redirects or --tee value for one local rank:
 // "3" for every rank, or "0:1,1:2" per rank (a rank not named: 0).
@@ -69,7 +46,7 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 	}
 	self := b.facts[h.Name].Gorun
 	if self == "" {
-		self = GorunSelf
+		self = wire.SelfArg
 	}
 	tail := 1 + len(b.cfg.TrainingScriptArgs) // the script and its args end the argv
 	prog := max(1, len(strings.Fields(b.spec.Gorun.Torchrun)))
@@ -81,7 +58,7 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 	if !slices.Contains(argv, "--no_python") && !slices.Contains(argv, "--no-python") {
 		argv = append(argv, "--no_python")
 	}
-	argv = append(argv, self, RankCommand)
+	argv = append(argv, self, wire.RankCommand)
 	switch {
 	case b.cfg.NoPython:
 		argv = append(argv, "--no-python")
@@ -102,11 +79,11 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 			}
 		}
 		if len(echo) > 0 {
-			n.Env[WorkerEchoVar] = Var{Value: strings.Join(echo, ","), Source: SourceGorun,
+			n.Env[wire.WorkerEchoVar] = Var{Value: strings.Join(echo, ","), Source: SourceGorun,
 				Reason: "--tee/--redirects: each worker's supervisor also writes these streams where torchrun captures them, so torchrun's log files are written as without gorun"}
 		}
 		if len(quiet) > 0 {
-			n.Env[WorkerQuietVar] = Var{Value: strings.Join(quiet, ","), Source: SourceGorun,
+			n.Env[wire.WorkerQuietVar] = Var{Value: strings.Join(quiet, ","), Source: SourceGorun,
 				Reason: "--redirects: the streams torchrun sends to its log files only (and --tee does not copy back) stay off the console, as under torchrun"}
 		}
 	}
@@ -117,7 +94,7 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 		bound = bound || r.CPUs != ""
 	}
 	if bound {
-		n.Env[RankCPUsVar] = Var{
+		n.Env[wire.RankCPUsVar] = Var{
 			Value:  strings.Join(sets, ";"),
 			Reason: "each local rank's CPUs (the ranks table), applied by `gorun _rank` to the worker it starts",
 			Source: SourceGorun,

@@ -3,6 +3,8 @@ package envplan
 import (
 	"slices"
 	"testing"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 func TestWrapWorkers(t *testing.T) {
@@ -35,8 +37,8 @@ func TestWrapWorkers(t *testing.T) {
 			if !slices.Equal(n.Command, tt.want) {
 				t.Errorf("command = %q\nwant      %q", n.Command, tt.want)
 			}
-			if got := n.Env[RankCPUsVar].Value; got != tt.wantVar {
-				t.Errorf("%s = %q, want %q", RankCPUsVar, got, tt.wantVar)
+			if got := n.Env[wire.RankCPUsVar].Value; got != tt.wantVar {
+				t.Errorf("%s = %q, want %q", wire.RankCPUsVar, got, tt.wantVar)
 			}
 		})
 	}
@@ -50,12 +52,12 @@ func TestWrapWithoutFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := p.Nodes[0]
-	want := []string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
+	want := []string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 	if !slices.Equal(n.Command, want) {
 		t.Fatalf("command = %q, want %q", n.Command, want)
 	}
-	if _, ok := n.Env[RankCPUsVar]; ok {
-		t.Fatalf("bound without facts: %+v", n.Env[RankCPUsVar])
+	if _, ok := n.Env[wire.RankCPUsVar]; ok {
+		t.Fatalf("bound without facts: %+v", n.Env[wire.RankCPUsVar])
 	}
 }
 

@@ -10,6 +10,7 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/userr"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // hasNote reports whether some note of the level contains every fragment.
@@ -145,7 +146,7 @@ func TestBuild(t *testing.T) {
 			s.Given = append(s.Given, cmdline.Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py", "--x"}
+			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py", "--x"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q, want %q", p.Nodes[0].Command, want)
 			}
@@ -481,7 +482,7 @@ func TestBuild(t *testing.T) {
 			s.Gorun.Torchrun = "python3  -m torch.distributed.run"
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"python3", "-m", "torch.distributed.run", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
+			want := []string{"python3", "-m", "torch.distributed.run", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
@@ -491,7 +492,7 @@ func TestBuild(t *testing.T) {
 			s.Given = []cmdline.Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", GorunSelf, "_rank", "--", "train.py"}
+			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
@@ -571,8 +572,8 @@ func TestFlightRecorder(t *testing.T) {
 	if v := env["TORCH_NCCL_TRACE_BUFFER_SIZE"]; v.Value != "500" || v.Source != SourceUser {
 		t.Errorf("the user's TORCH_NCCL_TRACE_BUFFER_SIZE lost: %+v", v)
 	}
-	if v := env[FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc/localhost" {
-		t.Errorf("%s = %+v", FlightRecorderDirVar, v)
+	if v := env[wire.FlightRecorderDirVar]; v.Value != "/tmp/gorun-flight-recorder-abc/localhost" {
+		t.Errorf("%s = %+v", wire.FlightRecorderDirVar, v)
 	}
 }
 

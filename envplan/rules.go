@@ -10,6 +10,7 @@ import (
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // carriedPrefixes and carriedNames select the head's exported variables that
@@ -321,11 +322,6 @@ func joinInts(ids []int) string {
 	return strings.Join(s, ",")
 }
 
-// FlightRecorderDirVar names, in the workers' environment, the node-side
-// directory the flight recorder writes to; each worker's supervisor makes
-// it, since torch does not.
-const FlightRecorderDirVar = "GORUN_FLIGHT_RECORDER_DIR"
-
 // FlightRecorderDir is where a run's flight-recorder dumps go on a node,
 // before the head gathers them; named by node too, for nodes that share
 // /tmp.
@@ -347,6 +343,6 @@ func (b *builder) flightRecorder(e nodeEnv) {
 		Reason: "--flight-recorder: each rank writes them when NCCL's watchdog times a collective out"})
 	e.decide("TORCH_NCCL_DEBUG_INFO_TEMP_FILE", Var{Value: dir + "/nccl_trace_rank_", Source: SourceGorun,
 		Reason: "--flight-recorder: one file per rank on the node; after a failed attempt gorun gathers them under " + b.spec.Gorun.FlightRecorder})
-	e.decide(FlightRecorderDirVar, Var{Value: dir, Source: SourceGorun,
+	e.decide(wire.FlightRecorderDirVar, Var{Value: dir, Source: SourceGorun,
 		Reason: "--flight-recorder: made by each worker's supervisor before the worker starts"})
 }

@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // The signal tests run testcluster/checkpoint.py, whose ranks leave a file
@@ -170,7 +172,7 @@ func TestClusterSIGTERMCheckpoint(t *testing.T) {
 // worker's supervisor leaves nothing of the job on any node within 5 s.
 // (SIGKILL of the head itself: TestClusterHeadKilled.)
 func TestClusterGorunProcessKilled(t *testing.T) {
-	for _, victim := range []string{"_agent", "_rank"} {
+	for _, victim := range []string{wire.AgentCommand, wire.RankCommand} {
 		t.Run(victim, func(t *testing.T) {
 			// CKPT_SECS=0: the other workers, stopped because one failed,
 			// end at once.

@@ -14,7 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/hosts"
-	"github.com/gorun/gorun/sshexec"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // Worker-level supervision on the real cluster: real sshd, Debian's real
@@ -553,7 +553,7 @@ func TestLocalAheadUnused(t *testing.T) {
 }
 
 // gatedSupervisors counts the `gorun _rank` processes of the run marked
-// mark that wait at their gate (sshexec.GateVar).
+// mark that wait at their gate (wire.GateVar).
 func gatedSupervisors(mark string) int {
 	n := 0
 	ents, _ := os.ReadDir("/proc")
@@ -564,7 +564,7 @@ func gatedSupervisors(mark string) int {
 		if args := bytes.Split(cmd, []byte{0}); err != nil || !bytes.Contains(cmd, []byte(mark)) || len(args) < 2 || string(args[1]) != "_rank" {
 			continue
 		}
-		if env, _ := os.ReadFile(filepath.Join(dir, "environ")); bytes.Contains(env, []byte("\x00"+sshexec.GateVar+"=1\x00")) {
+		if env, _ := os.ReadFile(filepath.Join(dir, "environ")); bytes.Contains(env, []byte("\x00"+wire.GateVar+"=1\x00")) {
 			n++
 		}
 	}

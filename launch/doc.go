@@ -96,7 +96,7 @@
 //
 // # Telemetry and the status line
 //
-// Frames of kind sshexec.FrameTelemetry go to Options.Telemetry with their
+// Frames of kind wire.FrameTelemetry go to Options.Telemetry with their
 // node and attempt, and what it returns is printed on Diag; launch does
 // not read them. With Options.Status and StatusOut, the writer goroutine
 // keeps one status line under the output, erased before every write and

@@ -9,7 +9,6 @@ import (
 
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // TestNodeNotices: a notice is said once per node (once per kind, for
@@ -55,7 +54,7 @@ func TestNodeNotices(t *testing.T) {
 // the other twelve, not twenty.
 func TestRunCollapsesNodeNotices(t *testing.T) {
 	const why = "the program changed (/opt/wrapper)"
-	cold := sshexec.AppendFrame(nil, sshexec.FrameStart, wire.JSON(sshexec.StartInfo{Cold: why}))
+	cold := wire.AppendFrame(nil, wire.FrameStart, wire.JSON(wire.StartInfo{Cold: why}))
 	var plan []script
 	for range 20 {
 		plan = append(plan, script{frames: []timedFrame{{0, cold}}, after: 20 * ms})

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // TestSafeSubstitute: the template is filled as Python's
@@ -40,7 +39,7 @@ func TestSafeSubstitute(t *testing.T) {
 // own copies of the lines are dropped whichever prefix they carry.
 func TestRunPrefixes(t *testing.T) {
 	st := func(lr, rank int) []byte {
-		return sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: rank, LocalRank: lr, PID: 500 + rank, Supervisor: 400 + rank, Host: "host-a"}))
+		return wire.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: rank, LocalRank: lr, PID: 500 + rank, Supervisor: 400 + rank, Host: "host-a"}))
 	}
 	teeBoth := func(int) int { return 3 }
 	teeOut := func(lr int) int { return map[int]int{1: 1}[lr] }
@@ -63,7 +62,7 @@ func TestRunPrefixes(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			sc := script{after: 50 * ms, frames: []timedFrame{{0, st(0, 4)}, {0, st(1, 5)},
 				{0, line(wire.FrameOut, 1, "b\n")}, {0, line(wire.FrameOut, 0, "a\n")},
-				{0, sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte(tc.copies+"own\n"))},
+				{0, wire.AppendFrame(nil, wire.FrameStdout, []byte(tc.copies+"own\n"))},
 				{0, exited(0, 4, 0, 0, false, time.Now())}, {0, exited(1, 5, 0, 0, false, time.Now())}}}
 			c := &cluster{plan: [][]script{{sc}}}
 			var out syncBuffer
@@ -81,7 +80,7 @@ func TestRunPrefixes(t *testing.T) {
 // begins with the time it came, RFC 3339 with milliseconds.
 func TestRunWorkerTimestamps(t *testing.T) {
 	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, line(wire.FrameOut, 0, "hello\n")},
-		{0, sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte("torchrun says\n"))},
+		{0, wire.AppendFrame(nil, wire.FrameStdout, []byte("torchrun says\n"))},
 		{0, exited(0, 0, 0, 0, false, time.Now())}}}
 	c := &cluster{plan: [][]script{{sc}}}
 	var out syncBuffer

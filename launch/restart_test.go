@@ -114,7 +114,7 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
 			{ms, started(0, 0)}, {ms, started(1, 1)}, {ms, joined(0)}, {ms, joined(1)},
-			{ms, sshexec.AppendFrame(nil, wire.FrameOut, append(wire.AppendRank(nil, 0), "hello\n"...))}}}
+			{ms, wire.AppendFrame(nil, wire.FrameOut, append(wire.AppendRank(nil, 0), "hello\n"...))}}}
 		if k == 0 {
 			sc.code = 1
 		}

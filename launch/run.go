@@ -178,7 +178,7 @@ type member struct {
 	log            *nodeLog
 	stdout, stderr *lineWriter // torchrun's own streams (the relayed frames), and the agent's stderr
 	agentErr       *lineWriter
-	decoder        *sshexec.FrameDecoder
+	decoder        *wire.FrameDecoder
 	proc           sshexec.Process
 	startErr       error
 	running        bool // started and not yet waited for
@@ -256,8 +256,8 @@ type event struct {
 	started wire.WorkerStarted
 	exit    wire.WorkerExit
 	lr      int
-	start   sshexec.StartInfo // FrameStart
-	lagging []int             // FrameRASDone: the ranks NCCL's RAS found lagging
+	start   wire.StartInfo // FrameStart
+	lagging []int          // FrameRASDone: the ranks NCCL's RAS found lagging
 }
 
 // evFirstLine is the event of a node's first worker line in an attempt.
@@ -278,16 +278,16 @@ const dumpWait = 5 * time.Second
 // to the lines, events to the attempt's loop.
 func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 	switch kind {
-	case sshexec.FrameStdout:
+	case wire.FrameStdout:
 		m.stdout.Write(p)
-	case sshexec.FrameStderr:
+	case wire.FrameStderr:
 		m.stderr.Write(p)
-	case sshexec.FrameTelemetry:
+	case wire.FrameTelemetry:
 		if m.telemetry != nil {
 			m.telemetry(m.node.Name, m.attempt, p)
 		}
-	case sshexec.FrameStart:
-		var si sshexec.StartInfo
+	case wire.FrameStart:
+		var si wire.StartInfo
 		if json.Unmarshal(p, &si) == nil {
 			events <- event{i: m.index, kind: kind, start: si}
 		}
@@ -364,9 +364,9 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		m.mu.Unlock()
 		m.clock.tick(w.last, true, false)
 		events <- event{i: m.index, kind: kind, started: st, lr: st.LocalRank}
-	case sshexec.FrameLost, wire.FrameExit:
+	case wire.FrameLost, wire.FrameExit:
 		var ex wire.WorkerExit
-		if kind == sshexec.FrameLost {
+		if kind == wire.FrameLost {
 			// A supervisor killed before its report: its worker died
 			// with it, by its parent-death signal.
 			var st wire.WorkerStarted
@@ -484,7 +484,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		m.stdout, m.stderr = newLineWriter(l, s, opts.Out), newLineWriter(l, s, opts.Err)
 		m.stdout.teeCopy, m.stderr.teeCopy = m.teeCopy, m.teeCopy
 		m.agentErr = newLineWriter(l, s, opts.Err)
-		m.decoder = sshexec.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
+		m.decoder = wire.NewFrameDecoder(func(kind byte, p []byte) { m.handleFrame(kind, p, events) })
 		m.node.Job = attemptJob(opts, n.Job)
 		if w, ok := n.Runner.(sshexec.Warmer); ok && k < opts.MaxRestarts && n.Workers > 0 && len(n.Job.Preimport) > 0 {
 			job := m.node.Job
@@ -641,7 +641,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 					rs.FirstLine = time.Since(rs.Failed)
 					sayTimeline(false)
 				}
-			case sshexec.FrameStart:
+			case wire.FrameStart:
 				if ev.start.Warm && rs != nil {
 					rs.Warm++
 				}

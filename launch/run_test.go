@@ -100,8 +100,8 @@ type fakeProc struct {
 
 func (p *fakeProc) run(stdout, stderr io.Writer) {
 	// A relayed agent frames the job's output on its stdout.
-	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte(p.sc.out)))
-	stdout.Write(sshexec.AppendFrame(nil, sshexec.FrameStderr, []byte(p.sc.errOut)))
+	stdout.Write(wire.AppendFrame(nil, wire.FrameStdout, []byte(p.sc.out)))
+	stdout.Write(wire.AppendFrame(nil, wire.FrameStderr, []byte(p.sc.errOut)))
 	quit, workerDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(workerDone)
@@ -601,23 +601,23 @@ func TestRunPrefersTheCrashOverItsConsequence(t *testing.T) {
 
 // Relayed worker frames, as a worker's supervisor sends them.
 func started(lr, rank int) []byte {
-	return sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: rank, LocalRank: lr, WorldSize: 4, PID: 100 + rank}))
+	return wire.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: rank, LocalRank: lr, WorldSize: 4, PID: 100 + rank}))
 }
 
 func exited(lr, rank, code, sig int, stopped bool, at time.Time) []byte {
-	return sshexec.AppendFrame(nil, wire.FrameExit, wire.JSON(wire.WorkerExit{Rank: rank, LocalRank: lr, Code: code, Signal: sig, Stopped: stopped, Time: at.UnixNano()}))
+	return wire.AppendFrame(nil, wire.FrameExit, wire.JSON(wire.WorkerExit{Rank: rank, LocalRank: lr, Code: code, Signal: sig, Stopped: stopped, Time: at.UnixNano()}))
 }
 
 func line(kind byte, lr int, text string) []byte {
-	return sshexec.AppendFrame(nil, kind, append(wire.AppendRank(nil, lr), text...))
+	return wire.AppendFrame(nil, kind, append(wire.AppendRank(nil, lr), text...))
 }
 
 // released is the agent's word that the job handed ahead was released.
 func released() []byte {
-	return sshexec.AppendFrame(nil, sshexec.FrameStart, wire.JSON(sshexec.StartInfo{Released: true}))
+	return wire.AppendFrame(nil, wire.FrameStart, wire.JSON(wire.StartInfo{Released: true}))
 }
 
-func joined(lr int) []byte { return sshexec.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)) }
+func joined(lr int) []byte { return wire.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)) }
 
 // TestRunWorkerExitStopsGroup: a worker exits with 3 while its torchrun
 // keeps running (as torchrun 1.x sits in its exit barrier): the head stops
@@ -697,7 +697,7 @@ func TestRunWorkerSignalCode(t *testing.T) {
 func TestRunHang(t *testing.T) {
 	before := runtime.NumGoroutine()
 	stacks := func(lr int, d pystack.Dump) []byte {
-		return sshexec.AppendFrame(nil, wire.FrameStacks, append(wire.AppendRank(nil, lr), wire.JSON(d)...))
+		return wire.AppendFrame(nil, wire.FrameStacks, append(wire.AppendRank(nil, lr), wire.JSON(d)...))
 	}
 	at := func(file string, line int, fn, src string) pystack.Dump {
 		return pystack.Dump{Tool: pystack.ToolFaulthandler, Text: "Fatal Python error: Aborted\n",
@@ -754,7 +754,7 @@ func TestRunHang(t *testing.T) {
 // TestRunHeartbeatKeepsAlive: progress frames (a touched heartbeat file)
 // keep a quiet job from counting as hung.
 func TestRunHeartbeatKeepsAlive(t *testing.T) {
-	beat := sshexec.AppendFrame(nil, wire.FrameProgress, wire.AppendRank(nil, 0))
+	beat := wire.AppendFrame(nil, wire.FrameProgress, wire.AppendRank(nil, 0))
 	frames := []timedFrame{{0, started(0, 0)}}
 	for range 10 {
 		frames = append(frames, timedFrame{50 * ms, beat})
@@ -771,7 +771,7 @@ func TestRunHeartbeatKeepsAlive(t *testing.T) {
 // itself is not printed twice.
 func TestRunDropsTeeCopies(t *testing.T) {
 	sc := script{after: 50 * ms, frames: []timedFrame{{0, started(0, 0)}, {0, line(wire.FrameOut, 0, "hello\n")},
-		{0, sshexec.AppendFrame(nil, sshexec.FrameStdout, []byte("[default0]:hello\ntorchrun says\n"))},
+		{0, wire.AppendFrame(nil, wire.FrameStdout, []byte("[default0]:hello\ntorchrun says\n"))},
 		{0, exited(0, 0, 0, 0, false, time.Now())}}}
 	c := &cluster{plan: [][]script{{sc}}}
 	var out syncBuffer
@@ -786,9 +786,9 @@ func TestRunDropsTeeCopies(t *testing.T) {
 // TestRunHangAsksRASFirst: with an NCCL job's RAS reporter running, the
 // head asks for NCCL's report before the stacks (which end the workers).
 func TestRunHangAsksRASFirst(t *testing.T) {
-	reporter := sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
+	reporter := wire.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: 0, LocalRank: 0, WorldSize: 2, RASReporter: true}))
 	ras := append(line(wire.FrameErr, 0, "nccl ras: ranks behind the others (did not join a collective, or no answer): 1\n"),
-		sshexec.AppendFrame(nil, wire.FrameRASDone, append(wire.AppendRank(nil, 0), "[1]"...))...)
+		wire.AppendFrame(nil, wire.FrameRASDone, append(wire.AppendRank(nil, 0), "[1]"...))...)
 	dump := append(line(wire.FrameErr, 0, "Fatal Python error: Aborted\n"), exited(0, 0, -1, 6, true, time.Now())...)
 	sc := script{stopCode: 143, frames: []timedFrame{{0, reporter}}, onTell: map[byte][]byte{wire.TellRAS: ras, wire.TellDump: dump}}
 	c := &cluster{plan: [][]script{{sc}}}

@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // The head's own cost per node for a whole launch, beyond any transport:
@@ -86,16 +85,16 @@ func nodeFrames(workers, lines, world int) []timedFrame {
 	var all []byte
 	add := func(f []byte) { all = append(all, f...) }
 	for lr := range workers {
-		add(sshexec.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: lr, LocalRank: lr, WorldSize: world, PID: 100 + lr})))
-		add(sshexec.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)))
+		add(wire.AppendFrame(nil, wire.FrameStarted, wire.JSON(wire.WorkerStarted{Rank: lr, LocalRank: lr, WorldSize: world, PID: 100 + lr})))
+		add(wire.AppendFrame(nil, wire.FrameInit, wire.AppendRank(nil, lr)))
 	}
 	for i := range lines {
 		for lr := range workers {
-			add(sshexec.AppendFrame(nil, wire.FrameOut, fmt.Appendf(wire.AppendRank(nil, lr), "step %d loss 0.%04d\n", i, i)))
+			add(wire.AppendFrame(nil, wire.FrameOut, fmt.Appendf(wire.AppendRank(nil, lr), "step %d loss 0.%04d\n", i, i)))
 		}
 	}
 	for lr := range workers {
-		add(sshexec.AppendFrame(nil, wire.FrameExit, wire.JSON(wire.WorkerExit{Rank: lr, LocalRank: lr, Time: time.Now().UnixNano()})))
+		add(wire.AppendFrame(nil, wire.FrameExit, wire.JSON(wire.WorkerExit{Rank: lr, LocalRank: lr, Time: time.Now().UnixNano()})))
 	}
 	return []timedFrame{{frame: all}}
 }

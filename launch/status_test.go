@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun/gorun/sshexec"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestStatusLine: the status line is erased before output and drawn again
@@ -60,7 +60,7 @@ func TestNoStatusLineWithoutWriter(t *testing.T) {
 // the node and attempt, and Options.Failed hears of the failed attempt.
 func TestRunTelemetryAndFailed(t *testing.T) {
 	tframe := func(s string) timedFrame {
-		return timedFrame{after: 5 * ms, frame: sshexec.AppendFrame(nil, sshexec.FrameTelemetry, []byte(s))}
+		return timedFrame{after: 5 * ms, frame: wire.AppendFrame(nil, wire.FrameTelemetry, []byte(s))}
 	}
 	failing := script{after: 50 * ms, code: 3, frames: []timedFrame{tframe("a")}}
 	done := script{after: 50 * ms, frames: []timedFrame{tframe("b")}}

@@ -9,7 +9,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/wire"
 )
@@ -423,7 +422,7 @@ func (sv *supervisor) rootCause() *Failure {
 // exitWords is "exited with 3" or "was killed by signal 9 (SIGKILL)".
 func exitWords(ex wire.WorkerExit) string {
 	if ex.SupervisorLost {
-		return fmt.Sprintf("was killed by signal %d (%s): its supervisor (gorun %s) died, and the worker with it", ex.Signal, signalName(ex.Signal), envplan.RankCommand)
+		return fmt.Sprintf("was killed by signal %d (%s): its supervisor (gorun %s) died, and the worker with it", ex.Signal, signalName(ex.Signal), wire.RankCommand)
 	}
 	if ex.Signal != 0 {
 		return fmt.Sprintf("was killed by signal %d (%s)", ex.Signal, signalName(ex.Signal))

@@ -106,7 +106,7 @@ type Options struct {
 	// for the failure summary.
 	LocalRanks []int
 	// Telemetry, when set, gets the payload of every sidecar frame
-	// (sshexec.FrameTelemetry) a node's agent sends, with the node's name
+	// (wire.FrameTelemetry) a node's agent sends, with the node's name
 	// and the attempt (from 0). It is called from that node's stream, so
 	// calls for different nodes may be concurrent; the payload is valid
 	// only during the call, and the call must not block. What it returns

@@ -17,12 +17,6 @@ import (
 	"time"
 )
 
-// BandwidthCommand is the hidden gorun subcommand that measures all_reduce
-// between two nodes: `gorun _bandwidth PAIRREQUEST` prints BandwidthFacts
-// as JSON. The node's own measurement runs inside CollectCommand when
-// Request.Bandwidth is set.
-const BandwidthCommand = "_bandwidth"
-
 // Bandwidth modes (`gorun preflight --bandwidth MODE`, and
 // `--preflight-bandwidth MODE` before a launch).
 const (
@@ -397,7 +391,7 @@ func MeasureNode(ctx context.Context, o BandwidthOptions) BandwidthFacts {
 }
 
 // PairRequest asks one node for its side of an all_reduce with another
-// node; it travels as JSON to BandwidthCommand.
+// node; it travels as JSON to wire.BandwidthCommand.
 type PairRequest struct {
 	Torchrun string `json:"torchrun"` // how torchrun starts: its Python runs the script
 	Rank     int    `json:"rank"`

@@ -12,6 +12,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -151,7 +152,7 @@ func measurePairOf(ctx context.Context, a, b Target, ra, rb NodeReport, torchrun
 				r.Ifname = ifnameB // each node's own interface names may differ
 			}
 			arg, _ := json.Marshal(r)
-			raw, err := t.Agent.AgentOutput(pctx, BandwidthCommand, string(arg))
+			raw, err := t.Agent.AgentOutput(pctx, wire.BandwidthCommand, string(arg))
 			if err != nil {
 				sides[rank].Errors = append(sides[rank].Errors, err.Error())
 				return

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 func TestNVLinkAndPCIeRates(t *testing.T) {
@@ -370,9 +371,9 @@ type pairAgent struct {
 
 func (a pairAgent) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
 	switch args[0] {
-	case CollectCommand:
+	case wire.CollectCommand:
 		return json.Marshal(Facts{Hostname: a.host, Time: time.Now(), Route: &Route{Target: "127.0.0.1", Interface: "lo", Source: "127.0.0.1"}})
-	case BandwidthCommand:
+	case wire.BandwidthCommand:
 		var req PairRequest
 		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
 			return nil, err

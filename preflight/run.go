@@ -10,15 +10,12 @@ import (
 	"sync"
 	"time"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
-// CollectCommand is the hidden gorun subcommand that collects one node's
-// facts: `gorun _collect REQUEST` prints Facts as JSON.
-const CollectCommand = "_collect"
-
 // Request tells a node's collector what to look at beyond the node itself.
-// It travels as JSON to CollectCommand on the node.
+// It travels as JSON to wire.CollectCommand on the node.
 type Request struct {
 	// Torchrun is how torchrun starts on the node: the Python and torch
 	// behind it are the ones checked.
@@ -200,7 +197,7 @@ const BandwidthNodeTime = 90 * time.Second
 func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	out, err := t.Agent.AgentOutput(nctx, CollectCommand, req)
+	out, err := t.Agent.AgentOutput(nctx, wire.CollectCommand, req)
 	if err == nil && nctx.Err() != nil {
 		err = nctx.Err()
 	}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // agentFunc is a fake node: it answers the collector's request.
@@ -28,8 +29,8 @@ func answer(facts Facts) agentFunc {
 func TestRun(t *testing.T) {
 	var asked Request
 	healthy := func(ctx context.Context, args ...string) ([]byte, error) {
-		if len(args) != 2 || args[0] != CollectCommand {
-			t.Errorf("args = %q, want [%s REQUEST]", args, CollectCommand)
+		if len(args) != 2 || args[0] != wire.CollectCommand {
+			t.Errorf("args = %q, want [%s REQUEST]", args, wire.CollectCommand)
 		}
 		if err := json.Unmarshal([]byte(args[1]), &asked); err != nil {
 			t.Errorf("request: %v", err)

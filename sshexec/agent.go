@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/gorun/gorun/internal/logdir"
 	"io"
 	"os"
 	"os/signal"
@@ -18,6 +17,9 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/logdir"
+	"github.com/gorun/gorun/internal/wire"
 
 	"golang.org/x/sys/unix"
 )
@@ -69,7 +71,7 @@ func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) 
 // Sidecar runs inside the agent beside a relayed job that carries
 // Job.Sidecar settings, from the job's start until its main process exits
 // or the agent stops it (ctx ends then). Each payload it passes to send
-// goes to the head as one FrameTelemetry frame, whole, between the job's
+// goes to the head as one wire.FrameTelemetry frame, whole, between the job's
 // own frames; send is safe for concurrent use and drops what it is given
 // once the head is gone. A Sidecar must not block after ctx ends: the
 // agent waits sidecarWait for it, then returns without it.
@@ -95,7 +97,7 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 	// on exec. SIGPIPE is caught so that a write to a closed stderr (the
 	// head is gone) cannot kill the agent before it has cleaned up.
 	sigs := make(chan os.Signal, 4)
-	signal.Notify(sigs, StopSignals()...)
+	signal.Notify(sigs, wire.StopSignals()...)
 	signal.Notify(sigs, syscall.SIGPIPE)
 	defer signal.Stop(sigs)
 
@@ -127,6 +129,10 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		specTimer.Stop()
 		return AgentExitBadSpec
 	}
+	if job.Protocol != wire.Protocol {
+		a.logf("%s", wire.ProtocolMismatch(job.Protocol, wire.Protocol))
+		return AgentExitBadSpec
+	}
 	if len(job.Argv) == 0 || job.Argv[0] == "" {
 		a.logf("read job: empty argv")
 		return AgentExitBadSpec
@@ -155,12 +161,12 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		if job.Env == nil {
 			job.Env = map[string]string{}
 		}
-		job.Env[RelaySocketVar] = rl.path()
+		job.Env[wire.RelaySocketVar] = rl.path()
 		if job.Pool != nil {
-			job.Env[PoolSocketVar] = rl.poolPath()
+			job.Env[wire.PoolSocketVar] = rl.poolPath()
 		}
-		jobOut = frameWriter{rl, FrameStdout}
-		jobErr = frameWriter{rl, FrameStderr}
+		jobOut = frameWriter{rl, wire.FrameStdout}
+		jobErr = frameWriter{rl, wire.FrameStderr}
 	}
 	var out *startedJob
 	var r *reaper
@@ -223,8 +229,8 @@ func (a *agent) runSidecar(ctx context.Context, sidecar Sidecar, settings json.R
 			}
 		}
 		sidecar(sctx, settings, func(payload []byte) {
-			if len(payload) <= MaxFrame {
-				a.relay.write(AppendFrame(nil, FrameTelemetry, payload))
+			if len(payload) <= wire.MaxFrame {
+				a.relay.write(wire.AppendFrame(nil, wire.FrameTelemetry, payload))
 			}
 		})
 	}()
@@ -248,8 +254,8 @@ type frameWriter struct {
 func (w frameWriter) Write(p []byte) (int, error) {
 	written := len(p)
 	for len(p) > 0 {
-		n := min(len(p), MaxFrame)
-		w.r.write(AppendFrame(nil, w.kind, p[:n]))
+		n := min(len(p), wire.MaxFrame)
+		w.r.write(wire.AppendFrame(nil, w.kind, p[:n]))
 		p = p[n:]
 	}
 	return written, nil
@@ -262,7 +268,7 @@ type agent struct {
 	relay  *relay // nil unless Job.Relay
 	pool   *pool  // nil unless Job.Pool, and once dropped
 	asks   asks   // children run for the head's asks (standbyask.go)
-	// released: the head released the job handed ahead (ctlRelease)
+	// released: the head released the job handed ahead (wire.CtlRelease)
 	// before the agent on standby had taken the job; supervise releases
 	// it as it begins.
 	released bool
@@ -271,7 +277,7 @@ type agent struct {
 // release releases a job handed ahead (Job.Gated): its workers'
 // supervisors start their workers. The agent's stream says so first.
 func (a *agent) release() {
-	said := startFrame(StartInfo{Released: true, Time: time.Now().UnixNano()})
+	said := startFrame(wire.StartInfo{Released: true, Time: time.Now().UnixNano()})
 	if a.relay != nil && a.relay.open(said) {
 		a.asks.endAhead() // the restart's asks are over
 	}
@@ -338,11 +344,11 @@ func (a *agent) logf(format string, args ...any) {
 
 // control is one message the head sent after the job line.
 type control struct {
-	b     byte           // ctlTerm, ctlInterrupt, ctlKill, ctlHeartbeat, ctlTell, ctlSignal, ctlAsk
-	arg   byte           // ctlTell's byte
-	line  []byte         // ctlAsk's request
-	sig   syscall.Signal // ctlTerm's, ctlInterrupt's (0: SIGTERM) or ctlSignal's signal
-	grace time.Duration  // ctlTerm's grace (0: Job.Grace)
+	b     byte           // wire.CtlTerm, wire.CtlInterrupt, wire.CtlKill, wire.CtlHeartbeat, wire.CtlTell, wire.CtlSignal, wire.CtlAsk
+	arg   byte           // wire.CtlTell's byte
+	line  []byte         // wire.CtlAsk's request
+	sig   syscall.Signal // wire.CtlTerm's, wire.CtlInterrupt's (0: SIGTERM) or wire.CtlSignal's signal
+	grace time.Duration  // wire.CtlTerm's grace (0: Job.Grace)
 }
 
 // supervise runs until every descendant is reaped and returns the job's
@@ -502,46 +508,46 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 		case <-mainDone:
 			mainDone, mainGone = nil, true
 			a.pool.dropIdle() // the job is over: its pool with it, and said nothing of
-			stop(0, shortGrace, "job exited, leaving processes behind", RelayStop)
+			stop(0, shortGrace, "job exited, leaving processes behind", wire.RelayStop)
 		case c, ok := <-ctl:
 			if !ok {
 				ctl = nil
-				stop(0, shortGrace, "head gone (stdin closed)", RelayStop)
+				stop(0, shortGrace, "head gone (stdin closed)", wire.RelayStop)
 				continue
 			}
 			if !stopping {
 				hb.Reset(heartbeat)
 			}
 			switch c.b {
-			case ctlRelease:
+			case wire.CtlRelease:
 				a.release()
-			case ctlAsk:
+			case wire.CtlAsk:
 				// A job handed ahead (Job.Gated) is asked what an agent on
 				// standby is (standbyask.go) until it is released.
 				go a.answer(ctx, c.line)
-			case ctlTell:
+			case wire.CtlTell:
 				if a.relay != nil {
 					a.relay.tell([]byte{c.arg})
 				}
-			case ctlSignal:
+			case wire.CtlSignal:
 				if a.relay != nil && !killing {
-					a.relay.tell([]byte{RelaySignal, byte(c.sig)})
+					a.relay.tell([]byte{wire.RelaySignal, byte(c.sig)})
 				}
-			case ctlTerm, ctlInterrupt:
+			case wire.CtlTerm, wire.CtlInterrupt:
 				grace := c.grace
 				if grace <= 0 {
 					grace = shortGrace
 				}
-				tell := RelayStop
-				if c.b == ctlInterrupt {
-					tell = RelayHad
+				tell := wire.RelayStop
+				if c.b == wire.CtlInterrupt {
+					tell = wire.RelayHad
 				}
 				stop(c.sig, grace, "", tell)
-			case ctlKill:
+			case wire.CtlKill:
 				kill("")
 			}
 		case <-hb.C:
-			stop(0, shortGrace, fmt.Sprintf("no heartbeat from head for %v", heartbeat), RelayStop)
+			stop(0, shortGrace, fmt.Sprintf("no heartbeat from head for %v", heartbeat), wire.RelayStop)
 		case <-graceC:
 			kill(fmt.Sprintf("still running after grace of %v", stopGrace))
 		case <-killC:
@@ -558,10 +564,10 @@ func (a *agent) supervise(ctx context.Context, job Job, r *reaper, ctl <-chan co
 			// Sent to the agent itself: by Slurm to every process of the
 			// step (scancel, srun forwarding a signal), or by hand. The
 			// workers hear of it once, from their supervisors.
-			stop(sig, outsideGrace, "got "+unix.SignalName(sig), RelayHad)
+			stop(sig, outsideGrace, "got "+unix.SignalName(sig), wire.RelayHad)
 		case <-ctxDone:
 			ctxDone = nil
-			stop(0, shortGrace, "cancelled", RelayStop)
+			stop(0, shortGrace, "cancelled", wire.RelayStop)
 		}
 	}
 }
@@ -594,7 +600,7 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- control, done
 		}
 		c := control{b: b}
 		switch b {
-		case ctlJob:
+		case wire.CtlJob:
 			if !job.Standby {
 				continue
 			}
@@ -614,19 +620,19 @@ func readControl(stdin io.Reader, jobc chan<- jobOrErr, ctl chan<- control, done
 				return
 			}
 			continue
-		case ctlTell, ctlSignal:
+		case wire.CtlTell, wire.CtlSignal:
 			arg, err := br.ReadByte()
 			if err != nil {
 				return
 			}
 			c.arg, c.sig = arg, syscall.Signal(arg)
-		case ctlAsk:
+		case wire.CtlAsk:
 			line, err := readLine(br, maxJobLine)
 			if err != nil {
 				return
 			}
 			c.line = line
-		case ctlTerm, ctlInterrupt:
+		case wire.CtlTerm, wire.CtlInterrupt:
 			var m [termLen - 1]byte
 			if _, err := io.ReadFull(br, m[:]); err != nil {
 				return
@@ -781,9 +787,6 @@ func mergeEnv(base []string, over map[string]string) ([]string, error) {
 	return env, nil
 }
 
-// AgentStepVar marks an agent that Srun started as a job step of its own.
-const AgentStepVar = "GORUN_AGENT_STEP"
-
 // withoutStepVars drops from an agent step's environment what Slurm says
 // about the agent as that one-task step's task (SLURM_PROCID=0,
 // SLURM_NTASKS=1, ...): the job's workers are not its tasks, and a
@@ -792,13 +795,13 @@ const AgentStepVar = "GORUN_AGENT_STEP"
 // stays: the allocation (SLURM_JOB_*) and the step they run in
 // (SLURM_STEP_ID). Other agents' environments are kept as they are.
 func withoutStepVars(env []string) []string {
-	if envValue(env, AgentStepVar) == "" {
+	if envValue(env, wire.AgentStepVar) == "" {
 		return env
 	}
 	out := env[:0:0]
 	for _, kv := range env {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == AgentStepVar || isStepVar(k) {
+		if k == wire.AgentStepVar || isStepVar(k) {
 			continue
 		}
 		out = append(out, kv)

@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // testAgentEnv makes the test binary act as the agent (helper-process
@@ -29,7 +31,7 @@ const testHeadEnv = "GORUN_TEST_HEAD"
 func TestMain(m *testing.M) {
 	// An agent may run its own binary for an ask (standbyask.go): with
 	// both variables set, the agent is the one started as `_agent`.
-	if os.Getenv(testAgentOutputEnv) == "1" && len(os.Args) > 1 && os.Args[1] != "_agent" {
+	if os.Getenv(testAgentOutputEnv) == "1" && len(os.Args) > 1 && os.Args[1] != wire.AgentCommand {
 		os.Exit(agentOutputHelper(os.Args[1:]))
 	}
 	if os.Getenv(testAgentEnv) == "1" {
@@ -210,7 +212,7 @@ type rawAgent struct {
 func startRawAgent(t *testing.T, job Job) *rawAgent {
 	t.Helper()
 	a := &rawAgent{done: make(chan struct{})}
-	a.cmd = exec.Command(os.Args[0], "_agent")
+	a.cmd = exec.Command(os.Args[0], wire.AgentCommand)
 	a.cmd.Env = append(os.Environ(), testAgentEnv+"=1")
 	a.cmd.Stdout, a.cmd.Stderr = &a.stdout, &a.stderr
 	a.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -238,7 +240,7 @@ func startRawAgent(t *testing.T, job Job) *rawAgent {
 		close(a.done)
 	}()
 	if job.Argv != nil {
-		line, err := json.Marshal(job)
+		line, err := jobLine(job)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -265,6 +267,38 @@ func (a *rawAgent) wait(t *testing.T, limit time.Duration) int {
 	case <-time.After(limit):
 		t.Fatalf("agent still running after %v; stderr: %s", limit, a.stderr.String())
 		return -1
+	}
+}
+
+// TestAgentProtocolMismatch: a job line from a head of another protocol
+// version (or of none: a gorun older than the check) is refused before
+// anything starts, with one line that names both versions and the fix.
+func TestAgentProtocolMismatch(t *testing.T) {
+	t.Parallel()
+	for _, head := range []int{0, wire.Protocol + 1} {
+		t.Run(fmt.Sprint(head), func(t *testing.T) {
+			t.Parallel()
+			a := startRawAgent(t, Job{})
+			line := fmt.Sprintf(`{"protocol":%d,"argv":["/bin/sh","-c","echo ran"]}`, head)
+			if head == 0 {
+				line = `{"argv":["/bin/sh","-c","echo ran"]}`
+			}
+			if _, err := io.WriteString(a.stdin, line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			if got := a.wait(t, 10*time.Second); got != AgentExitBadSpec || a.stdout.Len() != 0 {
+				t.Errorf("exit code = %d, stdout %q; want %d and nothing run", got, a.stdout.String(), AgentExitBadSpec)
+			}
+			want := "gorun agent: " + wire.ProtocolMismatch(head, wire.Protocol) + "\n"
+			if a.stderr.String() != want {
+				t.Errorf("stderr = %q, want %q", a.stderr.String(), want)
+			}
+			for _, v := range []string{fmt.Sprintf("protocol %d", head), fmt.Sprintf("protocol %d", wire.Protocol), "--remote-gorun"} {
+				if !strings.Contains(want, v) {
+					t.Errorf("%q does not say %q", want, v)
+				}
+			}
+		})
 	}
 }
 
@@ -300,7 +334,7 @@ func TestAgentExitCode(t *testing.T) {
 			want: AgentExitNoStart, wantStderr: "gorun agent: start /bin/true: ",
 		},
 		{name: "bad json", raw: "{argv\n", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
-		{name: "empty argv", raw: "{}\n", want: AgentExitBadSpec, wantStderr: "empty argv"},
+		{name: "empty argv", raw: fmt.Sprintf(`{"protocol":%d}`+"\n", wire.Protocol), want: AgentExitBadSpec, wantStderr: "empty argv"},
 		{name: "no job line", raw: "", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
 	}
 	for _, tc := range tests {
@@ -360,7 +394,7 @@ func TestAgentHeadLost(t *testing.T) {
 		},
 		{
 			name: "kill now",
-			act:  func(t *testing.T, a *rawAgent) { a.send(t, ctlKill) },
+			act:  func(t *testing.T, a *rawAgent) { a.send(t, wire.CtlKill) },
 			min:  0, max: grace / 2, want: 137,
 		},
 		{
@@ -368,7 +402,7 @@ func TestAgentHeadLost(t *testing.T) {
 			act: func(t *testing.T, a *rawAgent) {
 				a.send(t, appendTerm(nil, false, 0, 0)...)
 				time.Sleep(grace / 4)
-				a.send(t, ctlKill)
+				a.send(t, wire.CtlKill)
 			},
 			min: 0, max: grace * 3 / 4, want: 143,
 		},
@@ -408,7 +442,7 @@ func TestAgentHeadLost(t *testing.T) {
 					case <-stopBeat:
 						return
 					case <-tick.C:
-						_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+						_, _ = a.stdin.Write([]byte{wire.CtlHeartbeat})
 					}
 				}
 			}()
@@ -514,7 +548,7 @@ func TestAgentHeartbeatKeepsJob(t *testing.T) {
 	for {
 		select {
 		case <-tick.C:
-			_, _ = a.stdin.Write([]byte{ctlHeartbeat})
+			_, _ = a.stdin.Write([]byte{wire.CtlHeartbeat})
 			continue
 		case <-a.done:
 		}
@@ -588,7 +622,7 @@ func TestAgentReapsOrphans(t *testing.T) {
 	if children != 1 {
 		t.Errorf("agent has %d children, want 1 (the job's sh)", children)
 	}
-	a.send(t, ctlKill)
+	a.send(t, wire.CtlKill)
 	if got := a.wait(t, 5*time.Second); got != 137 {
 		t.Errorf("exit code = %d, want 137", got)
 	}

@@ -12,11 +12,13 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestRelayGate: a gated relay holds its clients until open, tells one
 // that connects after it at once, and a stop before the release wins:
-// its clients get the stop and never RelayGo.
+// its clients get the stop and never wire.RelayGo.
 func TestRelayGate(t *testing.T) {
 	dial := func(t *testing.T, r *relay) net.Conn {
 		t.Helper()
@@ -54,12 +56,12 @@ func TestRelayGate(t *testing.T) {
 		if !r.open(nil) {
 			t.Fatal("open: the relay was not gated")
 		}
-		if got := read(before, time.Second); got != string(RelayGo) {
-			t.Errorf("at the release the client got %q, want RelayGo", got)
+		if got := read(before, time.Second); got != string(wire.RelayGo) {
+			t.Errorf("at the release the client got %q, want wire.RelayGo", got)
 		}
 		after := dial(t, r)
-		if got := read(after, time.Second); got != string(RelayGo) {
-			t.Errorf("a client after the release got %q, want RelayGo at once", got)
+		if got := read(after, time.Second); got != string(wire.RelayGo) {
+			t.Errorf("a client after the release got %q, want wire.RelayGo at once", got)
 		}
 		if r.open(nil) {
 			t.Error("a second open reported a release")
@@ -75,7 +77,7 @@ func TestRelayGate(t *testing.T) {
 		for r.clients() == 0 {
 			time.Sleep(time.Millisecond)
 		}
-		stop := []byte{RelayStop, 15}
+		stop := []byte{wire.RelayStop, 15}
 		r.stop(stop)
 		if r.open(nil) {
 			t.Error("open after the stop reported a release")
@@ -100,7 +102,7 @@ func TestRelayGate(t *testing.T) {
 
 // gatedScript is a job that stands for torchrun and its worker's
 // supervisor: it connects to the relay, notes that it did, and, gated,
-// waits for RelayGo before it notes its release and prints.
+// waits for wire.RelayGo before it notes its release and prints.
 const gatedScript = `#!/usr/bin/python3
 import os, socket, sys
 mark = os.environ["MARKS"]
@@ -172,7 +174,7 @@ func TestHandAhead(t *testing.T) {
 		t.Fatal("the gated job ran on before the release")
 	}
 	out, err := l.AgentOutput(ctx, "_parent")
-	if err != nil || !strings.Contains(string(out), "_agent") {
+	if err != nil || !strings.Contains(string(out), wire.AgentCommand) {
 		t.Errorf("an ask while handed ahead: %q, %v; want it answered by the agent", out, err)
 	}
 	var f frames
@@ -248,8 +250,8 @@ func TestHandAheadSidecarAtRelease(t *testing.T) {
 	time.Sleep(500 * time.Millisecond)
 	var mu sync.Mutex
 	var telemetry []string
-	dec := NewFrameDecoder(func(kind byte, p []byte) {
-		if kind == FrameTelemetry {
+	dec := wire.NewFrameDecoder(func(kind byte, p []byte) {
+		if kind == wire.FrameTelemetry {
 			mu.Lock()
 			telemetry = append(telemetry, string(p))
 			mu.Unlock()

@@ -39,7 +39,7 @@
 // (Process.Tell). What the frames mean is the caller's business. A
 // relayed job with Job.Sidecar settings also gets the agent's sidecar
 // (ServeAgentWith): a function that runs inside the agent while the job's
-// main process lives and sends FrameTelemetry frames on the same stream;
+// main process lives and sends wire.FrameTelemetry frames on the same stream;
 // sshexec never reads the settings or the frames.
 //
 // Every blocking call takes a context.Context first; cancelling it stops the

@@ -6,40 +6,18 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
-// Control bytes the head sends to the agent after the job line.
-const (
-	ctlHeartbeat = 'h' // the head is alive
-	// ctlTerm stops the job: one signal byte (0: SIGTERM) and the grace in
-	// milliseconds (uint32, big endian; 0: Job.Grace) follow. Each worker
-	// gets the signal once, and what is left after the grace is killed.
-	ctlTerm = 't'
-	// ctlInterrupt is ctlTerm for a signal the head itself got from outside
-	// (a Ctrl-C, a scheduler's SIGTERM): the same payload, but the workers'
-	// supervisors hear of it as of a signal gorun got (RelayHad), so a
-	// worker that had its own copy (the signal went to every process of
-	// the job) gets no second.
-	ctlInterrupt = 'i'
-	ctlKill      = 'k' // SIGKILL the job's whole tree now
-	ctlTell      = 'r' // the next byte goes to every relay client
-	ctlJob       = 'j' // a job line follows, for an agent on standby
-	// ctlSignal passes a signal to every worker once, stopping nothing: the
-	// signal's number follows in one byte.
-	ctlSignal = 's'
-	// ctlRelease releases a job handed ahead (Job.Gated): its workers'
-	// supervisors start their workers.
-	ctlRelease = 'g'
-)
-
-// termLen is the length of a ctlTerm or ctlInterrupt message.
+// termLen is the length of a wire.CtlTerm or wire.CtlInterrupt message.
 const termLen = 1 + 1 + 4
 
-// appendTerm appends a ctlTerm message, or with outside set a ctlInterrupt.
+// appendTerm appends a wire.CtlTerm message, or with outside set a wire.CtlInterrupt.
 func appendTerm(dst []byte, outside bool, sig syscall.Signal, grace time.Duration) []byte {
-	b := byte(ctlTerm)
+	b := byte(wire.CtlTerm)
 	if outside {
-		b = ctlInterrupt
+		b = wire.CtlInterrupt
 	}
 	dst = append(dst, b, byte(sig), 0, 0, 0, 0)
 	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(min(grace.Milliseconds(), 1<<32-1)))
@@ -69,7 +47,7 @@ type controlWriter struct {
 	wake chan struct{} // capacity 1: a stop level was raised
 	tell chan []byte   // messages for the relay clients; full means dropped
 	job  chan []byte   // a job line for an agent on standby
-	rel  chan struct{} // ctlRelease, once
+	rel  chan struct{} // wire.CtlRelease, once
 	quit chan struct{} // closed by close
 	done chan struct{} // closed when the goroutine returns
 	once sync.Once
@@ -95,7 +73,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 // stop asks the agent to stop the job, without waiting: each worker gets
 // sig (0: SIGTERM) and what is left after grace (0: Job.Grace) is killed;
 // with now set, the whole tree is killed at once; outside says the head
-// got sig from outside (ctlInterrupt). The first stop's signal and grace
+// got sig from outside (wire.CtlInterrupt). The first stop's signal and grace
 // hold: asking again sends nothing, but a kill after a stop still goes
 // out.
 func (c *controlWriter) stop(now, outside bool, sig syscall.Signal, grace time.Duration) {
@@ -125,13 +103,13 @@ func (c *controlWriter) stop(now, outside bool, sig syscall.Signal, grace time.D
 func (c *controlWriter) relay(msg []byte) {
 	line := make([]byte, 0, 2*len(msg))
 	for _, b := range msg {
-		line = append(line, ctlTell, b)
+		line = append(line, wire.CtlTell, b)
 	}
 	c.queue(line)
 }
 
 // signal queues sig for the agent to pass to every worker once.
-func (c *controlWriter) signal(sig syscall.Signal) { c.queue([]byte{ctlSignal, byte(sig)}) }
+func (c *controlWriter) signal(sig syscall.Signal) { c.queue([]byte{wire.CtlSignal, byte(sig)}) }
 
 func (c *controlWriter) queue(msg []byte) {
 	select {
@@ -149,7 +127,7 @@ func (c *controlWriter) handJob(line []byte) {
 	}
 }
 
-// release queues ctlRelease, without waiting; it is sent after the job
+// release queues wire.CtlRelease, without waiting; it is sent after the job
 // line and before any later stop.
 func (c *controlWriter) release() {
 	select {
@@ -158,11 +136,11 @@ func (c *controlWriter) release() {
 	}
 }
 
-// askLine queues an ask (ctlAsk) for an agent on standby, without
+// askLine queues an ask (wire.CtlAsk) for an agent on standby, without
 // waiting; false when the queue is full.
 func (c *controlWriter) askLine(line []byte) bool {
 	select {
-	case c.tell <- append(append([]byte{ctlAsk}, line...), '\n'):
+	case c.tell <- append(append([]byte{wire.CtlAsk}, line...), '\n'):
 		return true
 	default:
 		return false
@@ -184,7 +162,7 @@ func (c *controlWriter) run() {
 		// right after it is for the job.
 		select {
 		case line := <-c.job:
-			if _, err := c.w.Write(append(append([]byte{ctlJob}, line...), '\n')); err != nil {
+			if _, err := c.w.Write(append(append([]byte{wire.CtlJob}, line...), '\n')); err != nil {
 				return
 			}
 			continue
@@ -193,7 +171,7 @@ func (c *controlWriter) run() {
 		// A release goes before a stop asked after it, and after the job.
 		select {
 		case <-c.rel:
-			if _, err := c.w.Write([]byte{ctlRelease}); err != nil {
+			if _, err := c.w.Write([]byte{wire.CtlRelease}); err != nil {
 				return
 			}
 			continue
@@ -209,7 +187,7 @@ func (c *controlWriter) run() {
 			if level <= sent {
 				continue
 			}
-			msg := []byte{ctlKill}
+			msg := []byte{wire.CtlKill}
 			if level == stopTerm {
 				msg = appendTerm(nil, outside, sig, grace)
 			}
@@ -222,16 +200,16 @@ func (c *controlWriter) run() {
 				return
 			}
 		case line := <-c.job:
-			msg := append(append([]byte{ctlJob}, line...), '\n')
+			msg := append(append([]byte{wire.CtlJob}, line...), '\n')
 			if _, err := c.w.Write(msg); err != nil {
 				return
 			}
 		case <-c.rel:
-			if _, err := c.w.Write([]byte{ctlRelease}); err != nil {
+			if _, err := c.w.Write([]byte{wire.CtlRelease}); err != nil {
 				return
 			}
 		case <-tick.C:
-			if _, err := c.w.Write([]byte{ctlHeartbeat}); err != nil {
+			if _, err := c.w.Write([]byte{wire.CtlHeartbeat}); err != nil {
 				return
 			}
 		}

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -197,7 +198,7 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 		outW.Close()
 		return nil, fmt.Errorf("%s: start agent: %w", l.node, err)
 	}
-	cmd := l.command(l.agentBinary, "_agent")
+	cmd := l.command(l.agentBinary, wire.AgentCommand)
 	cmd.Env = l.agentEnv
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if job.Stdin != nil {

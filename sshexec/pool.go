@@ -18,6 +18,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -28,14 +29,10 @@ import (
 // import-time environment, then exits. The agent, a child subreaper,
 // becomes their parent, so it reaps each and tells its supervisor how it
 // ended. A worker's supervisor takes its slot's interpreter through the
-// socket that PoolSocketVar names (TakePooled): it hands over the
+// socket that wire.PoolSocketVar names (TakePooled): it hands over the
 // worker's environment, folder, script and streams, and the interpreter
 // becomes the worker. The supervisor signals it, and when the supervisor
 // hangs up first the agent kills it.
-
-// PoolSocketVar names, in a pooled job's environment, the unix socket on
-// which a worker's supervisor takes its interpreter.
-const PoolSocketVar = "GORUN_POOL_SOCK"
 
 // Pool asks the agent of a relayed job for interpreters started ahead.
 type Pool struct {
@@ -125,11 +122,6 @@ func roomArgs(pool *Pool) []string {
 	}
 	return args
 }
-
-// PoolRoomVar is the variable that holds a pooled interpreter's room in
-// its environment; warm.py drops it before anything reads the
-// environment.
-const PoolRoomVar = "GORUN_POOL_ROOM"
 
 // poolReply is the agent's answer to a PoolTake, and later its word on
 // the worker's end.
@@ -440,7 +432,7 @@ func forkGroups(job Job, base []string) ([]forkGroup, error) {
 		}
 		env = slices.DeleteFunc(env, func(kv string) bool {
 			k, _, _ := strings.Cut(kv, "=")
-			return k == RelaySocketVar || k == PoolSocketVar
+			return k == wire.RelaySocketVar || k == wire.PoolSocketVar
 		})
 		key := strings.Join(env, "\x00")
 		if envValue(env, "OMP_NUM_THREADS") == "" {
@@ -583,7 +575,7 @@ func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env
 	if main != nil {
 		argv = slices.Delete(argv, 1, 2) // the program's own interpreter: no -u (its slots write as -u would)
 	}
-	withRoom := append(slices.Clip(env), PoolRoomVar+"="+strings.Repeat(".", poolRoom))
+	withRoom := append(slices.Clip(env), wire.PoolRoomVar+"="+strings.Repeat(".", poolRoom))
 	if settings.FaultHandler {
 		withRoom = append(withRoom, "PYTHONFAULTHANDLER=1")
 	}
@@ -963,7 +955,7 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 	}
 	given, want := envMap(sl.fork.env), envMap(take.Env)
 	for _, name := range changedVars(env, take.Env) {
-		if name == RelaySocketVar || name == PoolSocketVar || !importTimeVar(name) || lateVar(p.late, name) {
+		if name == wire.RelaySocketVar || name == wire.PoolSocketVar || !importTimeVar(name) || lateVar(p.late, name) {
 			continue
 		}
 		if g, ok := given[name]; ok == hasKey(want, name) && g == want[name] {
@@ -982,7 +974,7 @@ func (sl *poolSlot) becomes(take PoolTake) []string {
 	out := slices.Clone(take.Env)
 	for _, kv := range sl.fork.started {
 		k, _, _ := strings.Cut(kv, "=")
-		if k == RelaySocketVar || k == PoolSocketVar || k == GateVar {
+		if k == wire.RelaySocketVar || k == wire.PoolSocketVar || k == wire.GateVar {
 			continue // torchrun's, where it is the fork server: a cold worker's supervisor drops them
 		}
 		if !hasKey(given, k) && !hasKey(want, k) {

@@ -20,6 +20,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/sys/unix"
 )
 
@@ -65,7 +66,7 @@ func poolHelper() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
 	}
-	sock := os.Getenv(PoolSocketVar)
+	sock := os.Getenv(wire.PoolSocketVar)
 	dir, _ := os.Getwd()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -76,7 +77,7 @@ func poolHelper() int {
 		for k, v := range tt.Env {
 			env = append(env, k+"="+v)
 		}
-		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, PoolSocketVar+"=") })
+		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, wire.PoolSocketVar+"=") })
 		take := PoolTake{Slot: tt.Slot, Interp: "/usr/bin/python3", Module: tt.Module, Target: tt.Target,
 			Args: tt.Args, Env: env, Dir: dir, CPUs: tt.CPUs}
 		if tt.InterruptServerMS > 0 {

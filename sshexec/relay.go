@@ -2,7 +2,6 @@ package sshexec
 
 import (
 	"bufio"
-	"encoding/binary"
 	"fmt"
 	"io"
 	"net"
@@ -10,136 +9,16 @@ import (
 	"path/filepath"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
-// RelayDirPrefix begins the name of the private directory that holds a
-// relay's socket; the job's processes may keep files of their own there,
-// which go with it.
-const RelayDirPrefix = "gorun-agent-"
-
-// RelaySocketVar names the unix socket, in a relayed job's environment, on
-// which the job's descendants report to the agent (see Job.Relay).
-const RelaySocketVar = "GORUN_AGENT_SOCK"
-
-// Frame kinds the agent itself writes; every other kind comes from a relay
-// client and is passed on untouched.
-const (
-	FrameStdout byte = 'O' // a chunk of the job's main process's stdout
-	FrameStderr byte = 'E' // a chunk of its stderr
-	// FrameTelemetry carries what the agent's sidecar (ServeAgentWith)
-	// sends while the job runs: in gorun, one GPU sample or notice as JSON
-	// (telemetry.Frame). sshexec does not read it.
-	FrameTelemetry byte = 'T'
-	// FrameLost says that a relay client hung up without its last word
-	// (a frame of kind Job.RelayEnd): it was killed. The payload is the
-	// first frame it sent (kind byte, then payload, cut at lostFirstMax),
-	// which says who it was.
-	FrameLost byte = 'L'
-	// FrameFlush carries one newline and means nothing. Under Slurm,
-	// slurmstepd line-buffers a step's output (srun's --unbuffered would
-	// put the agent on a pseudo-terminal, which rewrites binary frames),
-	// so a frame with no newline byte in it (a worker's start, its join of
-	// the store, a heartbeat) would wait there for the next one that has
-	// one: seconds, or the job's end. An agent that runs as a step ends
-	// each write with this frame.
-	FrameFlush byte = 'n'
-)
-
-// flushFrame is FrameFlush's whole frame: the kind, a payload length of
+// flushFrame is wire.FrameFlush's whole frame: the kind, a payload length of
 // 1, the newline.
 const flushFrame = "n\x00\x00\x00\x01\n"
 
-// lostFirstMax bounds what FrameLost keeps of a client's first frame.
+// lostFirstMax bounds what wire.FrameLost keeps of a client's first frame.
 const lostFirstMax = 4 << 10
-
-// MaxFrame bounds a frame's payload, so that a confused client cannot make
-// the agent or the head hold unbounded memory.
-const MaxFrame = 1 << 20
-
-const frameHeader = 5 // kind byte, then the payload length (uint32, big endian)
-
-// AppendFrame appends one frame to dst.
-func AppendFrame(dst []byte, kind byte, payload []byte) []byte {
-	dst = append(dst, kind, 0, 0, 0, 0)
-	binary.BigEndian.PutUint32(dst[len(dst)-4:], uint32(len(payload)))
-	return append(dst, payload...)
-}
-
-// ReadFrame reads one frame. The payload is valid until the next call.
-func ReadFrame(br *bufio.Reader, buf []byte) (kind byte, payload []byte, err error) {
-	var h [frameHeader]byte
-	if _, err := io.ReadFull(br, h[:]); err != nil {
-		return 0, nil, err
-	}
-	n := binary.BigEndian.Uint32(h[1:])
-	if n > MaxFrame {
-		return 0, nil, fmt.Errorf("frame of %d bytes is over the limit of %d", n, MaxFrame)
-	}
-	if cap(buf) < int(n) {
-		buf = make([]byte, n)
-	}
-	buf = buf[:n]
-	if _, err := io.ReadFull(br, buf); err != nil {
-		return 0, nil, fmt.Errorf("frame cut short: %w", io.ErrUnexpectedEOF)
-	}
-	return h[0], buf, nil
-}
-
-// FrameDecoder is an io.Writer that cuts a relayed agent's stdout into
-// frames, however the bytes arrive, and hands each to a function. It is
-// not safe for concurrent use; a runner writes each stream from one
-// goroutine.
-type FrameDecoder struct {
-	handle func(kind byte, payload []byte)
-	buf    []byte
-	err    error
-}
-
-// NewFrameDecoder returns a decoder calling handle for every frame; the
-// payload is valid only during the call.
-func NewFrameDecoder(handle func(kind byte, payload []byte)) *FrameDecoder {
-	return &FrameDecoder{handle: handle}
-}
-
-// Write implements io.Writer. After a malformed header it drops the rest,
-// so the agent's pipe keeps draining; Err reports what went wrong.
-func (d *FrameDecoder) Write(p []byte) (int, error) {
-	if d.err != nil {
-		return len(p), nil
-	}
-	n := len(p)
-	if len(d.buf) == 0 {
-		p = d.whole(p) // the common case: frames straight from p, no copy
-	}
-	d.buf = append(d.buf, p...)
-	rest := d.whole(d.buf)
-	d.buf = d.buf[:copy(d.buf, rest)]
-	if cap(d.buf) > 4*MaxFrame && len(d.buf) < MaxFrame {
-		d.buf = append([]byte(nil), d.buf...)
-	}
-	return n, nil
-}
-
-// whole hands every complete frame at the start of b to the handler and
-// returns what is left.
-func (d *FrameDecoder) whole(b []byte) []byte {
-	for d.err == nil && len(b) >= frameHeader {
-		n := binary.BigEndian.Uint32(b[1:frameHeader])
-		if n > MaxFrame {
-			d.err = fmt.Errorf("frame of %d bytes is over the limit of %d", n, MaxFrame)
-			return nil
-		}
-		if len(b) < frameHeader+int(n) {
-			break
-		}
-		d.handle(b[0], b[frameHeader:frameHeader+int(n)])
-		b = b[frameHeader+int(n):]
-	}
-	return b
-}
-
-// Err reports a malformed stream, nil if none was seen.
-func (d *FrameDecoder) Err() error { return d.err }
 
 // relay is the agent's side of Job.Relay: a unix socket the job's
 // descendants connect to, and one writer that puts their frames and the
@@ -166,9 +45,9 @@ type relay struct {
 	// until the grace ran out.
 	stopped []byte
 	// goC is made when the job was handed ahead (Job.Gated: its workers'
-	// supervisors wait for RelayGo; nil otherwise) and closed by its
+	// supervisors wait for wire.RelayGo; nil otherwise) and closed by its
 	// release, once the head said so. A client that connects after the
-	// release gets RelayGo at once.
+	// release gets wire.RelayGo at once.
 	goC      chan struct{}
 	released bool
 
@@ -181,7 +60,7 @@ type relay struct {
 
 // startRelay listens on a fresh socket in a private directory.
 func startRelay(out io.Writer, end byte) (*relay, error) {
-	dir, lock, err := privateDir(RelayDirPrefix)
+	dir, lock, err := privateDir(wire.RelayDirPrefix)
 	if err != nil {
 		return nil, fmt.Errorf("relay: %w", err)
 	}
@@ -194,7 +73,7 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 	}
 	go sweepPrivateDirs(os.TempDir(), privateDirPrefixes(), time.Now()) // off the start's path
 	r := &relay{dir: dir, lock: lock, ln: ln, out: out, end: end, conns: map[*net.UnixConn]struct{}{},
-		hungUp: make(chan struct{}, 1), lineBuffered: os.Getenv(AgentStepVar) != ""}
+		hungUp: make(chan struct{}, 1), lineBuffered: os.Getenv(wire.AgentStepVar) != ""}
 	r.readers.Add(1)
 	go r.accept()
 	return r, nil
@@ -220,7 +99,7 @@ func (r *relay) accept() {
 		case stopped != nil:
 			_, _ = c.Write(stopped) // a client that is gone is gone
 		case goNow:
-			_, _ = c.Write([]byte{RelayGo})
+			_, _ = c.Write([]byte{wire.RelayGo})
 		}
 		r.readers.Add(1)
 		go r.read(c)
@@ -244,22 +123,22 @@ func (r *relay) read(c *net.UnixConn) {
 	var buf, frame, first []byte
 	ended := false
 	for {
-		kind, payload, err := ReadFrame(br, buf)
+		kind, payload, err := wire.ReadFrame(br, buf)
 		if err != nil {
 			if r.end != 0 && first != nil && !ended {
-				r.write(AppendFrame(nil, FrameLost, first))
+				r.write(wire.AppendFrame(nil, wire.FrameLost, first))
 			}
 			return
 		}
 		buf = payload[:0]
-		if kind == FrameStdout || kind == FrameStderr || kind == FrameTelemetry || kind == FrameStart || kind == FrameLost {
+		if kind == wire.FrameStdout || kind == wire.FrameStderr || kind == wire.FrameTelemetry || kind == wire.FrameStart || kind == wire.FrameLost {
 			continue // the agent's own kinds cannot be forged
 		}
 		if first == nil {
 			first = append([]byte{kind}, payload[:min(len(payload), lostFirstMax-1)]...)
 		}
 		ended = ended || kind == r.end
-		frame = AppendFrame(frame[:0], kind, payload)
+		frame = wire.AppendFrame(frame[:0], kind, payload)
 		r.write(frame)
 	}
 }
@@ -285,26 +164,6 @@ func (r *relay) writeLocked(frames []byte) {
 	}
 }
 
-// What the agent itself tells its relay clients (gorun's worker
-// supervisors), each followed by one byte, a signal's number. The bytes
-// the head sends through Process.Tell are passed on as they are; gorun's
-// own (wire.TellDump, wire.TellRAS) differ from these.
-const (
-	// RelayStop: the job is stopping; give your worker the signal, once.
-	RelayStop byte = 'T'
-	// RelaySignal: give your worker the signal, once; nothing stops.
-	RelaySignal byte = 'S'
-	// RelayHad: gorun itself got the signal from outside (this agent, or
-	// the head, which passed it on as a ctlInterrupt), and stops the job.
-	// A signal that reached gorun and you both was sent to every process
-	// of the job (Slurm signalling a step, say), and your worker has its
-	// own copy; otherwise give it the signal, once.
-	RelayHad byte = 'H'
-	// RelayGo: the job handed ahead is released (Job.Gated); start your
-	// worker. No byte follows.
-	RelayGo byte = 'G'
-)
-
 // gate holds the job's workers until open (Job.Gated); called before the
 // job starts.
 func (r *relay) gate() {
@@ -322,7 +181,7 @@ func (r *relay) releasedC() <-chan struct{} {
 }
 
 // open releases a gated job's workers: every client connected now, and
-// every one that connects later, gets RelayGo (one that is told of a stop
+// every one that connects later, gets wire.RelayGo (one that is told of a stop
 // first gets that instead). said, if any, goes on the agent's stream
 // first, before any worker can hear of the release. open reports whether
 // this call released the job: false when it had no gate, was released
@@ -338,7 +197,7 @@ func (r *relay) open(said []byte) bool {
 	close(r.goC)
 	conns := r.connList()
 	r.mu.Unlock()
-	send(conns, []byte{RelayGo})
+	send(conns, []byte{wire.RelayGo})
 	return true
 }
 
@@ -394,7 +253,7 @@ func send(conns []*net.UnixConn, msg []byte) {
 }
 
 // stop tells every client, and every client that connects from now on,
-// that the job stops (msg: RelayStop or RelayHad and the signal), and
+// that the job stops (msg: wire.RelayStop or wire.RelayHad and the signal), and
 // returns how many were connected.
 func (r *relay) stop(msg []byte) int {
 	r.mu.Lock()

@@ -12,18 +12,20 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // relayClient is the test binary as a descendant that reports on the relay
 // socket: it sends a frame, forges an agent frame (which must be dropped),
 // then answers every byte it is told with a frame carrying it.
 func relayClient() int {
-	c, err := net.Dial("unix", os.Getenv(RelaySocketVar))
+	c, err := net.Dial("unix", os.Getenv(wire.RelaySocketVar))
 	if err != nil {
 		return 3
 	}
 	defer c.Close()
-	c.Write(AppendFrame(AppendFrame(nil, 'x', []byte("hello")), FrameStdout, []byte("forged\n")))
+	c.Write(wire.AppendFrame(wire.AppendFrame(nil, 'x', []byte("hello")), wire.FrameStdout, []byte("forged\n")))
 	os.Stdout.WriteString("main out\n")
 	os.Stderr.WriteString("main err\n")
 	br := bufio.NewReader(c)
@@ -31,38 +33,8 @@ func relayClient() int {
 	if err != nil {
 		return 4
 	}
-	c.Write(AppendFrame(nil, 't', []byte{b}))
+	c.Write(wire.AppendFrame(nil, 't', []byte{b}))
 	return 0
-}
-
-func TestFrameDecoderAnyChunking(t *testing.T) {
-	var stream []byte
-	want := []string{"a:", "b:one", "c:" + strings.Repeat("z", 70000)}
-	for _, w := range want {
-		stream = AppendFrame(stream, w[0], []byte(w[2:]))
-	}
-	for _, chunk := range []int{1, 2, 5, 4096, len(stream)} {
-		var got []string
-		d := NewFrameDecoder(func(kind byte, p []byte) { got = append(got, string(kind)+":"+string(p)) })
-		for b := stream; len(b) > 0; {
-			n := min(chunk, len(b))
-			d.Write(b[:n])
-			b = b[n:]
-		}
-		if d.Err() != nil || len(got) != len(want) {
-			t.Fatalf("chunks of %d: err %v, %d frames", chunk, d.Err(), len(got))
-		}
-		for i := range want {
-			if got[i] != want[i] {
-				t.Errorf("chunks of %d: frame %d = %.20q, want %.20q", chunk, i, got[i], want[i])
-			}
-		}
-	}
-	d := NewFrameDecoder(func(byte, []byte) { t.Error("a frame from a corrupt stream") })
-	d.Write([]byte{'x', 0xff, 0xff, 0xff, 0xff})
-	if d.Err() == nil {
-		t.Error("an oversized frame header was not reported")
-	}
 }
 
 // startRelayClient starts argv as a relayed job whose processes include
@@ -75,7 +47,7 @@ func startRelayClient(t *testing.T, argv []string, grace time.Duration) (p Proce
 	var mu sync.Mutex
 	var got []string
 	hello := make(chan struct{})
-	dec := NewFrameDecoder(func(kind byte, p []byte) {
+	dec := wire.NewFrameDecoder(func(kind byte, p []byte) {
 		mu.Lock()
 		defer mu.Unlock()
 		got = append(got, string(kind)+":"+string(p))
@@ -133,15 +105,15 @@ func (w *writesRecorder) Write(p []byte) (int, error) {
 // TestRelayFlushesLineBufferedOutput: an agent that runs as a Slurm step
 // ends each write with a frame holding a newline, so slurmstepd's line
 // buffering passes every frame on at once; the frames decode as written,
-// with FrameFlush between them, and flushFrame is FrameFlush's frame.
+// with wire.FrameFlush between them, and flushFrame is wire.FrameFlush's frame.
 func TestRelayFlushesLineBufferedOutput(t *testing.T) {
-	if string(AppendFrame(nil, FrameFlush, []byte{'\n'})) != flushFrame {
-		t.Fatalf("flushFrame %q is not FrameFlush's frame", flushFrame)
+	if string(wire.AppendFrame(nil, wire.FrameFlush, []byte{'\n'})) != flushFrame {
+		t.Fatalf("flushFrame %q is not wire.FrameFlush's frame", flushFrame)
 	}
 	var out writesRecorder
 	r := &relay{out: &out, lineBuffered: true}
-	r.write(AppendFrame(nil, 'i', []byte{0, 0, 0, 1})) // a worker joined the store: no newline in it
-	r.write(AppendFrame(nil, FrameStdout, []byte("a line\n")))
+	r.write(wire.AppendFrame(nil, 'i', []byte{0, 0, 0, 1})) // a worker joined the store: no newline in it
+	r.write(wire.AppendFrame(nil, wire.FrameStdout, []byte("a line\n")))
 	var all []byte
 	for i, w := range out.writes {
 		if i%2 == 1 && string(w) != flushFrame {
@@ -150,13 +122,13 @@ func TestRelayFlushesLineBufferedOutput(t *testing.T) {
 		all = append(all, w...)
 	}
 	var kinds []byte
-	d := NewFrameDecoder(func(kind byte, _ []byte) { kinds = append(kinds, kind) })
+	d := wire.NewFrameDecoder(func(kind byte, _ []byte) { kinds = append(kinds, kind) })
 	d.Write(all)
 	if string(kinds) != "inOn" {
 		t.Errorf("frames %q, want i n O n", kinds)
 	}
 	out.writes = nil
-	(&relay{out: &out}).write(AppendFrame(nil, 'i', []byte{0, 0, 0, 1}))
+	(&relay{out: &out}).write(wire.AppendFrame(nil, 'i', []byte{0, 0, 0, 1}))
 	if len(out.writes) != 1 {
 		t.Errorf("not line-buffered: %d writes, want the frame alone", len(out.writes))
 	}
@@ -184,7 +156,7 @@ func TestRelayStopReachesLateClients(t *testing.T) {
 	for deadline := time.Now().Add(5 * time.Second); r.clients() < 1 && time.Now().Before(deadline); {
 		time.Sleep(time.Millisecond)
 	}
-	if n := r.stop([]byte{RelayStop, 2}); n != 1 {
+	if n := r.stop([]byte{wire.RelayStop, 2}); n != 1 {
 		t.Fatalf("stop told %d clients, want 1", n)
 	}
 	late := dial()
@@ -192,15 +164,15 @@ func TestRelayStopReachesLateClients(t *testing.T) {
 	for name, c := range map[string]net.Conn{"early": early, "late": late} {
 		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
 		got, _ := io.ReadAll(c) // until the deadline: every byte told
-		if !bytes.Equal(got, []byte{RelayStop, 2}) {
+		if !bytes.Equal(got, []byte{wire.RelayStop, 2}) {
 			t.Errorf("%s client was told %q, want the stop once", name, got)
 		}
 	}
 }
 
 // TestRelayStopOrInterrupt: a stop the head asks for reaches the workers'
-// supervisors as RelayStop, one the head got from outside (Interrupt) as
-// RelayHad, so a supervisor whose worker had its own copy of a signal sent
+// supervisors as wire.RelayStop, one the head got from outside (Interrupt) as
+// wire.RelayHad, so a supervisor whose worker had its own copy of a signal sent
 // to every process of the job does not give it a second.
 func TestRelayStopOrInterrupt(t *testing.T) {
 	for _, tc := range []struct {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/crypto/ssh"
 )
 
@@ -285,9 +286,9 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 	}
 	if err == nil {
 		if gorun != "" {
-			err = sess.Start(shell.QuoteArgv([]string{gorun, "_agent"}))
+			err = sess.Start(shell.QuoteArgv([]string{gorun, wire.AgentCommand}))
 		} else {
-			err = sess.Start(launchCommand(r.cfg.Agent, true, "_agent"))
+			err = sess.Start(launchCommand(r.cfg.Agent, true, wire.AgentCommand))
 		}
 	}
 	if err != nil {

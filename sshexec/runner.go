@@ -9,17 +9,16 @@ import (
 	"time"
 )
 
-// SelfArg, as an element of Job.Argv, stands for the agent's own
-// executable: the gorun on the node, wherever it was installed or uploaded.
-const SelfArg = "{gorun}"
-
 // Job is a command to run on a node under the agent. Env is the complete
 // set of variables to add to (or override in) the agent's environment; it
 // travels inside the job spec, never through sshd's Setenv.
 type Job struct {
-	Argv []string          `json:"argv"`
-	Env  map[string]string `json:"env"`
-	Dir  string            `json:"dir"` // working directory; "" keeps the agent's
+	// Protocol is the head's wire.Protocol, set by the head as it sends
+	// the job; an agent of another version refuses the job.
+	Protocol int               `json:"protocol"`
+	Argv     []string          `json:"argv"`
+	Env      map[string]string `json:"env"`
+	Dir      string            `json:"dir"` // working directory; "" keeps the agent's
 	// Heartbeat is how long the agent waits for a sign of life from the head
 	// before it tears the job down; 0 uses DefaultHeartbeatTimeout.
 	Heartbeat time.Duration `json:"heartbeat"`
@@ -35,15 +34,15 @@ type Job struct {
 	// to every process of the job at once kills neither; the workers'
 	// supervisors catch them.
 	PassSignals []int `json:"pass_signals,omitempty"`
-	// Relay makes the agent's stdout a stream of frames (AppendFrame): the
-	// job's own stdout and stderr as FrameStdout and FrameStderr, and
+	// Relay makes the agent's stdout a stream of frames (wire.AppendFrame): the
+	// job's own stdout and stderr as wire.FrameStdout and wire.FrameStderr, and
 	// whatever frames the job's descendants send on the unix socket named
-	// by RelaySocketVar in their environment, each passed on whole, in the
+	// by wire.RelaySocketVar in their environment, each passed on whole, in the
 	// order it arrived. Process.Tell reaches those descendants.
 	Relay bool `json:"relay,omitempty"`
 	// RelayEnd, when set, is the frame kind with which a relay client says
 	// its last word: one that hangs up without it is reported as
-	// FrameLost.
+	// wire.FrameLost.
 	RelayEnd byte `json:"relay_end,omitempty"`
 	// Sidecar, when set on a relayed job, is handed to the agent's sidecar
 	// (ServeAgentWith) as it is; sshexec does not read it. gorun puts its
@@ -60,7 +59,7 @@ type Job struct {
 	// (AheadHander), holds its workers: each worker's supervisor waits at
 	// its start, with everything but the worker itself done, until the
 	// head releases the job (the next Start on the runner, with the same
-	// job) or stops it. GateVar tells the supervisors.
+	// job) or stops it. wire.GateVar tells the supervisors.
 	Gated bool `json:"gated,omitempty"`
 	// WaitFor, for a job that starts warm, is the address ("host:port") of
 	// a server that the job's program connects to as it starts and that
@@ -86,22 +85,6 @@ type Job struct {
 	// the agent as its fd 3 (JobStdinFD), which HasStdin says.
 	Stdin    *os.File `json:"-"`
 	HasStdin bool     `json:"stdin,omitempty"`
-}
-
-// StopSignals are the signals that stop a job, as torchrun's
-// --signals-to-handle default: each reaches the workers as itself.
-func StopSignals() []os.Signal {
-	return []os.Signal{syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP, syscall.SIGQUIT}
-}
-
-// IsStopSignal reports whether sig is one of StopSignals.
-func IsStopSignal(sig os.Signal) bool {
-	for _, s := range StopSignals() {
-		if s == sig {
-			return true
-		}
-	}
-	return false
 }
 
 // Defaults for Job.

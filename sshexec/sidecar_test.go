@@ -9,6 +9,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // testSidecar echoes its settings, ticks every 10 ms while the job runs,
@@ -28,7 +30,7 @@ func testSidecar(ctx context.Context, settings json.RawMessage, send func([]byte
 	}
 }
 
-// TestAgentSidecar: the sidecar's frames reach the head as FrameTelemetry
+// TestAgentSidecar: the sidecar's frames reach the head as wire.FrameTelemetry
 // between the job's own output, it is stopped when the job's main process
 // exits (before the agent exits), and a job without settings gets none.
 func TestAgentSidecar(t *testing.T) {
@@ -47,7 +49,7 @@ func TestAgentSidecar(t *testing.T) {
 			l.agentEnv = append(os.Environ(), testAgentEnv+"=sidecar")
 			var mu sync.Mutex
 			var frames []string
-			dec := NewFrameDecoder(func(kind byte, p []byte) {
+			dec := wire.NewFrameDecoder(func(kind byte, p []byte) {
 				mu.Lock()
 				defer mu.Unlock()
 				frames = append(frames, string(kind)+":"+string(p))

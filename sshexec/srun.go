@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"syscall"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // Srun runs on one node of the Slurm allocation gorun runs in, through
@@ -35,7 +37,7 @@ func NewSrun(node, gorun string) *Srun {
 	l.launcher = SrunArgv(node)
 	// Marks the agent's step, so the agent keeps the step's own Slurm
 	// variables from the workers (see withoutStepVars).
-	l.agentEnv = append(os.Environ(), AgentStepVar+"=1")
+	l.agentEnv = append(os.Environ(), wire.AgentStepVar+"=1")
 	// srun passes SIGTERM on to the task and ends the step when it exits;
 	// killing srun would leave the task running until the allocation ends.
 	l.stop = func(cmd *exec.Cmd) error { return cmd.Process.Signal(syscall.SIGTERM) }

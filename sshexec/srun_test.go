@@ -10,6 +10,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // fakeSlurm puts an srun and an sbcast on PATH that stand for a
@@ -97,7 +99,7 @@ func TestPlaceSrunAgent(t *testing.T) {
 
 func TestWithoutStepVars(t *testing.T) {
 	step := []string{"PATH=/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=node[0-2]", "SLURM_PROCID=0",
-		"SLURM_NTASKS=1", "SLURM_STEP_ID=3", "SLURM_STEP_NODELIST=node1", "SLURM_NODEID=1", AgentStepVar + "=1"}
+		"SLURM_NTASKS=1", "SLURM_STEP_ID=3", "SLURM_STEP_NODELIST=node1", "SLURM_NODEID=1", wire.AgentStepVar + "=1"}
 	got := strings.Join(withoutStepVars(step), " ")
 	if want := "PATH=/bin SLURM_JOB_ID=7 SLURM_JOB_NODELIST=node[0-2] SLURM_STEP_ID=3 SLURM_STEP_NODELIST=node1"; got != want {
 		t.Errorf("agent step: %q, want %q", got, want)

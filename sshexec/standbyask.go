@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // Commands through an agent on standby: between two attempts the head
@@ -26,16 +27,6 @@ import (
 // own. Runner.AgentOutput goes through the standby when there is one, and
 // through a session of its own otherwise.
 
-// ctlAsk (head to agent) is followed by one askRequest as a JSON line: the
-// agent runs its own gorun with the request's arguments and answers with
-// a FrameAnswer frame on its stdout.
-const ctlAsk = 'a'
-
-// FrameAnswer is an agent on standby's answer to an ask: an askAnswer as
-// JSON. It never reaches a job's output: the head's side of the standby
-// takes it out of the stream (askStream).
-const FrameAnswer byte = 'A'
-
 // An answer with ID 0 asks nothing: the agent on standby sends it once,
 // as it begins to wait, to say that it reads asks. Until it came the head
 // asks through a session of its own: an agent not yet running (a Slurm
@@ -46,7 +37,7 @@ const askReady = 0
 func (a *agent) sayReady() {
 	if a.relay != nil {
 		b, _ := json.Marshal(askAnswer{ID: askReady})
-		a.relay.write(AppendFrame(nil, FrameAnswer, b))
+		a.relay.write(wire.AppendFrame(nil, wire.FrameAnswer, b))
 	}
 }
 
@@ -95,10 +86,10 @@ func (a *agent) answer(ctx context.Context, line []byte) {
 		ans.Err += ": " + tail
 	}
 	b, _ := json.Marshal(ans)
-	if len(b) > MaxFrame {
+	if len(b) > wire.MaxFrame {
 		b, _ = json.Marshal(askAnswer{ID: req.ID, Code: -1, TooLarge: true})
 	}
-	a.relay.write(AppendFrame(nil, FrameAnswer, b))
+	a.relay.write(wire.AppendFrame(nil, wire.FrameAnswer, b))
 }
 
 // asks are the agent's children started for asks, by pid: whoever reaps
@@ -279,15 +270,15 @@ type askStream struct {
 	ready   bool // the agent said it reads asks (askReady)
 	w       io.Writer
 	held    bytes.Buffer
-	dec     *FrameDecoder
+	dec     *wire.FrameDecoder
 	nextID  uint64
 	waiting map[uint64]chan askAnswer
 }
 
 func newAskStream() *askStream {
 	s := &askStream{waiting: map[uint64]chan askAnswer{}}
-	s.dec = NewFrameDecoder(func(kind byte, p []byte) {
-		if kind == FrameAnswer {
+	s.dec = wire.NewFrameDecoder(func(kind byte, p []byte) {
+		if kind == wire.FrameAnswer {
 			var ans askAnswer
 			if json.Unmarshal(p, &ans) == nil {
 				if ans.ID == askReady {
@@ -299,8 +290,8 @@ func newAskStream() *askStream {
 			}
 			return
 		}
-		if s.held.Len()+frameHeader+len(p) <= maxHeld {
-			s.held.Write(AppendFrame(nil, kind, p))
+		if s.held.Len()+wire.FrameHeader+len(p) <= maxHeld {
+			s.held.Write(wire.AppendFrame(nil, kind, p))
 		}
 	})
 	return s
@@ -324,8 +315,8 @@ func (s *askStream) set(w io.Writer) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	_, _ = w.Write(s.held.Bytes())
-	_, _ = w.Write(s.dec.buf) // the start of a frame still coming
-	s.held, s.dec.buf = bytes.Buffer{}, nil
+	_, _ = w.Write(s.dec.Pending()) // the start of a frame still coming
+	s.held = bytes.Buffer{}
 	s.w = w
 	for id, c := range s.waiting {
 		close(c)

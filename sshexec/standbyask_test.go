@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"testing"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestAskStreamHandsOverAtAFrameBoundary: an answer is taken out of a
@@ -16,7 +18,7 @@ func TestAskStreamHandsOverAtAFrameBoundary(t *testing.T) {
 		t.Fatal("expect accepted before the agent said it reads asks")
 	}
 	ready, _ := json.Marshal(askAnswer{ID: askReady})
-	s.Write(AppendFrame(nil, FrameAnswer, ready))
+	s.Write(wire.AppendFrame(nil, wire.FrameAnswer, ready))
 	id, c, ok := s.expect()
 	if !ok {
 		t.Fatal("expect refused before the hand-over")
@@ -24,9 +26,9 @@ func TestAskStreamHandsOverAtAFrameBoundary(t *testing.T) {
 	_, late, _ := s.expect()
 	ans, _ := json.Marshal(askAnswer{ID: id, Stdout: []byte("facts"), Code: 0})
 	var stream []byte
-	stream = AppendFrame(stream, FrameStderr, []byte("a warning at import\n"))
-	stream = AppendFrame(stream, FrameAnswer, ans)
-	stream = AppendFrame(stream, FrameStdout, []byte("first line\n"))
+	stream = wire.AppendFrame(stream, wire.FrameStderr, []byte("a warning at import\n"))
+	stream = wire.AppendFrame(stream, wire.FrameAnswer, ans)
+	stream = wire.AppendFrame(stream, wire.FrameStdout, []byte("first line\n"))
 	split := len(stream) - 4        // inside the last frame
 	for i := 0; i < split; i += 3 { // in pieces that cut every frame
 		s.Write(stream[i:min(i+3, split)])
@@ -44,10 +46,10 @@ func TestAskStreamHandsOverAtAFrameBoundary(t *testing.T) {
 	s.Write(stream[split:])
 	var kinds []byte
 	var text bytes.Buffer
-	d := NewFrameDecoder(func(kind byte, p []byte) { kinds = append(kinds, kind); text.Write(p) })
+	d := wire.NewFrameDecoder(func(kind byte, p []byte) { kinds = append(kinds, kind); text.Write(p) })
 	d.Write(job.Bytes())
-	if string(kinds) != string([]byte{FrameStderr, FrameStdout}) || text.String() != "a warning at import\nfirst line\n" || len(d.buf) != 0 {
-		t.Errorf("the job's stream: kinds %q, text %q, %d bytes left over", kinds, text.String(), len(d.buf))
+	if left := len(d.Pending()); string(kinds) != string([]byte{wire.FrameStderr, wire.FrameStdout}) || text.String() != "a warning at import\nfirst line\n" || left != 0 {
+		t.Errorf("the job's stream: kinds %q, text %q, %d bytes left over", kinds, text.String(), left)
 	}
 	if _, got := <-late; got {
 		t.Error("a waiter after the hand-over got an answer")

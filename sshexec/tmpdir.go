@@ -8,6 +8,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // staleAfter: a private directory younger than this is never swept, so
@@ -16,7 +18,7 @@ const staleAfter = time.Minute
 
 // privateDirPrefixes are the private directories an agent makes: its
 // relay's, and each standby's.
-func privateDirPrefixes() []string { return []string{RelayDirPrefix, warmDirPrefix} }
+func privateDirPrefixes() []string { return []string{wire.RelayDirPrefix, warmDirPrefix} }
 
 // privateDir makes a fresh directory under the system's temporary folder,
 // named prefix and a random tail, readable by its owner only, and holds a

@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestSweepPrivateDirs: of the directories named like an agent's or a
@@ -26,11 +28,11 @@ func TestSweepPrivateDirs(t *testing.T) {
 		}
 		return d
 	}
-	stale := mk(RelayDirPrefix+"stale", old)
+	stale := mk(wire.RelayDirPrefix+"stale", old)
 	staleWarm := mk(warmDirPrefix+"stale", old)
-	young := mk(RelayDirPrefix+"young", time.Now())
+	young := mk(wire.RelayDirPrefix+"young", time.Now())
 	other := mk("other-prefix", old)
-	held := mk(RelayDirPrefix+"held", old)
+	held := mk(wire.RelayDirPrefix+"held", old)
 	// held is locked as privateDir locks its own directory.
 	lock, err := os.Open(held)
 	if err != nil {
@@ -46,7 +48,7 @@ func TestSweepPrivateDirs(t *testing.T) {
 
 	// An agent without a lock whose socket answers (a gorun from before
 	// the locks) is alive.
-	listening := mk(RelayDirPrefix+"listening", old)
+	listening := mk(wire.RelayDirPrefix+"listening", old)
 	os.Remove(filepath.Join(listening, "sock"))
 	ln, err := net.Listen("unix", filepath.Join(listening, "sock"))
 	if err != nil {
@@ -71,7 +73,7 @@ func TestSweepPrivateDirs(t *testing.T) {
 // its lock is open, and is once it is closed.
 func TestPrivateDirLocked(t *testing.T) {
 	t.Setenv("TMPDIR", t.TempDir())
-	dir, lock, err := privateDir(RelayDirPrefix)
+	dir, lock, err := privateDir(wire.RelayDirPrefix)
 	if err != nil {
 		t.Fatal(err)
 	}

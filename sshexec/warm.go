@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // The warm start (Job.Preimport): a Python job's interpreter started ahead
@@ -55,28 +57,6 @@ type Warmer interface {
 type AheadHander interface {
 	Warmer
 	HandAhead(job Job) bool
-}
-
-// GateVar, set to "1" in the environment of a job handed ahead
-// (Job.Gated), tells each worker's supervisor to wait for RelayGo on the
-// relay socket before it starts its worker.
-const GateVar = "GORUN_GATED"
-
-// FrameStart is the agent's word, on a relayed job's stream, on how the
-// job's main process started: a StartInfo as JSON.
-const FrameStart byte = 'W'
-
-// StartInfo says how a job's main process started.
-type StartInfo struct {
-	Warm bool `json:"warm"` // a warm interpreter was released
-	// Released: a job handed ahead (Job.Gated), already started, was
-	// released (said at the release, after the job's own StartInfo).
-	Released bool `json:"released,omitempty"`
-	// Cold says why a job that asked for a warm start did not get one.
-	Cold string `json:"cold,omitempty"`
-	// Time is when the job was handed over or started (node clock, Unix
-	// nanoseconds).
-	Time int64 `json:"time_ns"`
 }
 
 // warmProgram is how a job's program starts warm: its interpreter and the
@@ -389,11 +369,11 @@ func (s *standby) kill() {
 	_ = syscall.Kill(s.pid, syscall.SIGKILL)
 }
 
-// selfArg puts the agent's own executable in place of SelfArg.
+// selfArg puts the agent's own executable in place of wire.SelfArg.
 func selfArg(argv []string) {
 	if self, err := os.Executable(); err == nil {
 		for i, arg := range argv {
-			if arg == SelfArg {
+			if arg == wire.SelfArg {
 				argv[i] = self
 			}
 		}
@@ -402,7 +382,7 @@ func selfArg(argv []string) {
 
 // standBy runs an agent on standby: it starts the job's interpreter warm
 // (startStandby), keeps it while the head's heartbeats come, and, when the
-// job itself comes (ctlJob), hands it over if it fits, or starts the job
+// job itself comes (wire.CtlJob), hands it over if it fits, or starts the job
 // cold. It returns the job, its main process and the reaper of its tree;
 // a nil reaper means the agent is done, with the exit code: the head went
 // away, stopped the standby, or sent a bad job line. Either way the
@@ -458,12 +438,12 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 			job, waiting = jr.job, false
 		case c, ok := <-ctl:
 			switch {
-			case !ok || c.b == ctlTerm || c.b == ctlInterrupt || c.b == ctlKill:
+			case !ok || c.b == wire.CtlTerm || c.b == wire.CtlInterrupt || c.b == wire.CtlKill:
 				drop() // the head went away, or wants no job after all
 				return Job{}, nil, nil, AgentExitBadSpec
-			case c.b == ctlAsk:
+			case c.b == wire.CtlAsk:
 				go a.answer(ctx, c.line)
-			case c.b == ctlRelease:
+			case c.b == wire.CtlRelease:
 				// The head releases only the job it handed ahead, which
 				// came first and waits in jobc (read after this, as both
 				// were ready): supervise releases it as it begins.
@@ -497,15 +477,15 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	job.Stdin = sj.Stdin // the agent's, from its start
 	job.Relay = sj.Relay // the relay is the standby's, already in its environment
 	if job.Relay {
-		job.Env = withRelay(job.Env, sj.Env[RelaySocketVar], sj.Env[PoolSocketVar])
+		job.Env = withRelay(job.Env, sj.Env[wire.RelaySocketVar], sj.Env[wire.PoolSocketVar])
 		if job.Gated && a.relay != nil {
 			// Handed ahead: the job starts now, its workers when the head
-			// releases it (ctlRelease). Until then the head may still ask
+			// releases it (wire.CtlRelease). Until then the head may still ask
 			// (the GPU teardown check), and what was started ahead for it
 			// stays (supervise ends it at the release or the stop).
 			gated = true
 			a.relay.gate()
-			job.Env[GateVar] = "1"
+			job.Env[wire.GateVar] = "1"
 		}
 	}
 	if sb != nil && cold == "" {
@@ -516,12 +496,12 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		case why != "":
 			cold = why
 		default:
-			a.startInfo(StartInfo{Warm: true, Time: time.Now().UnixNano()})
+			a.startInfo(wire.StartInfo{Warm: true, Time: time.Now().UnixNano()})
 			return job, sbOut, r, 0
 		}
 	}
 	drop()
-	a.startInfo(StartInfo{Cold: cold, Time: time.Now().UnixNano()})
+	a.startInfo(wire.StartInfo{Cold: cold, Time: time.Now().UnixNano()})
 	out, err := a.startJob(job, stdout, stderr)
 	if err != nil {
 		a.logf("start %s: %v", job.Argv[0], err)
@@ -539,26 +519,26 @@ func withRelay(env map[string]string, sock, pool string) map[string]string {
 	for k, v := range env {
 		out[k] = v
 	}
-	out[RelaySocketVar] = sock
-	delete(out, PoolSocketVar)
+	out[wire.RelaySocketVar] = sock
+	delete(out, wire.PoolSocketVar)
 	if pool != "" {
-		out[PoolSocketVar] = pool
+		out[wire.PoolSocketVar] = pool
 	}
 	return out
 }
 
 // startInfo tells the head how the job started, on a relayed stream.
-func (a *agent) startInfo(info StartInfo) {
+func (a *agent) startInfo(info wire.StartInfo) {
 	if a.relay == nil {
 		return
 	}
 	a.relay.write(startFrame(info))
 }
 
-// startFrame is info as a FrameStart frame.
-func startFrame(info StartInfo) []byte {
+// startFrame is info as a wire.FrameStart frame.
+func startFrame(info wire.StartInfo) []byte {
 	b, _ := json.Marshal(info)
-	return AppendFrame(nil, FrameStart, b)
+	return wire.AppendFrame(nil, wire.FrameStart, b)
 }
 
 // waitWords says how a reaped main process ended.

@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // warmScript is a Python job that says what it sees: its arguments, its
@@ -54,18 +56,18 @@ func warmJob(t *testing.T) (Job, string) {
 type frames struct {
 	mu    sync.Mutex
 	out   bytes.Buffer
-	start []StartInfo
+	start []wire.StartInfo
 }
 
-func (f *frames) decoder() *FrameDecoder {
-	return NewFrameDecoder(func(kind byte, p []byte) {
+func (f *frames) decoder() *wire.FrameDecoder {
+	return wire.NewFrameDecoder(func(kind byte, p []byte) {
 		f.mu.Lock()
 		defer f.mu.Unlock()
 		switch kind {
-		case FrameStdout, FrameStderr:
+		case wire.FrameStdout, wire.FrameStderr:
 			f.out.Write(p)
-		case FrameStart:
-			var si StartInfo
+		case wire.FrameStart:
+			var si wire.StartInfo
 			json.Unmarshal(p, &si)
 			f.start = append(f.start, si)
 		}
@@ -405,14 +407,14 @@ func askThroughStandby(t *testing.T, job Job, wantOut string) {
 		}
 		return string(out)
 	}
-	if p := parent(); strings.Contains(p, "_agent") {
+	if p := parent(); strings.Contains(p, wire.AgentCommand) {
 		t.Fatalf("without a standby, asked through an agent: %q", p)
 	}
 	if err := l.Warm(ctx, job); err != nil {
 		t.Fatal(err)
 	}
 	waitAskReady(t, &l.warm)
-	if p := parent(); !strings.Contains(p, "_agent") {
+	if p := parent(); !strings.Contains(p, wire.AgentCommand) {
 		t.Errorf("with a standby, the command's parent is %q, want the agent", p)
 	}
 	out, err := l.AgentOutput(ctx, "_echo", "a", "b")
@@ -425,14 +427,14 @@ func askThroughStandby(t *testing.T, job Job, wantOut string) {
 	}
 	// Too much for a frame: asked again directly, and all of it comes.
 	out, err = l.AgentOutput(ctx, "_big")
-	if first, rest, _ := bytes.Cut(out, []byte("\n")); err != nil || len(rest) != 2<<20 || bytes.Contains(first, []byte("_agent")) {
+	if first, rest, _ := bytes.Cut(out, []byte("\n")); err != nil || len(rest) != 2<<20 || bytes.Contains(first, []byte(wire.AgentCommand)) {
 		t.Errorf("_big: %d bytes after %q, %v; want 2 MiB, asked directly", len(rest), first, err)
 	}
 	var f frames
 	if code := runWarm(t, l, job, &f); code != 0 || f.out.String() != wantOut {
 		t.Errorf("the job handed over: exit %d, output %q", code, f.out.String())
 	}
-	if p := parent(); strings.Contains(p, "_agent") {
+	if p := parent(); strings.Contains(p, wire.AgentCommand) {
 		t.Errorf("after the hand-off, asked through an agent: %q", p)
 	}
 }

@@ -8,7 +8,7 @@
 // opens NVML through the nvml.Interface main gives it, samples the job's
 // GPUs every Config.Interval from its own goroutine in the agent, and hands
 // each sample to a send function as a Frame; the agent puts it on its
-// stream to the head as an sshexec.FrameTelemetry frame. The job is never
+// stream to the head as an wire.FrameTelemetry frame. The job is never
 // touched: NVML's queries read counters the driver keeps anyway, and the
 // sampler runs in the agent process, not in any worker. A node where NVML
 // does not load or has no GPU sends one Frame with a Notice and then

@@ -204,8 +204,8 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		}
 		argv := slices.Clone(n.Command)
 		for i, a := range argv {
-			if a == envplan.GorunSelf {
-				argv[i] = sshexec.SelfArg // the node's agent knows where its gorun is
+			if a == wire.SelfArg {
+				argv[i] = wire.SelfArg // the node's agent knows where its gorun is
 			}
 		}
 		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass, Stdin: js.stdin}
@@ -264,7 +264,7 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 		def["OMP_NUM_THREADS"] = v.Value // torchrun's, for nproc_per_node > 1
 	}
 	var sets []string
-	if v, ok := n.Env[envplan.RankCPUsVar]; ok {
+	if v, ok := n.Env[wire.RankCPUsVar]; ok {
 		sets = strings.Split(v.Value, ";")
 	}
 	p := &sshexec.Pool{
@@ -287,7 +287,7 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 // started by `gorun _rank [-m] -- SCRIPT ARGS`) runs: the script or the
 // module (-m) and its arguments; none where the workers are not Python.
 func workerScript(cmd []string) (worker []string, module bool) {
-	i := slices.Index(cmd, envplan.RankCommand)
+	i := slices.Index(cmd, wire.RankCommand)
 	if i < 0 {
 		return nil, false
 	}

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/preflight"
 )
 
@@ -16,7 +17,7 @@ import (
 func RunBandwidth(ctx context.Context, arg string, stdout io.Writer) error {
 	var req preflight.PairRequest
 	if err := json.Unmarshal([]byte(arg), &req); err != nil {
-		return fmt.Errorf("%s: bad request: %w", preflight.BandwidthCommand, err)
+		return fmt.Errorf("%s: bad request: %w", wire.BandwidthCommand, err)
 	}
 	python, _ := torchrunPython(req.Torchrun)
 	bw := preflight.MeasurePair(ctx, preflight.BandwidthOptions{Python: python, Environ: os.Environ()}, req)

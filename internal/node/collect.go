@@ -11,6 +11,7 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/preflight"
 )
 
@@ -24,7 +25,7 @@ func RunCollect(ctx context.Context, arg string, stdout io.Writer) error {
 func runCollect(ctx context.Context, arg string, stdout io.Writer, lib nvml.Interface) error {
 	var req preflight.Request
 	if err := json.Unmarshal([]byte(arg), &req); err != nil {
-		return fmt.Errorf("%s: bad request: %w", preflight.CollectCommand, err)
+		return fmt.Errorf("%s: bad request: %w", wire.CollectCommand, err)
 	}
 	if b := req.Budget(); b > 0 {
 		var cancel context.CancelFunc

@@ -14,6 +14,7 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 	"github.com/gorun/gorun/telemetry"
@@ -78,7 +79,7 @@ func TestRunCollectBadRequest(t *testing.T) {
 	for _, arg := range []string{"", "{", `{"torchrun": 3}`} {
 		var out bytes.Buffer
 		err := RunCollect(t.Context(), arg, &out)
-		if err == nil || !strings.HasPrefix(err.Error(), preflight.CollectCommand+": bad request: ") {
+		if err == nil || !strings.HasPrefix(err.Error(), wire.CollectCommand+": bad request: ") {
 			t.Errorf("RunCollect(%q) = %v, want a bad request", arg, err)
 		}
 		if out.Len() != 0 {
@@ -153,7 +154,7 @@ func TestCollectCancelled(t *testing.T) {
 
 func TestRunBandwidth(t *testing.T) {
 	var out bytes.Buffer
-	if err := RunBandwidth(t.Context(), "{", &out); err == nil || !strings.HasPrefix(err.Error(), preflight.BandwidthCommand+": bad request: ") {
+	if err := RunBandwidth(t.Context(), "{", &out); err == nil || !strings.HasPrefix(err.Error(), wire.BandwidthCommand+": bad request: ") {
 		t.Errorf("RunBandwidth of a bad request: %v", err)
 	}
 	torchrun, python := fakeTorchrun(t)

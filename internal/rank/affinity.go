@@ -8,8 +8,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // rankCPUs picks local rank's CPU set out of the ';'-separated lists; nil
@@ -21,7 +21,7 @@ func rankCPUs(lists, localRank string) ([]int, error) {
 	r, err := strconv.Atoi(localRank)
 	sets := strings.Split(lists, ";")
 	if err != nil || r < 0 || r >= len(sets) {
-		return nil, fmt.Errorf("LOCAL_RANK=%q does not index %s (%d sets)", localRank, envplan.RankCPUsVar, len(sets))
+		return nil, fmt.Errorf("LOCAL_RANK=%q does not index %s (%d sets)", localRank, wire.RankCPUsVar, len(sets))
 	}
 	if sets[r] == "" {
 		return nil, nil

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
@@ -25,7 +24,7 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshex
 		case "-m":
 			module = true
 		default:
-			return nil, nil, fmt.Errorf("unknown option %q (usage: %s [--no-python | -m] -- script args...)", args[0], envplan.RankCommand)
+			return nil, nil, fmt.Errorf("unknown option %q (usage: %s [--no-python | -m] -- script args...)", args[0], wire.RankCommand)
 		}
 		args = args[1:]
 	}
@@ -33,7 +32,7 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshex
 		args = args[1:]
 	}
 	if len(args) == 0 {
-		return nil, nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", envplan.RankCommand)
+		return nil, nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", wire.RankCommand)
 	}
 	argv := args
 	var take *sshexec.PoolTake
@@ -76,7 +75,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
-		case k == sshexec.RelaySocketVar || k == sshexec.PoolSocketVar || k == sshexec.GateVar || k == wire.LogDirVar:
+		case k == wire.RelaySocketVar || k == wire.PoolSocketVar || k == wire.GateVar || k == wire.LogDirVar:
 			continue // the worker's own children must not speak for it
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "", k == "TORCHELASTIC_MAX_RESTARTS" && most != "":
 			continue

@@ -5,12 +5,11 @@ import (
 	"syscall"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
-// awaitGate holds the worker of a job handed ahead (sshexec.GateVar: the
+// awaitGate holds the worker of a job handed ahead (wire.GateVar: the
 // next attempt's torchrun started while the last attempt runs or stops)
-// until the node agent releases it (sshexec.RelayGo), with everything
+// until the node agent releases it (wire.RelayGo), with everything
 // but the worker's start done. It returns 0 then. When the job is
 // stopped instead it returns the stop's signal: told by the agent, or a
 // stop signal sent to this process (torchrun's own stop); when the agent
@@ -39,16 +38,16 @@ func (w *worker) awaitGate(sigs chan os.Signal) syscall.Signal {
 				return
 			}
 			switch c {
-			case sshexec.RelayGo:
+			case wire.RelayGo:
 				words <- word{}
 				return
-			case sshexec.RelayStop, sshexec.RelayHad, sshexec.RelaySignal:
+			case wire.RelayStop, wire.RelayHad, wire.RelaySignal:
 				n, err := next()
 				if err != nil {
 					words <- word{err: err}
 					return
 				}
-				if c != sshexec.RelaySignal { // a passed signal finds no worker yet
+				if c != wire.RelaySignal { // a passed signal finds no worker yet
 					words <- word{sig: syscall.Signal(n)}
 					return
 				}

@@ -8,7 +8,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // TestAwaitGate: a gated supervisor starts its worker on RelayGo (a
@@ -25,13 +24,13 @@ func TestAwaitGate(t *testing.T) {
 		hang bool      // the agent hangs up after its words
 		want syscall.Signal
 	}{
-		{name: "go", send: []byte{sshexec.RelayGo}},
-		{name: "resize and passed signal first", send: append(append([]byte{wire.TellResize}, "80x24;"...), sshexec.RelaySignal, 10, sshexec.RelayGo)},
-		{name: "stopped", send: []byte{sshexec.RelayStop, byte(syscall.SIGTERM)}, want: syscall.SIGTERM},
-		{name: "stopped from outside", send: []byte{sshexec.RelayHad, byte(syscall.SIGINT)}, want: syscall.SIGINT},
+		{name: "go", send: []byte{wire.RelayGo}},
+		{name: "resize and passed signal first", send: append(append([]byte{wire.TellResize}, "80x24;"...), wire.RelaySignal, 10, wire.RelayGo)},
+		{name: "stopped", send: []byte{wire.RelayStop, byte(syscall.SIGTERM)}, want: syscall.SIGTERM},
+		{name: "stopped from outside", send: []byte{wire.RelayHad, byte(syscall.SIGINT)}, want: syscall.SIGINT},
 		{name: "agent gone", hang: true, want: syscall.SIGKILL},
 		{name: "stop signal", sig: syscall.SIGTERM, want: syscall.SIGTERM},
-		{name: "other signal dropped", sig: syscall.SIGUSR1, send: []byte{sshexec.RelayGo}},
+		{name: "other signal dropped", sig: syscall.SIGUSR1, send: []byte{wire.RelayGo}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

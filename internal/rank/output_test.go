@@ -11,7 +11,6 @@ import (
 
 	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // TestCoalescePTY: a flood read from a pseudo-terminal (which passes at
@@ -68,7 +67,7 @@ func TestForwardCoalescesPrints(t *testing.T) {
 			w := &worker{conn: conn, connOK: true}
 			var got bytes.Buffer
 			frames := 0
-			dec := sshexec.NewFrameDecoder(func(kind byte, p []byte) {
+			dec := wire.NewFrameDecoder(func(kind byte, p []byte) {
 				if _, rest, err := wire.SplitRank(p); err == nil && kind == wire.FrameOut {
 					frames++
 					got.Write(rest)

@@ -33,7 +33,7 @@ import (
 //   - it starts the interpreter torchrun itself runs under (torchrun's
 //     sys.executable: $PYTHON_EXEC, else the argv[0] of its parent, which
 //     keeps a virtualenv's path), as `<python> -u [-m] script args`, bound
-//     to the local rank's CPUs from envplan.RankCPUsVar;
+//     to the local rank's CPUs from wire.RankCPUsVar;
 //   - it forwards every signal it gets to the worker;
 //   - it reports to the node agent over the relay socket: started, every
 //     output line, progress, the exit; and prints the worker's stacks when
@@ -49,22 +49,22 @@ import (
 func Run(args []string, getenv func(string) string, stderr io.Writer) int {
 	cmd, take, err := workerCommand(args, getenv)
 	if err != nil {
-		fmt.Fprintf(stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+		fmt.Fprintf(stderr, "gorun %s: %v\n", wire.RankCommand, err)
 		return 127
 	}
 	w := &worker{localRank: atoi(getenv("LOCAL_RANK"), -1), rank: atoi(getenv("RANK"), -1), stderr: stderr}
-	if sock := getenv(sshexec.PoolSocketVar); sock != "" && take != nil {
+	if sock := getenv(wire.PoolSocketVar); sock != "" && take != nil {
 		w.pool, w.take = sock, take
 	}
 	cmd.Env = workerEnv(os.Environ(), getenv)
-	if sock := getenv(sshexec.RelaySocketVar); sock != "" {
+	if sock := getenv(wire.RelaySocketVar); sock != "" {
 		if c, err := net.Dial("unix", sock); err == nil {
 			w.conn, w.sock = c, sock
 		} else {
-			fmt.Fprintf(stderr, "gorun %s: cannot reach the node agent (%v); output goes to torchrun\n", envplan.RankCommand, err)
+			fmt.Fprintf(stderr, "gorun %s: cannot reach the node agent (%v); output goes to torchrun\n", wire.RankCommand, err)
 		}
 	}
-	if dir := getenv(envplan.FlightRecorderDirVar); dir != "" {
+	if dir := getenv(wire.FlightRecorderDirVar); dir != "" {
 		// torch writes its flight-recorder dump there but makes no folder
 		_ = os.MkdirAll(dir, 0o755)
 	}
@@ -109,7 +109,7 @@ type worker struct {
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 
-	pool string            // the node's worker pool (sshexec.PoolSocketVar); "": none
+	pool string            // the node's worker pool (wire.PoolSocketVar); "": none
 	take *sshexec.PoolTake // the worker, for the pool
 
 	ptys []*os.File // the master ends of the worker's pseudo-terminals, resized with the head's terminal
@@ -124,7 +124,7 @@ func (w *worker) send(kind byte, payload []byte) {
 	if !w.connOK {
 		return
 	}
-	if _, err := w.conn.Write(sshexec.AppendFrame(nil, kind, payload)); err != nil {
+	if _, err := w.conn.Write(wire.AppendFrame(nil, kind, payload)); err != nil {
 		w.connOK = false // the agent is gone; the worker goes on
 	}
 }
@@ -148,20 +148,20 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	w.stopped = make(chan struct{})
 	w.connOK = w.conn != nil
 	localRank := atoi(getenv("LOCAL_RANK"), -1)
-	if sock := getenv(sshexec.RelaySocketVar); localRank == 0 && sock != "" {
+	if sock := getenv(wire.RelaySocketVar); localRank == 0 && sock != "" {
 		// The attempt's --log-dir folder, seen in the run's as torchrun's
 		// own restarts would write it.
 		host, _ := os.Hostname()
 		if err := logdir.Begin(getenv("TORCHELASTIC_ERROR_FILE"), getenv(wire.LogDirVar), getenv(wire.RunIDVar), host,
 			atoi(getenv(wire.RestartCountVar), 0), filepath.Dir(sock)); err != nil {
-			fmt.Fprintf(w.stderr, "gorun %s: --log-dir: this attempt's folder stays where torchrun made it: %v\n", envplan.RankCommand, err)
+			fmt.Fprintf(w.stderr, "gorun %s: --log-dir: this attempt's folder stays where torchrun made it: %v\n", wire.RankCommand, err)
 		}
 	}
-	echo := envplan.StdStreams(getenv(envplan.WorkerEchoVar), localRank)
+	echo := envplan.StdStreams(getenv(wire.WorkerEchoVar), localRank)
 	merged := getenv(wire.MergedOutputVar) == "1" && echo == 0
 	// Streams torchrun would show on no console (--redirects): written
 	// to its files (echo), never sent to the head as lines.
-	quiet := envplan.StdStreams(getenv(envplan.WorkerQuietVar), localRank)
+	quiet := envplan.StdStreams(getenv(wire.WorkerQuietVar), localRank)
 	var copies sync.WaitGroup
 	announced, failed := make(chan struct{}), make(chan struct{})
 	defer func() {
@@ -203,7 +203,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		for _, s := range streams {
 			pr, pw, err := openStream(s.tty, tty.Cols, tty.Rows)
 			if err != nil {
-				fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+				fmt.Fprintf(w.stderr, "gorun %s: %v\n", wire.RankCommand, err)
 				return 127
 			}
 			for _, set := range s.set {
@@ -241,7 +241,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 	// kill this process before it has cleaned up.
 	signal.Notify(make(chan os.Signal, 1), syscall.SIGPIPE)
 
-	if w.conn != nil && getenv(sshexec.GateVar) == "1" {
+	if w.conn != nil && getenv(wire.GateVar) == "1" {
 		if sig := w.awaitGate(sigs); sig != 0 {
 			// Stopped before its release: the worker never runs, and this
 			// process ends by the stop's signal, as a worker stopped in
@@ -250,16 +250,16 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			exitBySignal(sig)
 		}
 	}
-	cpus, err := rankCPUs(getenv(envplan.RankCPUsVar), getenv("LOCAL_RANK"))
+	cpus, err := rankCPUs(getenv(wire.RankCPUsVar), getenv("LOCAL_RANK"))
 	if err != nil {
-		fmt.Fprintf(w.stderr, "gorun %s: %v\n", envplan.RankCommand, err)
+		fmt.Fprintf(w.stderr, "gorun %s: %v\n", wire.RankCommand, err)
 		return 127
 	}
 	// The worker is forked from this locked thread and starts with its
 	// mask. The thread stays locked, and this goroutine alive, until the
 	// worker is gone, because the worker's parent-death signal is tied to it.
 	if err := bindThread(cpus); err != nil {
-		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", envplan.RankCommand, w.localRank, cpuset.Format(cpus), err)
+		fmt.Fprintf(w.stderr, "gorun %s: bind local rank %d to CPUs %s: %v\n", wire.RankCommand, w.localRank, cpuset.Format(cpus), err)
 		return 127
 	}
 	pid, wait, started, err := w.start(cmd, cpus, sigs)
@@ -271,7 +271,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		exitBySignal(stop.Signal)
 	}
 	if err != nil {
-		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", envplan.RankCommand, cmd.Path, err)
+		fmt.Fprintf(w.stderr, "gorun %s: start %s: %v\n", wire.RankCommand, cmd.Path, err)
 		return 127
 	}
 	w.gate = newSignalGate(func(sig syscall.Signal) { _ = unix.Kill(-pid, sig) }, w.markStopped)
@@ -484,13 +484,13 @@ func (w *worker) listen(ctx context.Context, pid int) {
 					_ = unix.Kill(-pid, syscall.SIGWINCH) // as a terminal tells its foreground
 				}
 			}
-		case sshexec.RelayStop, sshexec.RelaySignal, sshexec.RelayHad:
+		case wire.RelayStop, wire.RelaySignal, wire.RelayHad:
 			n, err := br.ReadByte()
 			if err != nil {
 				continue // the next read ends the loop
 			}
 			how := heardAsk
-			if b == sshexec.RelayHad {
+			if b == wire.RelayHad {
 				how = heardHad
 			}
 			w.gate.hear(syscall.Signal(n), how)
@@ -504,14 +504,14 @@ func (w *worker) listen(ctx context.Context, pid int) {
 // directory, with the socket and the heartbeat files, goes too.
 func (w *worker) agentGone(pid int) {
 	// First: once the worker is dead, this process ends at once.
-	if dir := filepath.Dir(w.sock); strings.HasPrefix(filepath.Base(dir), sshexec.RelayDirPrefix) {
+	if dir := filepath.Dir(w.sock); strings.HasPrefix(filepath.Base(dir), wire.RelayDirPrefix) {
 		_ = os.RemoveAll(dir)
 	}
 	w.markStopped()
 	_ = unix.Kill(-pid, syscall.SIGKILL)
 	_ = unix.Kill(pid, syscall.SIGKILL)
 	// Likely to nobody: stderr went to the agent.
-	fmt.Fprintf(w.stderr, "gorun %s: the node agent is gone; killed local rank %d's worker\n", envplan.RankCommand, w.localRank)
+	fmt.Fprintf(w.stderr, "gorun %s: the node agent is gone; killed local rank %d's worker\n", wire.RankCommand, w.localRank)
 }
 
 func atoi(s string, def int) int {

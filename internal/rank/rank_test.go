@@ -17,10 +17,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/pystack"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 func TestRankCPUs(t *testing.T) {
@@ -99,7 +97,7 @@ func newRelayServer(t *testing.T) *relayServer {
 		r.conn <- c
 		br := bufio.NewReader(c)
 		for {
-			kind, p, err := sshexec.ReadFrame(br, nil)
+			kind, p, err := wire.ReadFrame(br, nil)
 			if err != nil {
 				close(r.frames)
 				return
@@ -194,7 +192,7 @@ func exitCode(err error) (code int, sig syscall.Signal) {
 // TestWorkerBindsAndExitsAsTheWorker: the worker runs on local rank 1's
 // CPUs, and the supervisor exits with the worker's own code.
 func TestWorkerBindsAndExitsAsTheWorker(t *testing.T) {
-	cmd := rankCmd(t, []string{envplan.RankCPUsVar + "=0;0"},
+	cmd := rankCmd(t, []string{wire.RankCPUsVar + "=0;0"},
 		"--no-python", "--", "/bin/sh", "-c", "grep Cpus_allowed_list /proc/self/status; exit 7")
 	out, err := cmd.Output()
 	if code, _ := exitCode(err); code != 7 {
@@ -210,7 +208,7 @@ func TestWorkerBindsAndExitsAsTheWorker(t *testing.T) {
 // own stdout.
 func TestWorkerRelays(t *testing.T) {
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "GORUN_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=0"},
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, "GORUN_RESTART_COUNT=2", "TORCHELASTIC_RESTART_COUNT=0"},
 		"--no-python", "--", "/bin/sh", "-c",
 		`for i in 1 2 3; do echo "line $i"; done; printf 'no newline'; echo oops >&2; echo "rc=$TORCHELASTIC_RESTART_COUNT fh=$PYTHONFAULTHANDLER sock=${GORUN_AGENT_SOCK:-unset}"; exit 3`)
 	own, err := cmd.Output()
@@ -243,7 +241,7 @@ func TestWorkerRelays(t *testing.T) {
 // same signal.
 func TestWorkerDeathBySignal(t *testing.T) {
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c", "kill -KILL $$")
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c", "kill -KILL $$")
 	err := cmd.Run()
 	if _, sig := exitCode(err); sig != syscall.SIGKILL {
 		t.Fatalf("supervisor ended with %v, want killed by SIGKILL", err)
@@ -258,7 +256,7 @@ func TestWorkerDeathBySignal(t *testing.T) {
 // once, the exit says it was stopped, and the supervisor dies by SIGTERM.
 func TestWorkerForwardsStop(t *testing.T) {
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
 		`trap 'echo got TERM; exit 143' TERM; echo ready; while :; do sleep 0.05; done`)
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -288,7 +286,7 @@ func TestWorkerDumpsStacks(t *testing.T) {
 	script := filepath.Join(t.TempDir(), "stuck.py")
 	os.WriteFile(script, []byte("import sys, time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)  # here\nprint('oops', file=sys.stderr, flush=True)\nstuck()\n"), 0o644)
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=/usr/bin:/bin", "PYTHON_EXEC=" + py},
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, "PATH=/usr/bin:/bin", "PYTHON_EXEC=" + py},
 		"--", script)
 	var own strings.Builder
 	cmd.Stderr = &own
@@ -375,7 +373,7 @@ func TestWorkerReportsJoin(t *testing.T) {
 	}()
 	port := strconv.Itoa(store.Addr().(*net.TCPAddr).Port)
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "MASTER_PORT=" + port},
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, "MASTER_PORT=" + port},
 		"--no-python", "--", "/bin/bash", "-c", "exec 3<>/dev/tcp/127.0.0.1/"+port+"; sleep 0.5")
 	if err := cmd.Run(); err != nil {
 		t.Fatal(err)
@@ -403,7 +401,7 @@ func TestWorkerDumpsWithPySpy(t *testing.T) {
 		t.Fatal(err)
 	}
 	r := newRelayServer(t)
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, "PATH=" + bin + ":/usr/bin:/bin"},
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, "PATH=" + bin + ":/usr/bin:/bin"},
 		"--no-python", "--", "/bin/sh", "-c", "echo ready; sleep 1; echo still alive")
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -436,7 +434,7 @@ func TestWorkerLeftoverHoldsOutput(t *testing.T) {
 	// The leftover writes its PID before the worker exits, so the test
 	// ends it by that PID.
 	pidFile := filepath.Join(t.TempDir(), "leftover.pid")
-	cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
+	cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path}, "--no-python", "--", "/bin/sh", "-c",
 		`echo bye; (setsid sh -c 'echo $$ > "$0"; exec sleep 30' "$1" &); while [ ! -s "$1" ]; do sleep 0.01; done; exit 4`, "sh", pidFile)
 	t.Cleanup(func() {
 		if b, err := os.ReadFile(pidFile); err == nil {
@@ -475,11 +473,11 @@ func TestWorkerMergedOutput(t *testing.T) {
 	}{
 		{"merged", []string{wire.MergedOutputVar + "=1"}},
 		{"apart", nil},
-		{"echo keeps them apart", []string{wire.MergedOutputVar + "=1", envplan.WorkerEchoVar + "=1"}},
+		{"echo keeps them apart", []string{wire.MergedOutputVar + "=1", wire.WorkerEchoVar + "=1"}},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRelayServer(t)
-			cmd := rankCmd(t, append([]string{sshexec.RelaySocketVar + "=" + r.path}, tt.env...), "--no-python", "--", "/bin/sh", "-c", script)
+			cmd := rankCmd(t, append([]string{wire.RelaySocketVar + "=" + r.path}, tt.env...), "--no-python", "--", "/bin/sh", "-c", script)
 			if err := cmd.Run(); err != nil {
 				t.Fatal(err)
 			}
@@ -555,7 +553,7 @@ func TestWorkerStoppedBeforeStart(t *testing.T) {
 			}
 			sock, hungUp := fakePool(t, tc.reply)
 			r := newRelayServer(t)
-			cmd := rankCmd(t, []string{sshexec.RelaySocketVar + "=" + r.path, sshexec.PoolSocketVar + "=" + sock, "PYTHON_EXEC=/usr/bin/python3"}, "--", script)
+			cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, wire.PoolSocketVar + "=" + sock, "PYTHON_EXEC=/usr/bin/python3"}, "--", script)
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}

@@ -9,9 +9,8 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/sys/unix"
-
-	"github.com/gorun/gorun/sshexec"
 )
 
 // forwardedSignals are the signals this supervisor catches. SIGKILL
@@ -24,7 +23,7 @@ func forwardedSignals() []os.Signal {
 
 // isStopSignal reports signals that mean "stop": the worker's end after one of
 // them is a consequence.
-func isStopSignal(s os.Signal) bool { return sshexec.IsStopSignal(s) }
+func isStopSignal(s os.Signal) bool { return wire.IsStopSignal(s) }
 
 // isPassSignal reports the signals gorun passes on to the workers without
 // stopping anything (USR1, USR2 and those --signals-to-handle may add).
@@ -42,8 +41,8 @@ func isPassSignal(s os.Signal) bool {
 // What a signal decision hears of, for one signal.
 const (
 	heardOwn = 1 << iota // the signal reached this supervisor itself
-	heardHad             // gorun got it from outside, the agent or the head (sshexec.RelayHad)
-	heardAsk             // the head asks for it (sshexec.RelayStop, RelaySignal)
+	heardHad             // gorun got it from outside, the agent or the head (wire.RelayHad)
+	heardAsk             // the head asks for it (wire.RelayStop, RelaySignal)
 )
 
 // Timing of signal decisions.

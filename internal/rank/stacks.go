@@ -15,7 +15,6 @@ import (
 
 	"github.com/gorun/gorun/internal/pystack"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // dumpStacks sends the worker's Python stacks for every thread, read into
@@ -79,7 +78,7 @@ func (w *worker) sendStacks(d pystack.Dump) {
 		}
 		return f, nil
 	})
-	d.Fit(sshexec.MaxFrame - 4)
+	d.Fit(wire.MaxFrame - 4)
 	w.send(wire.FrameStacks, append(wire.AppendRank(nil, w.localRank), wire.JSON(d)...))
 }
 

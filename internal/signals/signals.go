@@ -16,8 +16,8 @@ import (
 	"sync"
 	"syscall"
 
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // passBuffer is how many passed signals may wait for the run to take them;
@@ -47,7 +47,7 @@ func Watch() *Watcher {
 	w := &Watcher{ctx: ctx, cancel: cancel, kill: make(chan struct{}),
 		pass: make(chan syscall.Signal, passBuffer), ch: make(chan os.Signal, 8),
 		quit: make(chan struct{}), done: make(chan struct{})}
-	signal.Notify(w.ch, sshexec.StopSignals()...)
+	signal.Notify(w.ch, wire.StopSignals()...)
 	signal.Notify(w.ch, syscall.SIGUSR1, syscall.SIGUSR2)
 	go w.run()
 	return w
@@ -73,7 +73,7 @@ func (w *Watcher) run() {
 			return
 		}
 		sig := s.(syscall.Signal)
-		if !sshexec.IsStopSignal(sig) {
+		if !wire.IsStopSignal(sig) {
 			select {
 			case w.pass <- sig:
 			default:

@@ -1,15 +1,29 @@
-// Package wire is what the head and a node's workers say to each other:
-// the frames a worker's supervisor (`gorun _rank`, package internal/rank)
-// sends on the node agent's relay socket, which the agent passes to the head
-// as they are (sshexec.Job.Relay), the bytes the head sends back to every
-// worker's supervisor (sshexec.Process.Tell), the environment variables
-// both sides agree on, and the request and answer of the teardown check the
-// head runs on each node before a restart (`gorun _gpufree`, gpufree.go:
-// done by internal/node, asked for by internal/job).
+// Package wire is the protocol between the head and the nodes, and so is
+// used on both sides of the wire: everything one gorun process says to
+// another, in one place, so that the two sides cannot drift apart.
 //
-// It owns the vocabulary only: frame kinds, payload layouts and their
-// encoding. The framing itself (kind, length, payload) is sshexec's
-// (sshexec.AppendFrame, sshexec.FrameDecoder); what a frame means to the
-// group is launch's, and how a worker produces it is rank's. wire does no
-// I/O, starts no goroutine, keeps no state, and is safe for concurrent use.
+//   - frame.go: the framing (kind, length, payload) of the node agent's
+//     stdout and of its relay socket (AppendFrame, ReadFrame,
+//     FrameDecoder);
+//   - agent.go: what the head and the node agent (`gorun _agent`) say:
+//     the control bytes the head writes on the agent's stdin (Ctl*), the
+//     frames the agent writes of its own (FrameStdout, FrameStart, ...,
+//     with StartInfo), and what the agent tells its relay clients
+//     (Relay*);
+//   - wire.go: the frames a worker's supervisor (`gorun _rank`, package
+//     internal/rank) sends on the agent's relay socket, which the agent
+//     passes to the head as they are, and the bytes the head sends back
+//     to every worker's supervisor (Tell*, through sshexec.Process.Tell);
+//   - env.go: every GORUN_* variable one process sets and another reads;
+//   - commands.go: the hidden subcommands the head runs on a node;
+//   - signals.go: the signals that stop a job;
+//   - gpufree.go: the request and answer of the teardown check the head
+//     runs on each node before a restart (`gorun _gpufree`: done by
+//     internal/node, asked for by internal/job).
+//
+// Frame kinds that share a stream are distinct (TestFrameKindsDistinct
+// reads every constant of the package). wire owns the vocabulary only:
+// what a frame means to the group is launch's, how the agent relays it is
+// sshexec's, and how a worker produces it is rank's. wire does no I/O,
+// starts no goroutine, keeps no state, and is safe for concurrent use.
 package wire

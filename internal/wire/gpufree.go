@@ -2,19 +2,6 @@ package wire
 
 import "time"
 
-// RunIDVar holds the run's id in the environment of every process of the
-// job on every node (the head sets it on each node's job): the teardown
-// check before a restart (GPUFreeCommand) tells the job's processes from
-// others' by it.
-const RunIDVar = "GORUN_RUN_ID"
-
-// GPUFreeCommand is the hidden gorun subcommand the head runs on each node
-// of a failed attempt before the next one starts: `gorun _gpufree REQUEST`
-// (a GPUFreeRequest as JSON) kills what is left of the job on the node's
-// GPUs, waits for their memory to be freed, and prints a GPUFreeAnswer as
-// JSON.
-const GPUFreeCommand = "_gpufree"
-
 // DefaultGPUFreeTimeout is how long the check waits for the job's GPU
 // memory to be freed when the request does not say.
 const DefaultGPUFreeTimeout = 10 * time.Second

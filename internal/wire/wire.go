@@ -46,37 +46,6 @@ const (
 // and once more, for the other processes.
 const RASWait = 12 * time.Second
 
-// Variables of the workers' environment that both sides name.
-const (
-	// HeartbeatFileVar names a file a quiet script may touch to show
-	// progress; the worker's supervisor creates one unless the user set
-	// the name.
-	HeartbeatFileVar = "GORUN_HEARTBEAT_FILE"
-	// RestartCountVar is the attempt number of the whole group (0 first),
-	// set by the head; the worker's supervisor copies it to torchrun's
-	// TORCHELASTIC_RESTART_COUNT.
-	RestartCountVar = "GORUN_RESTART_COUNT"
-	// LogDirVar holds torchrun's --log-dir where the user gave one, for
-	// the workers' supervisors, which keep its attempts in one run folder
-	// (internal/logdir); the workers never see it.
-	LogDirVar = "GORUN_LOG_DIR"
-	// MaxRestartsVar is the group's --max-restarts, set by the head with
-	// RestartCountVar; the worker's supervisor copies it to torchrun's
-	// TORCHELASTIC_MAX_RESTARTS (each torchrun runs with 0).
-	MaxRestartsVar = "GORUN_MAX_RESTARTS"
-	// MergedOutputVar set to 1 says that the head's stdout and stderr are
-	// the same file (a terminal, or 2>&1): the worker's supervisor then
-	// gives the worker one pipe for both, so that their order is kept
-	// (two pipes read apart cannot keep it), and sends all of it as
-	// FrameOut. Not with WorkerEchoVar, whose files keep them apart.
-	MergedOutputVar = "GORUN_MERGED_OUTPUT"
-	// TTYVar, set where the head's own stdout or stderr is a terminal,
-	// asks each worker's supervisor to give the worker a pseudo-terminal
-	// of that size instead of a pipe for those streams, as torchrun's
-	// workers see the terminal: "COLSxROWS:out,err" (FormatTTY).
-	TTYVar = "GORUN_TTY"
-)
-
 // TTY is what TTYVar says.
 type TTY struct {
 	Cols, Rows int
@@ -167,7 +136,7 @@ type WorkerExit struct {
 	Time    int64 `json:"time_ns"`
 	// SupervisorLost: the worker's supervisor hung up without this report
 	// (it was killed), and the worker died with it (its parent-death
-	// signal, SIGKILL); the agent said so (sshexec.FrameLost).
+	// signal, SIGKILL); the agent said so (FrameLost).
 	SupervisorLost bool `json:"supervisor_lost,omitempty"`
 }
 
