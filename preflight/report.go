@@ -82,7 +82,8 @@ func nodeFindings(nodes []NodeReport) [][]Finding {
 // OfTheJob reports whether f is a failure of what the job asks of a node
 // or brings to it, not of the node's health: the torchrun command it
 // names, the torch behind it, GPUs asked of a node with no GPU at all,
-// the training script where it is not.
+// the training script where it is not, a gorun that is not built for the
+// node's architecture or glibc (gorun.fit).
 // Every node like this one fails it the same way, so a retry elsewhere
 // cannot help (README, "Exit codes").
 func (f Finding) OfTheJob() bool {
@@ -90,7 +91,7 @@ func (f Finding) OfTheJob() bool {
 		return false
 	}
 	switch f.ID {
-	case "torch.torchrun", "torch.found", "driver.present", "script.present":
+	case "torch.torchrun", "torch.found", "driver.present", "script.present", "gorun.fit":
 		return true
 	}
 	return false

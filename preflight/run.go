@@ -201,6 +201,11 @@ func checkTarget(ctx context.Context, t Target, want Want, req string, timeout t
 	if err == nil && nctx.Err() != nil {
 		err = nctx.Err()
 	}
+	var unfit *sshexec.UnfitError
+	if errors.As(err, &unfit) {
+		return unreached(t.Host, "gorun.fit", unfit.Error(), nil,
+			"give the head a gorun built for the node (gorun-linux-ARCH beside gorun, from a release), or install one on the node and pass --remote-gorun PATH")
+	}
 	if err != nil {
 		if errors.Is(nctx.Err(), context.DeadlineExceeded) && ctx.Err() == nil {
 			return unreached(t.Host, "node.timeout",

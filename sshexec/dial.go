@@ -37,7 +37,11 @@ type Config struct {
 	// Agent is this gorun, to be run on the node from its content-addressed
 	// copy and uploaded on first use when the node lacks it (see agent.go's
 	// launcher in lazyagent.go). Unset, EnsureAgent must run before Start.
-	Agent             Binary
+	Agent Binary
+	// Others are builds of this gorun for other architectures, uploaded
+	// in its place to a node of theirs (gorun-linux-arm64 beside an
+	// amd64 gorun, for GH200 nodes).
+	Others            []Binary
 	ConnectTimeout    time.Duration // TCP connect plus SSH handshake; default ConnectTimeout or 10 s
 	KeepaliveInterval time.Duration // default 3 s
 	KeepaliveMax      int           // unanswered keepalives before the link is declared dead; default 3

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/gorun/gorun/internal/shell"
@@ -21,8 +22,27 @@ const launcherMissing = 199
 // launchCommand is the remote command that runs bin's copy with args:
 // exit launcherMissing when it is not there; otherwise, with announce,
 // first a line naming the copy on stdout (so a job's output follows it).
-func launchCommand(bin Binary, announce bool, args ...string) string {
-	script := `p="${XDG_CACHE_HOME:-$HOME/.cache}/gorun/$1"; shift; [ -x "$p" ] || exit ` + fmt.Sprint(launcherMissing) + `; `
+// With builds for other architectures (others), the node's uname -m picks
+// the copy to run: a home shared by nodes of two architectures holds both.
+func launchCommand(bin Binary, others []Binary, announce bool, args ...string) string {
+	pick := ""
+	if len(others) > 0 {
+		pick = `case "$(uname -m)" in `
+		for _, b := range others {
+			var names []string
+			for uname, goarch := range unameArch {
+				if goarch == b.Arch {
+					names = append(names, uname)
+				}
+			}
+			if len(names) > 0 {
+				slices.Sort(names)
+				pick += strings.Join(names, "|") + `) shift; set -- ` + shell.Quote(b.Name) + ` "$@";; `
+			}
+		}
+		pick += `esac; `
+	}
+	script := pick + `p="${XDG_CACHE_HOME:-$HOME/.cache}/gorun/$1"; shift; [ -x "$p" ] || exit ` + fmt.Sprint(launcherMissing) + `; `
 	if announce {
 		script += `printf '%s\n' "$p"; `
 	}
@@ -72,7 +92,7 @@ func (r *Remote) AgentOutput(ctx context.Context, args ...string) ([]byte, error
 		}
 		return r.Output(ctx, append([]string{path}, args...))
 	}
-	out, err := r.outputCmd(ctx, launchCommand(r.cfg.Agent, false, args...))
+	out, err := r.outputCmd(ctx, launchCommand(r.cfg.Agent, r.cfg.Others, false, args...))
 	var ee *ExitError
 	if !errors.As(err, &ee) || ee.Code != launcherMissing {
 		if err != nil {

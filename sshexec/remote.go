@@ -288,7 +288,7 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 		if gorun != "" {
 			err = sess.Start(shell.QuoteArgv([]string{gorun, wire.AgentCommand}))
 		} else {
-			err = sess.Start(launchCommand(r.cfg.Agent, true, wire.AgentCommand))
+			err = sess.Start(launchCommand(r.cfg.Agent, r.cfg.Others, true, wire.AgentCommand))
 		}
 	}
 	if err != nil {

@@ -9,10 +9,13 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/buildinfo"
 )
 
 // uploadCache remembers, per Remote, where the agent binary went.
@@ -28,6 +31,10 @@ type Binary struct {
 	Path string // on this machine
 	Name string // "gorun-<sha256[:16]>"
 	Size int64
+	// Arch (GOARCH) and Glibc (the newest GLIBC_ symbol version it
+	// needs; nil: none) are what a node must have to run it.
+	Arch  string
+	Glibc []int
 }
 
 // HashBinary reads the binary at path once to name it by its content.
@@ -42,7 +49,57 @@ func HashBinary(path string) (Binary, error) {
 	if err != nil {
 		return Binary{}, fmt.Errorf("hash %s: %w", path, err)
 	}
-	return Binary{Path: path, Name: "gorun-" + hex.EncodeToString(h.Sum(nil))[:16], Size: size}, nil
+	b := Binary{Path: path, Name: "gorun-" + hex.EncodeToString(h.Sum(nil))[:16], Size: size}
+	if info, err := buildinfo.ReadBinary(path); err == nil {
+		b.Arch, b.Glibc = info.Arch, info.Glibc
+	}
+	return b, nil
+}
+
+// UnfitError says that no gorun the head has fits a node: none is built
+// for its architecture, or the one that is needs a newer glibc. Nothing
+// was uploaded or started there.
+type UnfitError struct {
+	Node  string
+	Arch  string // uname -m
+	Glibc string // the node's ("2.17"); "" when it has none gorun could read (musl)
+	Why   string
+}
+
+func (e *UnfitError) Error() string {
+	glibc := "glibc " + e.Glibc
+	if e.Glibc == "" {
+		glibc = "no glibc gorun could read"
+	}
+	return fmt.Sprintf("node %s is %s with %s: %s; put a gorun built for it beside this one (gorun-linux-ARCH) or in ~/.cache/gorun/, or install one there and pass --remote-gorun PATH",
+		e.Node, e.Arch, glibc, e.Why)
+}
+
+// choose is the build of bins for a node of arch (uname -m) and glibc
+// (getconf's line; "" unknown), or why none fits.
+func choose(bins []Binary, arch, glibc string) (Binary, string) {
+	goarch, ok := unameArch[arch]
+	if !ok {
+		return Binary{}, "gorun has no build for that architecture"
+	}
+	var have []string
+	for _, b := range bins {
+		if b.Arch == "" {
+			b.Arch = runtime.GOARCH // not read: the head's own, as built
+		}
+		if b.Arch != goarch {
+			have = append(have, b.Arch)
+			continue
+		}
+		if b.Glibc == nil {
+			return b, ""
+		}
+		if v, ok := buildinfo.ParseGlibc(glibc); !ok || slices.Compare(v, b.Glibc) < 0 {
+			return Binary{}, fmt.Sprintf("the gorun here for %s needs glibc %s or later", goarch, buildinfo.VersionString(b.Glibc))
+		}
+		return b, ""
+	}
+	return Binary{}, fmt.Sprintf("the gorun here is built for %s only", strings.Join(have, ", "))
 }
 
 // agentPath is the gorun to run on the node: --remote-gorun, or what
@@ -95,34 +152,40 @@ func (r *Remote) EnsureAgent(ctx context.Context, bin Binary) (string, error) {
 }
 
 func (r *Remote) ensureAgent(ctx context.Context, bin Binary) (string, error) {
-	name, size := bin.Name, bin.Size
-
-	// One round trip, shell builtins only when the copy is there (the
-	// usual case): the cache dir, then "present", or else the node's
-	// architecture. A file under the content-addressed name is always whole,
-	// since uploads are renamed into place, and was checked for the
-	// architecture by the gorun that uploaded it.
-	probe := `d="${XDG_CACHE_HOME:-$HOME/.cache}/gorun" && printf '%s\n' "$d" && ` +
-		`if [ -x "$d/$1" ]; then echo present; else uname -m; fi`
-	out, err := r.output(ctx, []string{"sh", "-c", probe, "sh", name}, nil)
+	// One round trip: the cache dir; the node's architecture and glibc;
+	// then the name of each build that is there already. A file under the
+	// content-addressed name is always whole, since uploads are renamed
+	// into place, and was chosen for the node by the gorun that uploaded
+	// it.
+	bins := append([]Binary{bin}, r.cfg.Others...)
+	probe := `d="${XDG_CACHE_HOME:-$HOME/.cache}/gorun" && printf '%s\n' "$d" && uname -m && ` +
+		`{ getconf GNU_LIBC_VERSION 2>/dev/null || echo; } && for n; do [ -x "$d/$n" ] && echo "$n"; done; true`
+	argv := []string{"sh", "-c", probe, "sh"}
+	for _, b := range bins {
+		argv = append(argv, b.Name)
+	}
+	out, err := r.output(ctx, argv, nil)
 	if err != nil {
 		return "", fmt.Errorf("probe node: %w", err)
 	}
-	lines := strings.Split(strings.TrimSpace(string(out)), "\n")
-	if len(lines) != 2 {
+	lines := strings.Split(strings.TrimRight(string(out), "\n"), "\n")
+	if len(lines) < 3 {
 		return "", fmt.Errorf("probe node: unexpected answer %q", out)
 	}
-	dir := lines[0]
+	dir, arch, glibc, present := lines[0], strings.TrimSpace(lines[1]), strings.TrimSpace(lines[2]), lines[3:]
 	if !strings.HasPrefix(dir, "/") {
 		return "", fmt.Errorf("probe node: cache dir %q is not absolute (is $HOME set?)", dir)
 	}
-	final := dir + "/" + name
-	if lines[1] == "present" {
-		return final, nil
+	chosen, why := choose(bins, arch, glibc)
+	if why != "" {
+		v, _ := buildinfo.ParseGlibc(glibc)
+		return "", &UnfitError{Node: r.node, Arch: arch, Glibc: buildinfo.VersionString(v), Why: why}
 	}
-	arch := strings.TrimSpace(lines[1])
-	if goarch, ok := unameArch[arch]; !ok || goarch != runtime.GOARCH {
-		return "", fmt.Errorf("node is %s (uname -m) but this gorun is built for %s: build gorun for the node's architecture and pass it with --remote-gorun", arch, runtime.GOARCH)
+	bin = chosen
+	name, size := bin.Name, bin.Size
+	final := dir + "/" + name
+	if slices.Contains(present, name) {
+		return final, nil
 	}
 
 	f, err := os.Open(bin.Path)

@@ -87,29 +87,79 @@ func Describe() string {
 // (the newest GLIBC_ symbol version it imports), "none (static)", or why
 // it cannot tell.
 func GlibcFloor(path string) string {
-	f, err := elf.Open(path)
-	if err != nil {
+	b, err := ReadBinary(path)
+	switch {
+	case err != nil:
 		return "not known (" + err.Error() + ")"
-	}
-	defer f.Close()
-	syms, err := f.ImportedSymbols()
-	if err != nil || len(syms) == 0 {
+	case b.Static:
 		return "none (static)"
-	}
-	var newest []int
-	for _, s := range syms {
-		if v, ok := glibcVersion(s.Version); ok && slices.Compare(v, newest) > 0 {
-			newest = v
-		}
-	}
-	if newest == nil {
+	case b.Glibc == nil:
 		return "none (no glibc symbol versions)"
 	}
-	parts := make([]string, len(newest))
-	for i, n := range newest {
+	return VersionString(b.Glibc) + " or later"
+}
+
+// Binary is what a gorun binary needs of a machine to run there.
+type Binary struct {
+	Arch   string // GOARCH: amd64, arm64, ... ("" when the ELF machine is another)
+	Glibc  []int  // the newest GLIBC_ symbol version it imports; nil: none
+	Static bool   // no dynamic symbols at all
+}
+
+// ReadBinary reads the ELF file at path for its architecture and glibc
+// floor.
+func ReadBinary(path string) (Binary, error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return Binary{}, err
+	}
+	defer f.Close()
+	var b Binary
+	switch f.Machine {
+	case elf.EM_X86_64:
+		b.Arch = "amd64"
+	case elf.EM_AARCH64:
+		b.Arch = "arm64"
+	case elf.EM_PPC64:
+		b.Arch = "ppc64le"
+	case elf.EM_S390:
+		b.Arch = "s390x"
+	case elf.EM_RISCV:
+		b.Arch = "riscv64"
+	case elf.EM_386:
+		b.Arch = "386"
+	}
+	syms, err := f.ImportedSymbols()
+	if err != nil || len(syms) == 0 {
+		b.Static = true
+		return b, nil
+	}
+	for _, s := range syms {
+		if v, ok := glibcVersion(s.Version); ok && slices.Compare(v, b.Glibc) > 0 {
+			b.Glibc = v
+		}
+	}
+	return b, nil
+}
+
+// ParseGlibc reads a glibc version as getconf GNU_LIBC_VERSION or ldd
+// --version print it ("glibc 2.28", "ldd (GNU libc) 2.31"): its last
+// word's numbers; false when there are none.
+func ParseGlibc(s string) ([]int, bool) {
+	f := strings.Fields(strings.TrimSpace(s))
+	if len(f) == 0 {
+		return nil, false
+	}
+	return glibcVersion("GLIBC_" + f[len(f)-1])
+}
+
+// VersionString writes [2 28] as "2.28".
+func VersionString(v []int) string {
+	parts := make([]string, len(v))
+	for i, n := range v {
 		parts[i] = strconv.Itoa(n)
 	}
-	return strings.Join(parts, ".") + " or later"
+	return strings.Join(parts, ".")
 }
 
 // glibcVersion reads "GLIBC_2.3.4" as [2 3 4].

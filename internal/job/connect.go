@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"syscall"
 
@@ -133,6 +135,7 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 		if sc.Agent, err = sshexec.HashBinary(self); err != nil {
 			return nil, fmt.Errorf("read the gorun binary: %w", err)
 		}
+		sc.Others = otherBuilds(self, sc.Agent.Arch)
 	}
 	progress := startProgress(ui, "connecting", "reached", len(remote))
 	sc.Dialled = progress.set
@@ -246,4 +249,33 @@ func unreachedHosts(err error) []string {
 	walk(err)
 	slices.Sort(names)
 	return slices.Compact(names)
+}
+
+// otherBuilds are builds of this gorun for the other architectures a
+// release ships (amd64, arm64), each where one is found: beside this
+// binary as gorun-linux-ARCH (a release's binaries side by side), else in
+// the user's cache as ~/.cache/gorun/gorun-linux-ARCH. A file there that
+// is not an ELF binary for its architecture is left out.
+func otherBuilds(self, own string) []sshexec.Binary {
+	var dirs []string
+	if self != "" {
+		dirs = append(dirs, filepath.Dir(self))
+	}
+	if cache, err := os.UserCacheDir(); err == nil {
+		dirs = append(dirs, filepath.Join(cache, "gorun"))
+	}
+	var out []sshexec.Binary
+	for _, arch := range []string{"amd64", "arm64"} {
+		if arch == own {
+			continue
+		}
+		for _, d := range dirs {
+			b, err := sshexec.HashBinary(filepath.Join(d, "gorun-linux-"+arch))
+			if err == nil && b.Arch == arch {
+				out = append(out, b)
+				break
+			}
+		}
+	}
+	return out
 }
