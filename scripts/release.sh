@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Release builds of gorun, and what ships them:
-#   dist/gorun-VERSION-linux-{amd64,arm64}.tar.gz   the binary, README.md, SHA256SUMS beside them
+#   dist/gorun-VERSION-linux-{amd64,arm64}.tar.gz   the binary, the other architecture's
+#                                                    (gorun-linux-ARCH), README.md; SHA256SUMS beside them
 #   dist/gorun_launcher-VERSION-py3-none-manylinux_2_28_{x86_64,aarch64}.whl
 # Both binaries use cgo (NVML, loaded at run time), are stripped, built with
 # -trimpath and no build id from a clean clone of HEAD (so two builds of one
@@ -80,12 +81,21 @@ for arch in amd64 arm64; do
     exit 1
   fi
   say "linux/$arch: newest glibc symbol version GLIBC_$newest (at most GLIBC_$GLIBC_MAX)"
+done
+# Each tarball and wheel holds its own architecture's gorun and, beside
+# it, the other's as gorun-linux-ARCH: the head uploads that one to the
+# nodes of that architecture (a GH200 partition beside x86 nodes).
+for arch in amd64 arm64; do
+  other=arm64
+  [ $arch = arm64 ] && other=amd64
+  bin=$out/gorun-linux-$arch
   name=gorun-$version-linux-$arch
   stage=$(mktemp -d) && mkdir "$stage/$name"
   install -m 755 "$bin" "$stage/$name/gorun" && install -m 644 README.md "$stage/$name/README.md"
+  install -m 755 "$out/gorun-linux-$other" "$stage/$name/gorun-linux-$other"
   tar --sort=name --mtime=@"$epoch" --owner=0 --group=0 --numeric-owner -C "$stage" -cf - "$name" | gzip -n >"$DIST/$name.tar.gz"
   rm -rf "$stage"
-  python3 scripts/wheel.py "$bin" "$version" "$arch" "$epoch" "$DIST"
+  python3 scripts/wheel.py "$bin" "$version" "$arch" "$epoch" "$DIST" "$out/gorun-linux-$other"
 done
 (cd "$DIST" && sha256sum gorun-"$version"-linux-*.tar.gz gorun_launcher-"$version"-*.whl >SHA256SUMS)
 say "wrote:" && (cd "$DIST" && ls -l) | sed 's/^/  /'
@@ -111,6 +121,8 @@ venv=$(mktemp -d)
 python3 -m venv "$venv"
 "$venv/bin/pip" install -q --no-index "$DIST"/gorun_launcher-*x86_64.whl
 "$venv/bin/gorun" version
+# The other architecture's build beside it, for the nodes of that one.
+[ -x "$venv/bin/gorun-linux-arm64" ] || { echo "release: the amd64 wheel has no gorun-linux-arm64" >&2; exit 1; }
 # This machine cannot install an aarch64 wheel into its own venv: pip puts it
 # in a target folder for that platform, and qemu runs what it installed.
 "$venv/bin/pip" install -q --no-index --no-deps --only-binary=:all: --platform manylinux_2_28_aarch64 \

@@ -1,11 +1,13 @@
 #!/usr/bin/env python3
 """Build gorun's Python wheel for one platform, with the standard library.
 
-usage: wheel.py BINARY VERSION ARCH EPOCH OUTDIR   (ARCH: amd64 or arm64)
+usage: wheel.py BINARY VERSION ARCH EPOCH OUTDIR [OTHER]   (ARCH: amd64 or arm64)
 
 The wheel holds the gorun binary itself as a script
 (gorun_launcher-VERSION.data/scripts/gorun), so that `pip install` puts it
-in the environment's bin/, beside torchrun; there is no Python shim, so
+in the environment's bin/, beside torchrun (OTHER, the build for the other
+architecture, goes there too as gorun-linux-ARCH: gorun uploads it to nodes
+of that architecture); there is no Python shim, so
 gorun is the process that gets scancel's or Kubernetes' SIGTERM. The
 distribution is gorun-launcher (the PyPI name gorun is another project's);
 the command is gorun. Its tag is manylinux_2_28: scripts/release.sh checks
@@ -28,6 +30,7 @@ def record_hash(data):
 
 def main():
     binary, version, arch, epoch, outdir = sys.argv[1:6]
+    other = sys.argv[6] if len(sys.argv) > 6 else None
     tag = "py3-none-" + PLATFORMS[arch]
     name = f"{DIST}-{version}-{tag}.whl"
     info = f"{DIST}-{version}.dist-info"
@@ -45,8 +48,12 @@ def main():
         "\n" + readme
     )
     wheel = "Wheel-Version: 1.0\nGenerator: gorun scripts/wheel.py\nRoot-Is-Purelib: false\n" f"Tag: {tag}\n"
-    files = [
-        (f"{DIST}-{version}.data/scripts/gorun", exe, 0o755),
+    files = [(f"{DIST}-{version}.data/scripts/gorun", exe, 0o755)]
+    if other:
+        other_arch = "arm64" if arch == "amd64" else "amd64"
+        with open(other, "rb") as f:
+            files.append((f"{DIST}-{version}.data/scripts/gorun-linux-{other_arch}", f.read(), 0o755))
+    files += [
         (f"{info}/METADATA", metadata.encode(), 0o644),
         (f"{info}/WHEEL", wheel.encode(), 0o644),
     ]
