@@ -126,10 +126,6 @@ func (h *hostKeys) algorithms(hostport string) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var ke *knownhosts.KeyError
-	if err := cb(hostport, probeAddr(hostport), probe); !errors.As(err, &ke) {
-		return nil, nil
-	}
 	var algos []string
 	seen := map[string]bool{}
 	add := func(a ...string) {
@@ -139,6 +135,19 @@ func (h *hostKeys) algorithms(hostport string) ([]string, error) {
 				algos = append(algos, x)
 			}
 		}
+	}
+	if h.set().authorities(append(append([]string{}, h.userFiles...), h.globalFiles...), hostport) {
+		// A CA is trusted for the host: its certificate first, whatever
+		// its key's type (the CA line's own type says nothing of it).
+		add(ssh.CertAlgoED25519v01, ssh.CertAlgoECDSA256v01, ssh.CertAlgoECDSA384v01, ssh.CertAlgoECDSA521v01,
+			ssh.CertAlgoRSASHA512v01, ssh.CertAlgoRSASHA256v01)
+	}
+	var ke *knownhosts.KeyError
+	if err := cb(hostport, probeAddr(hostport), probe); !errors.As(err, &ke) {
+		if len(algos) > 0 {
+			return algos, nil
+		}
+		return nil, nil
 	}
 	for _, k := range ke.Want {
 		switch t := k.Key.Type(); t {

@@ -395,3 +395,39 @@ func parseKnownHostsFiles(paths []string, contents [][]byte, nums [][]int) (ssh.
 		return err
 	}, nil
 }
+
+// authorities reports whether a @cert-authority line of files applies to
+// hostport: the host's certificate is then what the dial asks for first,
+// as OpenSSH does.
+func (k *knownHosts) authorities(files []string, hostport string) bool {
+	for _, path := range files {
+		f := k.file(path)
+		if f.err != nil {
+			continue
+		}
+		k.mu.RLock()
+		lines := f.selectLines(hostport)
+		k.mu.RUnlock()
+		for _, l := range lines {
+			rest, ok := bytes.CutPrefix(l.text, []byte("@cert-authority"))
+			if !ok || len(rest) == 0 || (rest[0] != ' ' && rest[0] != '\t') {
+				continue
+			}
+			// The line without its marker names the CA's key as the
+			// host's: the key is accepted where the patterns match.
+			fields := strings.Fields(string(rest))
+			if len(fields) < 3 {
+				continue
+			}
+			key, _, _, _, err := ssh.ParseAuthorizedKey([]byte(strings.Join(fields[1:], " ")))
+			if err != nil {
+				continue
+			}
+			cb, err := parseKnownHosts(path, append(bytes.TrimSpace(rest), '\n'), nil)
+			if err == nil && cb(hostport, probeAddr(hostport), key) == nil {
+				return true
+			}
+		}
+	}
+	return false
+}
