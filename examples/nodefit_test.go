@@ -127,3 +127,73 @@ func TestNodeFit(t *testing.T) {
 		noneLeft(t, mark, 10*time.Second)
 	})
 }
+
+// TestClusterHostCertificate: a node whose real sshd presents a host
+// certificate signed by a CA is reached with a known_hosts that holds
+// only "@cert-authority * CA" (no line of the node's own key); with
+// another CA there it is refused as unknown, nothing started.
+func TestClusterHostCertificate(t *testing.T) {
+	c := needCluster(t, 2)
+	dir := t.TempDir()
+	keygen := func(args ...string) {
+		if out, err := exec.Command("ssh-keygen", args...).CombinedOutput(); err != nil {
+			t.Fatalf("ssh-keygen %v: %v\n%s", args, err, out)
+		}
+	}
+	for _, ca := range []string{"ca", "other"} {
+		keygen("-q", "-t", "ed25519", "-N", "", "-f", filepath.Join(dir, ca))
+	}
+	hostKey := filepath.Join(c.state, c.nodes[1], "ssh_host_ed25519_key")
+	pub, err := os.ReadFile(hostKey + ".pub")
+	if err != nil {
+		t.Fatal(err)
+	}
+	certPub := filepath.Join(dir, "host.pub")
+	if err := os.WriteFile(certPub, pub, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", c.nodes[1], "-h", "-n", c.nodes[1], certPub)
+	cert := filepath.Join(dir, "host-cert.pub")
+	// The node's sshd presents the certificate as well as its key.
+	conf := filepath.Join(c.state, c.nodes[1], "sshd_config")
+	orig, err := os.ReadFile(conf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	withCert := append(bytes.Clone(orig), []byte("HostCertificate "+cert+"\n")...)
+	if err := os.WriteFile(conf, withCert, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	hup := func() {
+		b, _ := os.ReadFile(filepath.Join(c.state, c.nodes[1], "sshd.pid"))
+		var pid int
+		for _, ch := range strings.TrimSpace(string(b)) {
+			pid = pid*10 + int(ch-'0')
+		}
+		syscall.Kill(pid, syscall.SIGHUP)
+		time.Sleep(500 * time.Millisecond)
+	}
+	hup()
+	t.Cleanup(func() { os.WriteFile(conf, orig, 0o644); hup() })
+	for _, tc := range []struct {
+		ca   string
+		code int
+	}{{"ca", 0}, {"other", 2}} {
+		capub, _ := os.ReadFile(filepath.Join(dir, tc.ca+".pub"))
+		kh := filepath.Join(dir, tc.ca+".known_hosts")
+		if err := os.WriteFile(kh, []byte("@cert-authority * "+string(capub)), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		mark := marker(t)
+		r := startGorun(t, []string{"GORUN_MARK=" + mark}, append(c.sshArgs(), "--known-hosts", kh, "--hosts", c.nodes[1]+":1",
+			"--torchrun", shim(t), "--dry-run", script(t), "--tag", mark)...)
+		code := r.wait(t, 2*time.Minute)
+		if tc.code == 0 && code != 0 {
+			t.Errorf("with the CA that signed the node's certificate: exit %d, want 0:\n%s", code, r.output())
+		}
+		if tc.code != 0 && (code == 0 || !strings.Contains(r.output(), c.nodes[1])) {
+			t.Errorf("with another CA: exit %d, want a refusal naming %s:\n%s", code, c.nodes[1], r.output())
+		}
+		noneLeft(t, mark, 10*time.Second)
+	}
+}
