@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"testing"
@@ -152,7 +153,13 @@ func TestClusterHostCertificate(t *testing.T) {
 	if err := os.WriteFile(certPub, pub, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", c.nodes[1], "-h", "-n", c.nodes[1], certPub)
+	// Its principals: the name and the address ssh checks it under.
+	sshConf, _ := os.ReadFile(filepath.Join(c.state, "ssh_config"))
+	addr := regexp.MustCompile(`(?m)^Host `+regexp.QuoteMeta(c.nodes[1])+`\n\s*HostName (\S+)`).FindSubmatch(sshConf)
+	if addr == nil {
+		t.Fatalf("no HostName for %s in the cluster's ssh_config", c.nodes[1])
+	}
+	keygen("-q", "-s", filepath.Join(dir, "ca"), "-I", c.nodes[1], "-h", "-n", c.nodes[1]+","+string(addr[1]), certPub)
 	cert := filepath.Join(dir, "host-cert.pub")
 	// The node's sshd presents the certificate as well as its key.
 	conf := filepath.Join(c.state, c.nodes[1], "sshd_config")
