@@ -358,7 +358,7 @@ type finishedRank struct {
 	rank, world  int
 }
 
-var finishedLine = regexp.MustCompile(`^(?:\[(\S+) \d+\] )?\[(\S+) rank=(\d+)/(\d+) .*params-in-sync OK`)
+var finishedLine = regexp.MustCompile(`^(?:\[(\S+) \d+(?: r\d+)?\] )?\[(\S+) rank=(\d+)/(\d+) .*params-in-sync OK`)
 
 func finishedRanks(out string) []finishedRank {
 	var rs []finishedRank
@@ -452,7 +452,7 @@ func TestSlurmHeadRestart(t *testing.T) {
 	if code != 0 {
 		t.Fatalf("sbatch --wait exited %d:\n%s", code, out)
 	}
-	if !regexp.MustCompile(`(?m)^\[node1 1\] .*CRASH on purpose .*attempt=0 code=9$`).MatchString(out) ||
+	if !regexp.MustCompile(`(?m)^\[node1 1 r\d+\] .*CRASH on purpose .*attempt=0 code=9$`).MatchString(out) ||
 		!regexp.MustCompile(`(?m)^gorun: node1 failed .*exited with 9.*; restarting the whole group \(attempt 2 of 2\)$`).MatchString(out) {
 		t.Fatalf("no crash of rank 3 on attempt 0 followed by a group restart:\n%s", out)
 	}
@@ -460,10 +460,10 @@ func TestSlurmHeadRestart(t *testing.T) {
 	if n := regexp.MustCompile(`(?m)params-in-sync OK .*attempt=1 restart=1$`).FindAllString(out, -1); len(n) != 6 {
 		t.Fatalf("want the 6 ranks of attempt 1 to finish (restart=1), got %d:\n%s", len(n), out)
 	}
-	// "[node0 0] [node0 rank=0/6 ...] ready attempt=0 ... env SLURM_STEP_ID=4"
+	// "[node0 0 r0] [node0 rank=0/6 ...] ready attempt=0 ... env SLURM_STEP_ID=4"
 	// Each worker names its step, and does not see the agent's own task
 	// variables (SLURM_PROCID=0 of a one-task step is not its rank).
-	ready := regexp.MustCompile(`(?m)^\[(\S+) \d\] \[\S+ rank=\d+/6 .*\] ready attempt=(\d) .* env SLURM_PROCID=<unset> SLURM_STEP_ID=(\d+)$`)
+	ready := regexp.MustCompile(`(?m)^\[(\S+) \d r\d+\] \[\S+ rank=\d+/6 .*\] ready attempt=(\d) .* env SLURM_PROCID=<unset> SLURM_STEP_ID=(\d+)$`)
 	steps := map[string]map[string]bool{} // "attempt node" → step ids
 	for _, m := range ready.FindAllStringSubmatch(out, -1) {
 		k := m[2] + " " + m[1]
@@ -498,7 +498,7 @@ func TestSlurmScancel(t *testing.T) {
 	env := c.jobEnv(t, "GORUN_OPTS=--env STEPS=100000 --env STEP_SLEEP=0.1")
 	id, outFile, _ := c.submit(t, false, env, "--nodes=3", "slurm/gorun.sbatch")
 	deadline := time.Now().Add(slurmJobTimeout)
-	running := regexp.MustCompile(`(?m)^\[node2 1\] .* step=2 `)
+	running := regexp.MustCompile(`(?m)^\[node2 1 r\d+\] .* step=2 `)
 	for {
 		b, _ := os.ReadFile(outFile)
 		if running.Match(b) {

@@ -38,7 +38,7 @@ func TestClusterHotSpare(t *testing.T) {
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	n := c.nodes
 	r.waitLine(t, `^gorun: 3 of 4 nodes run the job \(--nnodes 3\); spares, in this order, for a node that fails: `+n[3]+`$`, time.Minute)
-	r.waitLine(t, `^\[`+n[1]+` [01]\] .* step=1 `, 3*time.Minute)
+	r.waitLine(t, `^\[`+n[1]+` [01] r\d+\] .* step=1 `, 3*time.Minute)
 	restore := cutLink(t, c, 1)
 	cut := time.Now()
 	r.waitLine(t, `^gorun: `+n[1]+` leaves the job \(.*\); spare `+n[3]+` takes its place, node rank 1 \(0 spares left\)$`, 2*time.Minute)
@@ -139,16 +139,16 @@ func spareForFailedCheck(t *testing.T, extra ...string) {
 			fmt.Sprintf(` takes its place, node rank %d \(0 spares left\)$`, rank)
 	}
 
-	r.waitLine(t, `^\[`+n[1]+` [01]\] .* step=1 `, 3*time.Minute)
+	r.waitLine(t, `^\[`+n[1]+` [01] r\d+\] .* step=1 `, 3*time.Minute)
 	repair1 := fail(1, 0)
 	r.waitLine(t, leaves(n[1], n[3], 1), 2*time.Minute)
-	r.waitLine(t, `^\[`+n[3]+` [01]\] .* step=1 `, 2*time.Minute)
+	r.waitLine(t, `^\[`+n[3]+` [01] r\d+\] .* step=1 `, 2*time.Minute)
 
 	repair1()
 	fail(2, 1)
 	r.waitLine(t, `^gorun: `+n[1]+` passes its checks again: a spare now$`, 2*time.Minute)
 	r.waitLine(t, leaves(n[2], n[1], 2), time.Second)
-	r.waitLine(t, `^\[`+n[1]+` [01]\] .* step=1 `, 2*time.Minute)
+	r.waitLine(t, `^\[`+n[1]+` [01] r\d+\] .* step=1 `, 2*time.Minute)
 
 	fail(3, 2)
 	code := r.wait(t, 3*time.Minute)
@@ -225,7 +225,7 @@ func checkNodeRanks(t *testing.T, out string, attempt int, nodes ...string) {
 	world := 2 * len(nodes)
 	for nr, node := range nodes {
 		for lr := range 2 {
-			want := fmt.Sprintf(`(?m)^\[%s %d\] \[\S+ rank=%d/%d local=%d .* ready attempt=%d `, regexp.QuoteMeta(node), lr, 2*nr+lr, world, lr, attempt)
+			want := fmt.Sprintf(`(?m)^\[%s %d r%d\] \[\S+ rank=%d/%d local=%d .* ready attempt=%d `, regexp.QuoteMeta(node), lr, 2*nr+lr, 2*nr+lr, world, lr, attempt)
 			if !regexp.MustCompile(want).MatchString(out) {
 				t.Errorf("attempt %d: no line matches %s: the node ranks moved:\n%s", attempt, want, out)
 			}
@@ -302,7 +302,7 @@ func TestSlurmHotSpare(t *testing.T) {
 	env := c.jobEnv(t, "GORUN_OPTS=--nnodes 3 --max-restarts 1 --env STEPS=40 --env STEP_SLEEP=0.2 --env CRASH_DIR="+crashes)
 	id, outFile, _ := c.submit(t, false, env, "--nodes=4", "slurm/gorun.sbatch")
 	waitOutput(t, outFile, `(?m)^gorun: 3 of 4 nodes run the job \(--nnodes 3\); spares, in this order, for a node that fails: node3$`, slurmJobTimeout)
-	waitOutput(t, outFile, `(?m)^\[node1 [01]\] .* step=1 `, slurmJobTimeout)
+	waitOutput(t, outFile, `(?m)^\[node1 [01] r\d+\] .* step=1 `, slurmJobTimeout)
 	repair := breakTorchIn(t, c.nodes[1].name, c.nodes[1].slurmd)
 	defer repair()
 	if err := os.WriteFile(filepath.Join(crashes, "node1.0"), nil, 0o644); err != nil {
@@ -310,7 +310,7 @@ func TestSlurmHotSpare(t *testing.T) {
 	}
 	failed := time.Now()
 	waitOutput(t, outFile, `(?m)^gorun: node1 leaves the job \(torchrun's Python finds no usable torch: .*\); spare node3 takes its place, node rank 1 \(0 spares left\)$`, time.Minute)
-	waitOutput(t, outFile, `(?m)^\[node3 [01]\] .* ready attempt=1 `, time.Minute)
+	waitOutput(t, outFile, `(?m)^\[node3 [01] r\d+\] .* ready attempt=1 `, time.Minute)
 	t.Logf("crash on node1 → first line of the attempt on the spare: %v", time.Since(failed).Round(time.Millisecond))
 	code := c.waitEnd(t, env, id, slurmJobTimeout)
 	out := readOutput(t, outFile)

@@ -439,7 +439,7 @@ func TestClusterWorkerSIGKILL(t *testing.T) {
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
 		"--env", "STEPS=100000", "--env", "STEP_SLEEP=0.1", script(t), "--tag", mark)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
-	r.waitLine(t, `^\[node2 1\] .* step=2 `, 3*time.Minute)
+	r.waitLine(t, `^\[node2 1 r\d+\] .* step=2 `, 3*time.Minute)
 	victim := -1
 	for _, pid := range workers(mark, 0) {
 		b, _ := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "environ"))
@@ -740,7 +740,7 @@ func TestClusterElasticShrink(t *testing.T) {
 			args = append(append(args, tc.nnodes...), "--torchrun", shim(t), "--max-restarts", "1",
 				"--env", "STEPS=40", "--env", "STEP_SLEEP=0.2", script(t), "--tag", mark)
 			r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
-			r.waitLine(t, `^\[node2 [01]\] .* ready attempt=0`, 3*time.Minute)
+			r.waitLine(t, `^\[node2 [01] r\d+\] .* ready attempt=0`, 3*time.Minute)
 			restore := cutLink(t, c, 2)
 			code := r.wait(t, 4*time.Minute)
 			out := r.output()
