@@ -35,7 +35,7 @@ if [ "${1:-}" = inner ]; then
   # measure LABEL ARGS...: one run of gorun ARGS; prints LABEL first_ms total_ms. The first
   # line is a worker's ("[node1 0] ...") for the DDP job, echo's ("[node1] ...") for bare.
   measure() {
-    local label=$1 t0 t1="" t2 line rc ok=0 first='^\[node[0-9]+ [0-9]+\] ' done='params-in-sync OK' want=6
+    local label=$1 t0 t1="" t2 line rc ok=0 first='^\[node[0-9]+ [0-9]+( r[0-9]+)?\] ' done='params-in-sync OK' want=6
     shift
     if [[ $label == *-bare ]]; then first='^\[node[0-9]+\] .*--nnodes' done='--nnodes' want=3; fi
     t0=$(date +%s%N)
