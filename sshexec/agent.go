@@ -129,6 +129,10 @@ func ServeAgentWith(ctx context.Context, sidecar Sidecar, stdin io.Reader, stdou
 		specTimer.Stop()
 		return AgentExitBadSpec
 	}
+	if job.Protocol != wire.Protocol {
+		a.logf("%s", wire.ProtocolMismatch(job.Protocol, wire.Protocol))
+		return AgentExitBadSpec
+	}
 	if len(job.Argv) == 0 || job.Argv[0] == "" {
 		a.logf("read job: empty argv")
 		return AgentExitBadSpec

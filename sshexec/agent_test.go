@@ -240,7 +240,7 @@ func startRawAgent(t *testing.T, job Job) *rawAgent {
 		close(a.done)
 	}()
 	if job.Argv != nil {
-		line, err := json.Marshal(job)
+		line, err := jobLine(job)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -267,6 +267,38 @@ func (a *rawAgent) wait(t *testing.T, limit time.Duration) int {
 	case <-time.After(limit):
 		t.Fatalf("agent still running after %v; stderr: %s", limit, a.stderr.String())
 		return -1
+	}
+}
+
+// TestAgentProtocolMismatch: a job line from a head of another protocol
+// version (or of none: a gorun older than the check) is refused before
+// anything starts, with one line that names both versions and the fix.
+func TestAgentProtocolMismatch(t *testing.T) {
+	t.Parallel()
+	for _, head := range []int{0, wire.Protocol + 1} {
+		t.Run(fmt.Sprint(head), func(t *testing.T) {
+			t.Parallel()
+			a := startRawAgent(t, Job{})
+			line := fmt.Sprintf(`{"protocol":%d,"argv":["/bin/sh","-c","echo ran"]}`, head)
+			if head == 0 {
+				line = `{"argv":["/bin/sh","-c","echo ran"]}`
+			}
+			if _, err := io.WriteString(a.stdin, line+"\n"); err != nil {
+				t.Fatal(err)
+			}
+			if got := a.wait(t, 10*time.Second); got != AgentExitBadSpec || a.stdout.Len() != 0 {
+				t.Errorf("exit code = %d, stdout %q; want %d and nothing run", got, a.stdout.String(), AgentExitBadSpec)
+			}
+			want := "gorun agent: " + wire.ProtocolMismatch(head, wire.Protocol) + "\n"
+			if a.stderr.String() != want {
+				t.Errorf("stderr = %q, want %q", a.stderr.String(), want)
+			}
+			for _, v := range []string{fmt.Sprintf("protocol %d", head), fmt.Sprintf("protocol %d", wire.Protocol), "--remote-gorun"} {
+				if !strings.Contains(want, v) {
+					t.Errorf("%q does not say %q", want, v)
+				}
+			}
+		})
 	}
 }
 
@@ -302,7 +334,7 @@ func TestAgentExitCode(t *testing.T) {
 			want: AgentExitNoStart, wantStderr: "gorun agent: start /bin/true: ",
 		},
 		{name: "bad json", raw: "{argv\n", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
-		{name: "empty argv", raw: "{}\n", want: AgentExitBadSpec, wantStderr: "empty argv"},
+		{name: "empty argv", raw: fmt.Sprintf(`{"protocol":%d}`+"\n", wire.Protocol), want: AgentExitBadSpec, wantStderr: "empty argv"},
 		{name: "no job line", raw: "", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
 	}
 	for _, tc := range tests {

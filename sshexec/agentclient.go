@@ -7,6 +7,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // agentProcess is the head's side of one agent: it feeds the agent's stdin
@@ -38,7 +40,7 @@ func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
 	if errW == nil {
 		errW = io.Discard
 	}
-	line, err := json.Marshal(job)
+	line, err := jobLine(job)
 	if err != nil {
 		err = fmt.Errorf("encode job: %w", err)
 	} else if _, err = stdin.Write(append(line, '\n')); err != nil {
@@ -73,6 +75,12 @@ func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
 		close(p.done)
 	}()
 	return p, nil
+}
+
+// jobLine is job as the agent reads it, with the head's protocol version.
+func jobLine(job Job) ([]byte, error) {
+	job.Protocol = wire.Protocol
+	return json.Marshal(job)
 }
 
 // copyAndClose copies r to w in a goroutine, then closes r if it can be

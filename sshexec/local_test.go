@@ -19,6 +19,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // newTestLocal returns a Local whose agent is this test binary.
@@ -399,7 +401,7 @@ func TestAttachAgentBlockedStdin(t *testing.T) {
 	if string(out.Bytes()) != "out" {
 		t.Errorf("stdout = %q, want %q", out.Bytes(), "out")
 	}
-	if !strings.HasPrefix(string(stdin.got), `{"argv":["x"]`) || !strings.HasSuffix(string(stdin.got), "}\n") {
+	if !strings.HasPrefix(string(stdin.got), fmt.Sprintf(`{"protocol":%d,"argv":["x"]`, wire.Protocol)) || !strings.HasSuffix(string(stdin.got), "}\n") {
 		t.Errorf("job line = %q", stdin.got)
 	}
 }

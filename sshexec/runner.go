@@ -13,9 +13,12 @@ import (
 // set of variables to add to (or override in) the agent's environment; it
 // travels inside the job spec, never through sshd's Setenv.
 type Job struct {
-	Argv []string          `json:"argv"`
-	Env  map[string]string `json:"env"`
-	Dir  string            `json:"dir"` // working directory; "" keeps the agent's
+	// Protocol is the head's wire.Protocol, set by the head as it sends
+	// the job; an agent of another version refuses the job.
+	Protocol int               `json:"protocol"`
+	Argv     []string          `json:"argv"`
+	Env      map[string]string `json:"env"`
+	Dir      string            `json:"dir"` // working directory; "" keeps the agent's
 	// Heartbeat is how long the agent waits for a sign of life from the head
 	// before it tears the job down; 0 uses DefaultHeartbeatTimeout.
 	Heartbeat time.Duration `json:"heartbeat"`

@@ -3,7 +3,6 @@ package sshexec
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"io"
 	"sync"
 	"time"
@@ -134,12 +133,12 @@ func (s *warmSlot) handAhead(job Job) bool {
 	if job.Standby || job.Gated {
 		return false
 	}
-	want, err := json.Marshal(job)
+	want, err := jobLine(job)
 	if err != nil {
 		return false
 	}
 	job.Gated = true
-	line, err := json.Marshal(job)
+	line, err := jobLine(job)
 	if err != nil {
 		return false
 	}
@@ -171,7 +170,7 @@ func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
 	if a == nil || a.ended() {
 		return nil
 	}
-	line, err := json.Marshal(job)
+	line, err := jobLine(job)
 	if err != nil {
 		a.proc.Stop(true)
 		return nil
