@@ -47,14 +47,14 @@ func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 	return check(ctx, cl, nodes, runners, cfg, ui, false, nil)
 }
 
-// recheck is Check during the run, quietly. Without preflight no node is
+// recheckNodes is Check during the run, quietly. Without preflight no node is
 // asked for its torch, which starts an interpreter on every node: such a
 // check is about reach and routes, and the plan was made without torch's
 // facts. With it, torch is looked for every time, so that a node whose
 // torch broke since fails its check and a spare takes its place; where an
 // earlier check found it (known), the node reads it there without
 // starting the interpreter (preflight.ReadTorchAt).
-func recheck(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, known map[string]preflight.TorchAt) preflight.Report {
+func recheckNodes(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, known map[string]preflight.TorchAt) preflight.Report {
 	return check(ctx, cl, nodes, runners, cfg, UI{Err: io.Discard}, cl.Gorun.Preflight == "off", known)
 }
 

@@ -92,10 +92,8 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 		g.fanout = r.cl.Gorun.Fanout
 		hs = append(hs, g)
 	}
-	var recheck *shrink
 	if len(r.spec.Hosts) > 0 {
-		recheck = newShrink(r)
-		hs = append(hs, recheck)
+		hs = append(hs, newRecheck(r))
 	}
 	if !r.perPod { // the other pods were told the port; moving it would lose them
 		hs = append(hs, &masterPort{diag: r.ui.Err})

@@ -104,11 +104,11 @@ func TestRedial(t *testing.T) {
 	}
 }
 
-// TestShrinkRedialsLostNodes: a node that leaves the job with its
+// TestRecheckRedialsLostNodes: a node that leaves the job with its
 // connection lost is dialled again; once it answers, the next restart
 // puts its new runner in the run's and checks it again, and a node that
 // passes is a spare again.
-func TestShrinkRedialsLostNodes(t *testing.T) {
+func TestRecheckRedialsLostNodes(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1,node3:1", "--nnodes", "3", "x.py")
 	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
 	conns := map[string]sshexec.Runner{"node0": &fakeRunner{name: "node0"}, "node1": lostRunner{&fakeRunner{name: "node1"}},
@@ -116,7 +116,7 @@ func TestShrinkRedialsLostNodes(t *testing.T) {
 	dialled := make(chan string, 4)
 	fresh := &fakeRunner{name: "node1", agent: func([]string) ([]byte, error) { return json.Marshal(wire.GPUFreeAnswer{NoGPUs: true, Free: true}) }}
 	var diag strings.Builder
-	s := &shrink{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}}, conns: conns,
+	s := &recheck{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}}, conns: conns,
 		redial: &redial{runID: "run1", quit: make(chan struct{}), pending: map[string]bool{}, back: map[string]sshexec.Runner{},
 			connect: func(_ context.Context, h hosts.Host) (sshexec.Runner, error) {
 				dialled <- h.Name

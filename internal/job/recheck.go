@@ -22,14 +22,14 @@ import (
 // answered by then counts as failed.
 const recheckTimeout = 30 * time.Second
 
-// shrink is the hook that checks every node again before a restart in
+// recheck is the hook that checks every node again before a restart in
 // head-node mode, the spares with them: reached, and with --preflight on,
 // the per-node checks. A node that fails is replaced by a spare when one
 // is ready (spares.replace: the other nodes keep their node ranks), else
 // dropped while at least --nnodes' minimum remain, and the plan is
 // rebuilt for the nodes of the next attempt; without a range, or with too
 // few left, the run ends with the findings (ErrRecheckFailed).
-type shrink struct {
+type recheck struct {
 	cl   cmdline.CommandLine
 	diag io.Writer
 	// check runs preflight on hosts (Check, through the run's runners).
@@ -62,7 +62,7 @@ type earlyCheck struct {
 }
 
 // Stopping starts the recheck for the restart after a.
-func (s *shrink) Stopping(ctx context.Context, a *Attempt) {
+func (s *recheck) Stopping(ctx context.Context, a *Attempt) {
 	e := &earlyCheck{after: a.K, nodes: append(slices.Clone(a.Spec.Hosts), s.spares.all()...), done: make(chan struct{})}
 	s.early = e
 	go func() {
@@ -91,7 +91,7 @@ func withoutJobsOwn(r preflight.Report) preflight.Report {
 // none. It waits for a check under way either way (bounded by its own
 // recheckTimeout): the check reads the runners, which a node dialled
 // again replaces.
-func (s *shrink) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
+func (s *recheck) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
 	e := s.early
 	s.early = nil
 	if e == nil {
@@ -104,9 +104,9 @@ func (s *shrink) takeEarly(k int, nodes []hosts.Host) (preflight.Report, bool) {
 	return e.report, true
 }
 
-func newShrink(r *run) *shrink {
-	return &shrink{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
-		report := recheck(ctx, r.cl, nodes, r.conns, r.cfg, r.torch.known())
+func newRecheck(r *run) *recheck {
+	return &recheck{cl: r.cl, diag: r.ui.Err, spares: r.spares, check: func(ctx context.Context, nodes []hosts.Host) preflight.Report {
+		report := recheckNodes(ctx, r.cl, nodes, r.conns, r.cfg, r.torch.known())
 		r.torch.learn(report)
 		return report
 	}, forget: r.torch.forget, cool: func(node string) {
@@ -117,14 +117,14 @@ func newShrink(r *run) *shrink {
 }
 
 // Finish ends the dialling of lost nodes.
-func (s *shrink) Finish(context.Context, *Attempt, launch.Result, error) error {
+func (s *recheck) Finish(context.Context, *Attempt, launch.Result, error) error {
 	s.redial.stop()
 	return nil
 }
 
-func (*shrink) Name() string { return "recheck" }
+func (*recheck) Name() string { return "recheck" }
 
-func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
+func (s *recheck) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	if a.K == 0 {
 		return nil
 	}
@@ -238,7 +238,7 @@ func (s *shrink) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 // that left the job, or a spare that failed its checks. A standby holds
 // what its torchrun imported when it started; such a node may be broken
 // now, or repaired by the time it is used again.
-func (s *shrink) coolLeft(checked, kept []hosts.Host) {
+func (s *recheck) coolLeft(checked, kept []hosts.Host) {
 	if s.cool == nil {
 		return
 	}
@@ -255,7 +255,7 @@ func (s *shrink) coolLeft(checked, kept []hosts.Host) {
 // (not kept) whose connection is lost, in the background (redial). Only
 // with spares: a node that answers again can only come back as one (a
 // --nnodes range shrinks, and does not grow back).
-func (s *shrink) redialLost(ctx context.Context, checked, kept []hosts.Host) {
+func (s *recheck) redialLost(ctx context.Context, checked, kept []hosts.Host) {
 	if s.redial == nil || s.spares == nil {
 		return
 	}

@@ -33,7 +33,7 @@ func reportOf(nodes []hosts.Host, fails map[string]string) preflight.Report {
 	return r
 }
 
-func TestShrink(t *testing.T) {
+func TestRecheck(t *testing.T) {
 	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
 	for _, tc := range []struct {
 		name      string
@@ -69,7 +69,7 @@ func TestShrink(t *testing.T) {
 			}
 			checks := 0
 			var diag bytes.Buffer
-			s := &shrink{cl: cl, diag: &diag, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
+			s := &recheck{cl: cl, diag: &diag, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
 				checks++
 				return reportOf(nodes, tc.fails)
 			}}
@@ -101,9 +101,9 @@ func TestShrink(t *testing.T) {
 	}
 }
 
-func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
+func TestRecheckFirstAttemptAndInterrupt(t *testing.T) {
 	called := false
-	s := &shrink{cl: parse(t, "x.py"), diag: &bytes.Buffer{}, check: func(context.Context, []hosts.Host) preflight.Report {
+	s := &recheck{cl: parse(t, "x.py"), diag: &bytes.Buffer{}, check: func(context.Context, []hosts.Host) preflight.Report {
 		called = true
 		return preflight.Report{}
 	}}
@@ -118,9 +118,9 @@ func TestShrinkFirstAttemptAndInterrupt(t *testing.T) {
 	}
 }
 
-// TestShrinkThroughRealChecks runs the recheck through Check and
+// TestRecheckThroughRealChecks runs the recheck through Check and
 // preflight.Run against fake nodes: one answers, one cannot be reached.
-func TestShrinkThroughRealChecks(t *testing.T) {
+func TestRecheckThroughRealChecks(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1,node1:1", "--nnodes", "1:2", "--preflight", "warn", "x.py")
 	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
 	spec := envplan.Spec{CommandLine: cl, Hosts: nodes}
@@ -130,7 +130,7 @@ func TestShrinkThroughRealChecks(t *testing.T) {
 	r := &run{cl: cl, cfg: noSlurm(), ui: UI{Err: &bytes.Buffer{}}, spec: spec,
 		conns: map[string]sshexec.Runner{"node0": ok, "node1": lost}}
 	a := &Attempt{K: 1, Spec: spec, Plan: plan, Restart: &launch.Restart{Failed: time.Now()}}
-	if err := newShrink(r).BeforeAttempt(context.Background(), a); err != nil {
+	if err := newRecheck(r).BeforeAttempt(context.Background(), a); err != nil {
 		t.Fatal(err)
 	}
 	if len(a.Plan.Nodes) != 1 || a.Plan.Nodes[0].Host != "node0" {
@@ -141,12 +141,12 @@ func TestShrinkThroughRealChecks(t *testing.T) {
 	}
 }
 
-// TestShrinkEarlyCheck: the recheck started as attempt 0 began to stop
+// TestRecheckEarlyCheck: the recheck started as attempt 0 began to stop
 // (Stopping) is the one the restart uses, run once, with a GPU busy with
 // the stopping job's own processes not held against its node; a node it
 // found lost is still dropped. A recheck started for another attempt, or
 // other nodes, is not used.
-func TestShrinkEarlyCheck(t *testing.T) {
+func TestRecheckEarlyCheck(t *testing.T) {
 	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
 	cl := parse(t, "--hosts", "node0:1,node1:1,node2:1", "--nnodes", "1:3", "x.py")
 	spec := envplan.Spec{CommandLine: cl, Hosts: three}
@@ -156,7 +156,7 @@ func TestShrinkEarlyCheck(t *testing.T) {
 	}
 	var checks atomic.Int32
 	release := make(chan struct{})
-	s := &shrink{cl: cl, diag: &bytes.Buffer{}, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
+	s := &recheck{cl: cl, diag: &bytes.Buffer{}, check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
 		checks.Add(1)
 		<-release
 		r := reportOf(nodes, map[string]string{"node2": "node.reach"})
@@ -188,10 +188,10 @@ func TestShrinkEarlyCheck(t *testing.T) {
 	}
 }
 
-// TestShrinkWithSpares: before a restart the spares are checked with the
+// TestRecheckWithSpares: before a restart the spares are checked with the
 // nodes; a failing node's place goes to a ready spare (the other nodes
 // keep theirs), and when none is left, the range shrinks or the run stops.
-func TestShrinkWithSpares(t *testing.T) {
+func TestRecheckWithSpares(t *testing.T) {
 	three := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}, {Name: "node2", Slots: 1}}
 	for _, tc := range []struct {
 		name      string
@@ -225,7 +225,7 @@ func TestShrinkWithSpares(t *testing.T) {
 			var cooled []string
 			var mu sync.Mutex
 			var diag bytes.Buffer
-			s := &shrink{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}},
+			s := &recheck{cl: cl, diag: &diag, spares: &spares{ready: []hosts.Host{{Name: "node3", Slots: 1}}},
 				check: func(_ context.Context, nodes []hosts.Host) preflight.Report {
 					checks++
 					return reportOf(nodes, tc.fails)
@@ -286,7 +286,7 @@ func TestSpareThroughRealChecks(t *testing.T) {
 		spares: &spares{ready: []hosts.Host{{Name: "node2", Slots: 1}, {Name: "node3", Slots: 1}}},
 		conns:  map[string]sshexec.Runner{"node0": answers("node0"), "node1": lost, "node3": answers("node3")}}
 	a := &Attempt{K: 1, Spec: spec, Plan: plan}
-	if err := newShrink(r).BeforeAttempt(context.Background(), a); err != nil {
+	if err := newRecheck(r).BeforeAttempt(context.Background(), a); err != nil {
 		t.Fatalf("%v\n%s", err, diag.String())
 	}
 	var got []string
@@ -323,7 +323,7 @@ func TestRecheckTorch(t *testing.T) {
 		}}
 		cl := parse(t, "--hosts", "node0:1", "--preflight", tc.preflight, "x.py")
 		runners := map[string]sshexec.Runner{"node0": node0}
-		recheck(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), nil)
+		recheckNodes(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), nil)
 		Check(context.Background(), cl, []hosts.Host{{Name: "node0", Slots: 1}}, runners, noSlurm(), UI{Err: &bytes.Buffer{}})
 		if want := []bool{tc.asked, true}; !slices.Equal(asked, want) {
 			t.Errorf("--preflight %s: torch asked for by the recheck, then the launch's check: %v, want %v", tc.preflight, asked, want)
@@ -351,9 +351,9 @@ func TestRecheckReadsTorchWhereFound(t *testing.T) {
 	nodes := []hosts.Host{{Name: "node0", Slots: 1}}
 	var places torchPlaces
 	places.learn(Check(context.Background(), cl, nodes, runners, noSlurm(), UI{Err: &bytes.Buffer{}}))
-	recheck(context.Background(), cl, nodes, runners, noSlurm(), places.known())
+	recheckNodes(context.Background(), cl, nodes, runners, noSlurm(), places.known())
 	places.forget("node0")
-	recheck(context.Background(), cl, nodes, runners, noSlurm(), places.known())
+	recheckNodes(context.Background(), cl, nodes, runners, noSlurm(), places.known())
 	want := preflight.TorchAt{Python: "/usr/bin/python3", Dir: "/usr/lib/python3/dist-packages/torch"}
 	if len(asked) != 3 || asked[0] != nil || asked[1] == nil || *asked[1] != want || asked[2] != nil {
 		t.Errorf("torch_at asked by the launch's check, a recheck, a recheck after a redial: %v; want nil, %+v, nil", asked, want)
