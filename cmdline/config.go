@@ -126,7 +126,7 @@ type Options struct {
 	// --no-python, not --run-path), with PrewarmAuto set: the launch then
 	// drops the pool for a script it can read that imports none of the
 	// modules (job.autoPrewarm), and a node with too few CPUs starts none
-	// (sshexec.Pool.Auto).
+	// (wire.Pool.Auto).
 	Prewarm     []string
 	PrewarmAuto bool
 	// PrewarmSkipped says why auto left the pool out, for the plan: set

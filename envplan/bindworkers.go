@@ -3,7 +3,6 @@ package envplan
 import (
 	"fmt"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/gorun/gorun/hosts"
@@ -13,24 +12,6 @@ import (
 // PrefixTemplateVar is torchrun's template of the prefix of its --tee
 // lines, which gorun's lines of the workers follow too.
 const PrefixTemplateVar = "TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"
-
-// StdStreams is torchrun's --redirects or --tee value for one local rank:
-// "3" for every rank, or "0:1,1:2" per rank (a rank not named: 0).
-// Bit 1 is stdout, bit 2 stderr.
-func StdStreams(spec string, localRank int) int {
-	spec = strings.TrimSpace(spec)
-	if n, err := strconv.Atoi(spec); err == nil {
-		return n & 3
-	}
-	for _, kv := range strings.Split(spec, ",") {
-		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
-		if r, err := strconv.Atoi(k); ok && err == nil && r == localRank {
-			n, _ := strconv.Atoi(v)
-			return n & 3
-		}
-	}
-	return 0
-}
 
 // wrapWorkers puts gorun's supervisor between torchrun and every worker:
 // torchrun runs `gorun _rank [-m | --no-python] -- <script> <args>` (with
@@ -71,10 +52,10 @@ func (b *builder) wrapWorkers(n *NodePlan, h hosts.Host) {
 	if b.spec.Set("tee") || b.spec.Set("redirects") {
 		var echo, quiet []string
 		for lr := range len(n.Ranks) {
-			if e := StdStreams(b.cfg.Redirects, lr) | StdStreams(b.cfg.Tee, lr); e != 0 {
+			if e := wire.StdStreams(b.cfg.Redirects, lr) | wire.StdStreams(b.cfg.Tee, lr); e != 0 {
 				echo = append(echo, fmt.Sprintf("%d:%d", lr, e))
 			}
-			if q := StdStreams(b.cfg.Redirects, lr) &^ StdStreams(b.cfg.Tee, lr); q != 0 {
+			if q := wire.StdStreams(b.cfg.Redirects, lr) &^ wire.StdStreams(b.cfg.Tee, lr); q != 0 {
 				quiet = append(quiet, fmt.Sprintf("%d:%d", lr, q))
 			}
 		}

@@ -28,9 +28,9 @@ import (
 	"testing"
 	"time"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 var gorunBin string // built once in TestMain
@@ -815,8 +815,8 @@ print("err from", r, file=sys.stderr, flush=True)
 				for i := 0; i+1 < len(opts); i += 2 {
 					spec[opts[i]] = opts[i+1]
 				}
-				tee := envplan.StdStreams(spec["--tee"], r)
-				off := envplan.StdStreams(spec["--redirects"], r) &^ tee
+				tee := wire.StdStreams(spec["--tee"], r)
+				off := wire.StdStreams(spec["--redirects"], r) &^ tee
 				for bit, l := range map[int]string{1: "out from %d", 2: "err from %d"} {
 					switch {
 					case off&bit != 0:

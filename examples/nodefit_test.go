@@ -155,7 +155,7 @@ func TestClusterHostCertificate(t *testing.T) {
 	}
 	// Its principals: the name and the address ssh checks it under.
 	sshConf, _ := os.ReadFile(filepath.Join(c.state, "ssh_config"))
-	addr := regexp.MustCompile(`(?m)^Host `+regexp.QuoteMeta(c.nodes[1])+`\n\s*HostName (\S+)`).FindSubmatch(sshConf)
+	addr := regexp.MustCompile(`(?m)^Host ` + regexp.QuoteMeta(c.nodes[1]) + `\n\s*HostName (\S+)`).FindSubmatch(sshConf)
 	if addr == nil {
 		t.Fatalf("no HostName for %s in the cluster's ssh_config", c.nodes[1])
 	}

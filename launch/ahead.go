@@ -12,7 +12,7 @@ import (
 // failure), the next attempt's jobs go to the nodes' agents on standby
 // as soon as each is in place. Each node's next torchrun then runs its
 // main, meets at its store and starts its workers' supervisors, which
-// wait at the gate (sshexec.Job.Gated) for as long as the attempt runs;
+// wait at the gate (wire.Job.Gated) for as long as the attempt runs;
 // the next attempt's start releases them, and the run's end stops them
 // with their standby. What a restart still waits for after the stop is
 // the release and the workers' own start. A node whose standby comes

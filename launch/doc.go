@@ -23,7 +23,7 @@
 // worker's stdout and stderr and sends complete lines, with its local rank,
 // as internal/wire frames to the node agent's relay socket; the agent puts
 // them on its stdout as frames, beside torchrun's own output
-// (sshexec.Job.Relay). So lines reach the head as they are printed, in order
+// (wire.Job.Relay). So lines reach the head as they are printed, in order
 // per worker, without torchrun's --tee (which polls log files). launch
 // prefixes them with the node and local rank, "[node1 0] hello", and marks
 // torchrun's own lines with the node alone, "[node1] ...". torchrun's --tee

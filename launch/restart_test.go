@@ -84,10 +84,10 @@ func TestRestartString(t *testing.T) {
 type warmRunner struct {
 	*fakeRunner
 	mu    sync.Mutex
-	warms []sshexec.Job
+	warms []wire.Job
 }
 
-func (w *warmRunner) Warm(_ context.Context, job sshexec.Job) error {
+func (w *warmRunner) Warm(_ context.Context, job wire.Job) error {
 	w.mu.Lock()
 	w.warms = append(w.warms, job)
 	w.mu.Unlock()
@@ -109,7 +109,7 @@ func (w *warmRunner) warmCount() int {
 // the restart's timeline is kept in the result and said.
 func TestRunWarmsAndTimesARestart(t *testing.T) {
 	var runners, spares []*warmRunner
-	var pools []*sshexec.Pool
+	var pools []*wire.Pool
 	var mu sync.Mutex
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		sc := script{after: 50 * ms, code: 0, frames: []timedFrame{
@@ -120,12 +120,12 @@ func TestRunWarmsAndTimesARestart(t *testing.T) {
 		}
 		r := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: sc}}
 		spare := &warmRunner{fakeRunner: &fakeRunner{name: "spare"}}
-		pool := &sshexec.Pool{Auto: true}
+		pool := &wire.Pool{Auto: true}
 		mu.Lock()
 		runners, spares, pools = append(runners, r), append(spares, spare), append(pools, pool)
 		mu.Unlock()
 		return []Node{{Name: "node1", Runner: r, Workers: 2, Standby: []sshexec.Runner{spare},
-			Job: sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}, Pool: pool}}}, nil
+			Job: wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}, Pool: pool}}}, nil
 	}
 	var diag syncBuffer
 	res, err := Run(context.Background(), Options{Attempt: attempt, MaxRestarts: 1, Diag: &diag, HangTimeout: 10 * time.Minute})
@@ -186,7 +186,7 @@ func TestRunWarmsAtAStartUpCrash(t *testing.T) {
 		mu.Lock()
 		runners[k] = []*warmRunner{r1, r2}
 		mu.Unlock()
-		job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+		job := wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 		return []Node{{Name: "node1", Runner: r1, Workers: 2, Job: job}, {Name: "node2", Runner: r2, Workers: 2, Job: job}}, nil
 	}
 	var diag syncBuffer
@@ -221,7 +221,7 @@ func TestRunWarmsOnceAllImported(t *testing.T) {
 	slow := script{after: 500 * ms, frames: []timedFrame{{ms, started(0, 1)}, {300 * ms, joined(0)}}}
 	r0 := &warmRunner{fakeRunner: &fakeRunner{name: "node0", sc: quick}}
 	r1 := &warmRunner{fakeRunner: &fakeRunner{name: "node1", sc: slow}}
-	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	job := wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 	attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 		return []Node{{Name: "node0", Runner: r0, Workers: 1, Job: job}, {Name: "node1", Runner: r1, Workers: 1, Job: job}}, nil
 	}
@@ -254,7 +254,7 @@ func TestRunWarmsEarly(t *testing.T) {
 		sc := script{after: 400 * ms, frames: []timedFrame{
 			{100 * ms, started(0, 0)}, {ms, started(1, 1)}, {200 * ms, joined(0)}, {ms, joined(1)}}}
 		r := &warmRunner{fakeRunner: &fakeRunner{name: "node0", sc: sc}}
-		job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+		job := wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 		attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 			return []Node{{Name: "node0", Runner: r, Workers: 2, WarmEarly: early, Job: job}}, nil
 		}
@@ -281,10 +281,10 @@ func TestRunWarmsEarly(t *testing.T) {
 // aheadRunner is a warmRunner that takes jobs handed ahead.
 type aheadRunner struct {
 	*warmRunner
-	ahead []sshexec.Job
+	ahead []wire.Job
 }
 
-func (a *aheadRunner) HandAhead(job sshexec.Job) bool {
+func (a *aheadRunner) HandAhead(job wire.Job) bool {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	a.ahead = append(a.ahead, job)
@@ -300,7 +300,7 @@ func (a *aheadRunner) HandAhead(job sshexec.Job) bool {
 // second) hands nothing ahead, and neither does the last attempt.
 func TestRunHandsAhead(t *testing.T) {
 	r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
-	job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+	job := wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 	// The failure 100 ms after the join: the standby and the hand-off
 	// ahead come before it, even on a loaded machine.
 	fail := script{stopCode: 1, linger: 30 * ms, frames: []timedFrame{{ms, started(0, 0)}, {ms, joined(0)}, {100 * ms, exited(0, 0, 3, 0, false, time.Now())}}}
@@ -381,7 +381,7 @@ func TestRunHandsAheadOnce(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			r := &aheadRunner{warmRunner: &warmRunner{fakeRunner: &fakeRunner{name: "node1"}}}
-			job := sshexec.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
+			job := wire.Job{Argv: []string{"torchrun"}, Preimport: []string{"torch.distributed.run"}}
 			node := []Node{{Name: "node1", Runner: r, Workers: 2, Job: job}}
 			attempt := func(_ context.Context, k int, _ *Restart) ([]Node, error) {
 				r.sc = script{stopCode: 1, linger: 30 * ms, frames: tc.frames}

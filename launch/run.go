@@ -782,7 +782,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 // workers' exits its supervisors' last word, and a pool's wait bounded.
 // The jobs handed ahead (Options.Ahead) are made the same way, so that
 // the start finds them equal.
-func attemptJob(opts Options, job sshexec.Job) sshexec.Job {
+func attemptJob(opts Options, job wire.Job) wire.Job {
 	job.Relay = true
 	job.RelayEnd = wire.FrameExit
 	if pl := job.Pool; pl != nil && pl.Wait == 0 {

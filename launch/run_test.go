@@ -64,7 +64,7 @@ func (r *fakeRunner) AgentOutput(context.Context, ...string) ([]byte, error) {
 	return nil, errors.New("fakeRunner has no agent")
 }
 
-func (r *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
+func (r *fakeRunner) Start(ctx context.Context, job wire.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
 	if r.sc.startWait > 0 {
 		select {
 		case <-time.After(r.sc.startWait):
@@ -215,7 +215,7 @@ func (c *cluster) attempt(_ context.Context, k int, _ *Restart) ([]Node, error) 
 		r := &fakeRunner{name: fmt.Sprintf("node%d", i+1), sc: sc}
 		rs = append(rs, r)
 		nodes = append(nodes, Node{Name: r.name, Runner: r,
-			Job: sshexec.Job{Argv: []string{"torchrun"}, Env: map[string]string{"GORUN_RESTART_COUNT": fmt.Sprint(k)}}})
+			Job: wire.Job{Argv: []string{"torchrun"}, Env: map[string]string{"GORUN_RESTART_COUNT": fmt.Sprint(k)}}})
 	}
 	c.runners = append(c.runners, rs)
 	return nodes, nil

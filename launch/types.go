@@ -18,7 +18,7 @@ import (
 type Node struct {
 	Name   string // shown in every output prefix and in errors
 	Runner sshexec.Runner
-	Job    sshexec.Job
+	Job    wire.Job
 	// Workers is how many workers the node runs (0: not known). Once all
 	// of them, and those of every other node of known size, have joined
 	// the rendezvous store, and a restart is left, the next attempt's
@@ -238,7 +238,7 @@ type Restart struct {
 	// Warm of Nodes of the next attempt started warm.
 	Warm, Nodes int
 	// Pooled of Workers of the next attempt were taken from their
-	// node's worker pool (sshexec.Job.Pool); Workers counts only when the
+	// node's worker pool (wire.Job.Pool); Workers counts only when the
 	// job has one.
 	Pooled, Workers int
 	// WorkersUp: every worker of the next attempt has started (the

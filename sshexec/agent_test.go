@@ -1,7 +1,6 @@
 package sshexec
 
 import (
-	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
@@ -17,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/agent"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -36,10 +36,10 @@ func TestMain(m *testing.M) {
 	}
 	if os.Getenv(testAgentEnv) == "1" {
 		signal.Ignore(os.Interrupt) // as gorun's main does before ServeAgent
-		os.Exit(ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(agent.ServeAgent(context.Background(), os.Stdin, os.Stdout, os.Stderr))
 	}
 	if os.Getenv(testAgentEnv) == "sidecar" {
-		os.Exit(ServeAgentWith(context.Background(), testSidecar, os.Stdin, os.Stdout, os.Stderr))
+		os.Exit(agent.ServeAgentWith(context.Background(), testSidecar, os.Stdin, os.Stdout, os.Stderr))
 	}
 	if os.Getenv(testHeadEnv) == "1" {
 		os.Exit(serveTestHead())
@@ -60,7 +60,7 @@ func TestMain(m *testing.M) {
 }
 
 func serveTestHead() int {
-	var job Job
+	var job wire.Job
 	if err := json.Unmarshal([]byte(os.Getenv("GORUN_TEST_JOB")), &job); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 2
@@ -113,7 +113,7 @@ esac
 
 // tree is one treeScript job and where it records its pids.
 type tree struct {
-	job  Job
+	job  wire.Job
 	pids string
 	want int // pids recorded once the whole tree runs
 }
@@ -134,7 +134,7 @@ func newTree(t *testing.T, workers int, env map[string]string) tree {
 		e[k] = v
 	}
 	return tree{
-		job:  Job{Argv: []string{"/bin/sh", script, "main"}, Env: e},
+		job:  wire.Job{Argv: []string{"/bin/sh", script, "main"}, Env: e},
 		pids: pids,
 		want: 1 + 2*workers,
 	}
@@ -209,7 +209,7 @@ type rawAgent struct {
 	code           int
 }
 
-func startRawAgent(t *testing.T, job Job) *rawAgent {
+func startRawAgent(t *testing.T, job wire.Job) *rawAgent {
 	t.Helper()
 	a := &rawAgent{done: make(chan struct{})}
 	a.cmd = exec.Command(os.Args[0], wire.AgentCommand)
@@ -278,7 +278,7 @@ func TestAgentProtocolMismatch(t *testing.T) {
 	for _, head := range []int{0, wire.Protocol + 1} {
 		t.Run(fmt.Sprint(head), func(t *testing.T) {
 			t.Parallel()
-			a := startRawAgent(t, Job{})
+			a := startRawAgent(t, wire.Job{})
 			line := fmt.Sprintf(`{"protocol":%d,"argv":["/bin/sh","-c","echo ran"]}`, head)
 			if head == 0 {
 				line = `{"argv":["/bin/sh","-c","echo ran"]}`
@@ -286,8 +286,8 @@ func TestAgentProtocolMismatch(t *testing.T) {
 			if _, err := io.WriteString(a.stdin, line+"\n"); err != nil {
 				t.Fatal(err)
 			}
-			if got := a.wait(t, 10*time.Second); got != AgentExitBadSpec || a.stdout.Len() != 0 {
-				t.Errorf("exit code = %d, stdout %q; want %d and nothing run", got, a.stdout.String(), AgentExitBadSpec)
+			if got := a.wait(t, 10*time.Second); got != agent.ExitBadSpec || a.stdout.Len() != 0 {
+				t.Errorf("exit code = %d, stdout %q; want %d and nothing run", got, a.stdout.String(), agent.ExitBadSpec)
 			}
 			want := "gorun agent: " + wire.ProtocolMismatch(head, wire.Protocol) + "\n"
 			if a.stderr.String() != want {
@@ -306,43 +306,43 @@ func TestAgentExitCode(t *testing.T) {
 	t.Parallel()
 	tests := []struct {
 		name       string
-		job        Job
+		job        wire.Job
 		raw        string // sent instead of the job when set
 		want       int
 		wantStderr string
 	}{
-		{name: "zero", job: Job{Argv: []string{"/bin/sh", "-c", "exit 0"}}, want: 0},
-		{name: "three", job: Job{Argv: []string{"/bin/sh", "-c", "exit 3"}}, want: 3},
-		{name: "255", job: Job{Argv: []string{"/bin/sh", "-c", "exit 255"}}, want: 255},
-		{name: "sigkill", job: Job{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}}, want: 128 + 9},
-		{name: "sigterm", job: Job{Argv: []string{"/bin/sh", "-c", "kill -TERM $$"}}, want: 128 + 15},
-		{name: "path from job env", job: Job{Argv: []string{"true"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, want: 0},
+		{name: "zero", job: wire.Job{Argv: []string{"/bin/sh", "-c", "exit 0"}}, want: 0},
+		{name: "three", job: wire.Job{Argv: []string{"/bin/sh", "-c", "exit 3"}}, want: 3},
+		{name: "255", job: wire.Job{Argv: []string{"/bin/sh", "-c", "exit 255"}}, want: 255},
+		{name: "sigkill", job: wire.Job{Argv: []string{"/bin/sh", "-c", "kill -9 $$"}}, want: 128 + 9},
+		{name: "sigterm", job: wire.Job{Argv: []string{"/bin/sh", "-c", "kill -TERM $$"}}, want: 128 + 15},
+		{name: "path from job env", job: wire.Job{Argv: []string{"true"}, Env: map[string]string{"PATH": "/usr/bin:/bin"}}, want: 0},
 		{
 			// The job starts with no signal ignored or blocked, whatever the
 			// agent does with signals itself.
 			name: "default signal dispositions",
-			job:  Job{Argv: []string{"/bin/sh", "-c", `grep -Eq '^SigIgn:[[:space:]]*0+$' /proc/self/status && grep -Eq '^SigBlk:[[:space:]]*0+$' /proc/self/status`}},
+			job:  wire.Job{Argv: []string{"/bin/sh", "-c", `grep -Eq '^SigIgn:[[:space:]]*0+$' /proc/self/status && grep -Eq '^SigBlk:[[:space:]]*0+$' /proc/self/status`}},
 			want: 0,
 		},
-		{name: "dir", job: Job{Argv: []string{"/bin/sh", "-c", `test "$(pwd)" = /tmp`}, Dir: "/tmp"}, want: 0},
+		{name: "dir", job: wire.Job{Argv: []string{"/bin/sh", "-c", `test "$(pwd)" = /tmp`}, Dir: "/tmp"}, want: 0},
 		{
-			name: "missing program", job: Job{Argv: []string{"gorun-no-such-program"}},
-			want: AgentExitNoStart, wantStderr: "gorun agent: start gorun-no-such-program: ",
+			name: "missing program", job: wire.Job{Argv: []string{"gorun-no-such-program"}},
+			want: agent.ExitNoStart, wantStderr: "gorun agent: start gorun-no-such-program: ",
 		},
 		{
-			name: "missing dir", job: Job{Argv: []string{"/bin/true"}, Dir: "/nonexistent/dir"},
-			want: AgentExitNoStart, wantStderr: "gorun agent: start /bin/true: ",
+			name: "missing dir", job: wire.Job{Argv: []string{"/bin/true"}, Dir: "/nonexistent/dir"},
+			want: agent.ExitNoStart, wantStderr: "gorun agent: start /bin/true: ",
 		},
-		{name: "bad json", raw: "{argv\n", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
-		{name: "empty argv", raw: fmt.Sprintf(`{"protocol":%d}`+"\n", wire.Protocol), want: AgentExitBadSpec, wantStderr: "empty argv"},
-		{name: "no job line", raw: "", want: AgentExitBadSpec, wantStderr: "gorun agent: read job: "},
+		{name: "bad json", raw: "{argv\n", want: agent.ExitBadSpec, wantStderr: "gorun agent: read job: "},
+		{name: "empty argv", raw: fmt.Sprintf(`{"protocol":%d}`+"\n", wire.Protocol), want: agent.ExitBadSpec, wantStderr: "empty argv"},
+		{name: "no job line", raw: "", want: agent.ExitBadSpec, wantStderr: "gorun agent: read job: "},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			job := tc.job
 			if tc.raw != "" || job.Argv == nil {
-				job = Job{}
+				job = wire.Job{}
 			}
 			a := startRawAgent(t, job)
 			if tc.raw != "" {
@@ -494,12 +494,8 @@ func TestAgentHeadKilled(t *testing.T) {
 	}
 	pids := tr.waitRunning(t)
 	agentPid := 0
-	if procs, err := readProcs(); err == nil {
-		for _, p := range procs {
-			if p.Ppid == head.Process.Pid {
-				agentPid = p.Pid
-			}
-		}
+	for _, pid := range childrenOf(head.Process.Pid) {
+		agentPid = pid
 	}
 	if agentPid == 0 {
 		t.Fatal("no agent under the head")
@@ -513,11 +509,7 @@ func TestAgentHeadKilled(t *testing.T) {
 	// The agent's own zombie is init's to reap, which may take a while;
 	// everything under it must be gone entirely.
 	agentRunning := func() []int {
-		b, err := os.ReadFile("/proc/" + strconv.Itoa(agentPid) + "/stat")
-		if err != nil {
-			return nil
-		}
-		if st, err := parseProcStat(b); err == nil && st.State == 'Z' {
+		if state, _, ok := stateAndParent(agentPid); !ok || state == 'Z' {
 			return nil
 		}
 		return []int{agentPid}
@@ -537,7 +529,7 @@ func TestAgentHeadKilled(t *testing.T) {
 // running past its heartbeat timeout.
 func TestAgentHeartbeatKeepsJob(t *testing.T) {
 	t.Parallel()
-	job := Job{
+	job := wire.Job{
 		Argv:      []string{"/bin/sh", "-c", "sleep 2; exit 7"},
 		Heartbeat: 500 * time.Millisecond,
 		Grace:     200 * time.Millisecond,
@@ -591,7 +583,7 @@ func TestAgentReapsOrphans(t *testing.T) {
 	dir := t.TempDir()
 	marker := filepath.Join(dir, "spawned")
 	script := `for i in 1 2 3 4 5; do (setsid sleep 0.1 &); done; : >"$MARKER"; sleep 3`
-	a := startRawAgent(t, Job{Argv: []string{"/bin/sh", "-c", script}, Env: map[string]string{"MARKER": marker}})
+	a := startRawAgent(t, wire.Job{Argv: []string{"/bin/sh", "-c", script}, Env: map[string]string{"MARKER": marker}})
 	deadline := time.Now().Add(5 * time.Second)
 	for {
 		if _, err := os.Stat(marker); err == nil {
@@ -605,119 +597,17 @@ func TestAgentReapsOrphans(t *testing.T) {
 	agentPid := a.cmd.Process.Pid
 	// The orphans live 0.1 s; give the agent time to see them exit.
 	time.Sleep(time.Second)
-	procs, err := readProcs()
-	if err != nil {
-		t.Fatal(err)
-	}
-	children := 0
-	for _, p := range procs {
-		if p.Ppid != agentPid {
-			continue
-		}
-		children++
-		if p.State == 'Z' {
-			t.Errorf("zombie child %d of the agent", p.Pid)
+	children := childrenOf(agentPid)
+	for _, pid := range children {
+		if state, _, _ := stateAndParent(pid); state == 'Z' {
+			t.Errorf("zombie child %d of the agent", pid)
 		}
 	}
-	if children != 1 {
-		t.Errorf("agent has %d children, want 1 (the job's sh)", children)
+	if len(children) != 1 {
+		t.Errorf("agent has %d children, want 1 (the job's sh)", len(children))
 	}
 	a.send(t, wire.CtlKill)
 	if got := a.wait(t, 5*time.Second); got != 137 {
 		t.Errorf("exit code = %d, want 137", got)
-	}
-}
-
-func TestReadLine(t *testing.T) {
-	tests := []struct {
-		name, in string
-		limit    int
-		want     string
-		wantErr  bool
-	}{
-		{name: "line", in: "{}\nh", limit: 10, want: "{}"},
-		{name: "empty", in: "\n", limit: 10, want: ""},
-		{name: "no newline", in: "{}", limit: 10, wantErr: true},
-		{name: "too long", in: strings.Repeat("x", 20) + "\n", limit: 10, wantErr: true},
-		{name: "longer than buffer", in: strings.Repeat("y", 10000) + "\n", limit: 20000, want: strings.Repeat("y", 10000)},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			br := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
-			got, err := readLine(br, tc.limit)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if string(got) != tc.want {
-				t.Errorf("line = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestMergeEnv(t *testing.T) {
-	base := []string{"A=1", "B=2", "PATH=/bin"}
-	tests := []struct {
-		name    string
-		over    map[string]string
-		want    []string
-		wantErr string
-	}{
-		{name: "none", want: base},
-		{name: "override and add, sorted", over: map[string]string{"Z": "z", "B": "x=y", "C": ""},
-			want: []string{"A=1", "PATH=/bin", "B=x=y", "C=", "Z=z"}},
-		{name: "bad name", over: map[string]string{"A=B": "1"}, wantErr: "invalid"},
-		{name: "empty name", over: map[string]string{"": "1"}, wantErr: "invalid"},
-		{name: "nul value names the variable only", over: map[string]string{"TOKEN": "sec\x00ret"}, wantErr: "TOKEN contains a NUL"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := mergeEnv(base, tc.over)
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || strings.Contains(err.Error(), "sec") {
-					t.Fatalf("err = %v, want one containing %q and no value", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil {
-				t.Fatal(err)
-			}
-			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
-				t.Errorf("env = %q, want %q", got, tc.want)
-			}
-		})
-	}
-}
-
-func TestLookPath(t *testing.T) {
-	dir := t.TempDir()
-	exe := filepath.Join(dir, "prog")
-	if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(dir, "noexec"), nil, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	tests := []struct {
-		name, file, path, dir, want string
-		wantErr                     bool
-	}{
-		{name: "found", file: "prog", path: "/nonexistent:" + dir, want: exe},
-		{name: "slash used as is", file: "./x/prog", path: dir, want: "./x/prog"},
-		{name: "relative entry against dir", file: "prog", path: ".", dir: dir, want: "prog"},
-		{name: "not executable", file: "noexec", path: dir, wantErr: true},
-		{name: "directory skipped", file: filepath.Base(dir), path: filepath.Dir(dir), wantErr: true},
-		{name: "missing", file: "prog", path: "/nonexistent", wantErr: true},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := lookPath(tc.file, tc.path, tc.dir)
-			if (err != nil) != tc.wantErr {
-				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
-			}
-			if got != tc.want {
-				t.Errorf("path = %q, want %q", got, tc.want)
-			}
-		})
 	}
 }

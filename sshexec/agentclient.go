@@ -32,7 +32,7 @@ var _ Process = (*agentProcess)(nil)
 // they are io.Closers, after their copies end. On error the agent is told
 // to go (its stdin is closed) and reaped in the background; the caller need
 // not clean up.
-func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
+func attachAgent(job wire.Job, stdin io.WriteCloser, stdout, stderr io.Reader,
 	outW, errW io.Writer, wait func() (int, error)) (Process, error) {
 	if outW == nil {
 		outW = io.Discard
@@ -78,7 +78,7 @@ func attachAgent(job Job, stdin io.WriteCloser, stdout, stderr io.Reader,
 }
 
 // jobLine is job as the agent reads it, with the head's protocol version.
-func jobLine(job Job) ([]byte, error) {
+func jobLine(job wire.Job) ([]byte, error) {
 	job.Protocol = wire.Protocol
 	return json.Marshal(job)
 }

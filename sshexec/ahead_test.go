@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -15,90 +13,6 @@ import (
 
 	"github.com/gorun/gorun/internal/wire"
 )
-
-// TestRelayGate: a gated relay holds its clients until open, tells one
-// that connects after it at once, and a stop before the release wins:
-// its clients get the stop and never wire.RelayGo.
-func TestRelayGate(t *testing.T) {
-	dial := func(t *testing.T, r *relay) net.Conn {
-		t.Helper()
-		c, err := net.Dial("unix", r.path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { c.Close() })
-		return c
-	}
-	// read returns what reaches c within d.
-	read := func(c net.Conn, d time.Duration) string {
-		c.SetReadDeadline(time.Now().Add(d))
-		b := make([]byte, 16)
-		n, _ := c.Read(b)
-		return string(b[:n])
-	}
-	newRelay := func(t *testing.T) *relay {
-		t.Helper()
-		r, err := startRelay(io.Discard, 0)
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(r.close)
-		return r
-	}
-
-	t.Run("released", func(t *testing.T) {
-		r := newRelay(t)
-		r.gate()
-		before := dial(t, r)
-		if got := read(before, 100*time.Millisecond); got != "" {
-			t.Fatalf("a gated client was told %q before the release", got)
-		}
-		if !r.open(nil) {
-			t.Fatal("open: the relay was not gated")
-		}
-		if got := read(before, time.Second); got != string(wire.RelayGo) {
-			t.Errorf("at the release the client got %q, want wire.RelayGo", got)
-		}
-		after := dial(t, r)
-		if got := read(after, time.Second); got != string(wire.RelayGo) {
-			t.Errorf("a client after the release got %q, want wire.RelayGo at once", got)
-		}
-		if r.open(nil) {
-			t.Error("a second open reported a release")
-		}
-		if got := read(before, 100*time.Millisecond); got != "" {
-			t.Errorf("a second open told %q", got)
-		}
-	})
-	t.Run("stopped first", func(t *testing.T) {
-		r := newRelay(t)
-		r.gate()
-		c := dial(t, r)
-		for r.clients() == 0 {
-			time.Sleep(time.Millisecond)
-		}
-		stop := []byte{wire.RelayStop, 15}
-		r.stop(stop)
-		if r.open(nil) {
-			t.Error("open after the stop reported a release")
-		}
-		if got := read(c, time.Second); got != string(stop) {
-			t.Errorf("stopped, then opened: the client got %q, want only the stop", got)
-		}
-		if got := read(dial(t, r), time.Second); got != string(stop) {
-			t.Errorf("a client after the stop got %q, want the stop", got)
-		}
-	})
-	t.Run("not gated", func(t *testing.T) {
-		r := newRelay(t)
-		if r.open(nil) {
-			t.Error("open reported a release on a relay that had no gate")
-		}
-		if got := read(dial(t, r), 100*time.Millisecond); got != "" {
-			t.Errorf("a client of an ungated relay got %q", got)
-		}
-	})
-}
 
 // gatedScript is a job that stands for torchrun and its worker's
 // supervisor: it connects to the relay, notes that it did, and, gated,
@@ -118,7 +32,7 @@ print("ran", os.environ.get("FOO"), "gated", os.environ.get("GORUN_GATED"), flus
 
 // aheadJob is a warm job running gatedScript; marks is its folder of
 // marks.
-func aheadJob(t *testing.T) (job Job, marks string) {
+func aheadJob(t *testing.T) (job wire.Job, marks string) {
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "job.py")
@@ -127,7 +41,7 @@ func aheadJob(t *testing.T) (job Job, marks string) {
 	}
 	marks = filepath.Join(dir, "marks")
 	os.Mkdir(marks, 0o755)
-	return Job{Argv: []string{script}, Env: map[string]string{"FOO": "1", "MARKS": marks}, Dir: dir, Relay: true,
+	return wire.Job{Argv: []string{script}, Env: map[string]string{"FOO": "1", "MARKS": marks}, Dir: dir, Relay: true,
 		Preimport: []string{"json"}}, marks
 }
 

@@ -35,7 +35,7 @@ type Config struct {
 	// skips the upload.
 	RemoteGorun string
 	// Agent is this gorun, to be run on the node from its content-addressed
-	// copy and uploaded on first use when the node lacks it (see agent.go's
+	// copy and uploaded on first use when the node lacks it (see the
 	// launcher in lazyagent.go). Unset, EnsureAgent must run before Start.
 	Agent Binary
 	// Others are builds of this gorun for other architectures, uploaded

@@ -1,5 +1,8 @@
-// Package sshexec runs commands on nodes, locally or over SSH, and makes sure
-// they stop. It knows nothing about GPUs or torchrun: it runs, starts,
+// Package sshexec is the head's transport: it runs commands on nodes,
+// locally, over SSH or through srun, and makes sure they stop. It runs on
+// the head only; what runs on a node for it is internal/agent (the node
+// agent) and internal/rank, and what the two sides say to each other is
+// internal/wire. It knows nothing about GPUs or torchrun: it runs, starts,
 // streams, signals and uploads.
 //
 // A Runner reaches one node. Local runs processes on this machine; Remote
@@ -25,22 +28,21 @@
 // *HostKeyError that errors.As finds through every wrap, DialAll's
 // multierror included.
 //
-// Long-running jobs are started through the node agent (gorun itself, run as a
-// hidden subcommand, from a content-addressed copy under the remote user's
-// cache dir that is uploaded on first use, when a launcher finds it missing):
-// it starts the job in its own session as a child subreaper, streams its
-// output, and tears the whole process tree down when told to, when its stdin
-// closes, or when the head's heartbeat stops. So a job never outlives a lost
-// head, and torchrun's workers, which run in sessions of their own, never
-// survive either. With Job.Relay the agent also listens on a unix socket
-// named in the job's environment and passes the frames its descendants send
-// there to the head on its stdout, whole and in arrival order, framing the
-// job's own output alongside; the head can send bytes back to them
-// (Process.Tell). What the frames mean is the caller's business. A
-// relayed job with Job.Sidecar settings also gets the agent's sidecar
-// (ServeAgentWith): a function that runs inside the agent while the job's
-// main process lives and sends wire.FrameTelemetry frames on the same stream;
-// sshexec never reads the settings or the frames.
+// Long-running jobs are started through the node agent (`gorun _agent`,
+// internal/agent: gorun itself, from a content-addressed copy under the
+// remote user's cache dir that is uploaded on first use, when a launcher
+// finds it missing, or --remote-gorun's). sshexec is the agent's client:
+// it sends the job line (a wire.Job, with the head's wire.Protocol), a
+// heartbeat and the head's control bytes on the agent's stdin, and copies
+// its stdout and stderr; the agent tears the job's whole tree down when
+// told to, when its stdin closes, or when the heartbeat stops, so a job
+// never outlives a lost head. With wire.Job.Relay the agent's stdout is a
+// stream of frames (wire.FrameDecoder reads it): the job's own output and
+// what its descendants send on the agent's relay socket; the head can send
+// bytes back to them (Process.Tell). What the frames mean is the caller's
+// business. The head's side of the warm start and of the hand-over ahead
+// (Warmer, AheadHander: warmclient.go) and of the asks through an agent on
+// standby (standbyask.go) are here too; their node side is the agent's.
 //
 // Every blocking call takes a context.Context first; cancelling it stops the
 // call, a dial included: the SSH handshake, which has no context of its

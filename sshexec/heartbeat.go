@@ -10,9 +10,6 @@ import (
 	"github.com/gorun/gorun/internal/wire"
 )
 
-// termLen is the length of a wire.CtlTerm or wire.CtlInterrupt message.
-const termLen = 1 + 1 + 4
-
 // appendTerm appends a wire.CtlTerm message, or with outside set a wire.CtlInterrupt.
 func appendTerm(dst []byte, outside bool, sig syscall.Signal, grace time.Duration) []byte {
 	b := byte(wire.CtlTerm)
@@ -71,7 +68,7 @@ func newControlWriter(w io.Writer, interval time.Duration) *controlWriter {
 }
 
 // stop asks the agent to stop the job, without waiting: each worker gets
-// sig (0: SIGTERM) and what is left after grace (0: Job.Grace) is killed;
+// sig (0: SIGTERM) and what is left after grace (0: wire.Job.Grace) is killed;
 // with now set, the whole tree is killed at once; outside says the head
 // got sig from outside (wire.CtlInterrupt). The first stop's signal and grace
 // hold: asking again sends nothing, but a kill after a stop still goes

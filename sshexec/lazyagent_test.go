@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestClusterLazyAgent: with Config.Agent set and the node lacking the
@@ -60,7 +62,7 @@ func TestClusterLazyAgent(t *testing.T) {
 	// A fresh connection: the launcher finds the copy and starts it at once.
 	r2 := dialT(t, c.nodes[1], cfg)
 	var stdout, stderr bytes.Buffer
-	p, err := r2.Start(ctx, Job{Argv: []string{"unused"}}, &stdout, &stderr)
+	p, err := r2.Start(ctx, wire.Job{Argv: []string{"unused"}}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -77,7 +79,7 @@ func TestClusterLazyAgent(t *testing.T) {
 	// Removed behind gorun's back: Start uploads again.
 	os.Remove(path)
 	r3 := dialT(t, c.nodes[2%len(c.nodes)], cfg)
-	p, err = r3.Start(ctx, Job{Argv: []string{"unused"}}, &stdout, &stderr)
+	p, err = r3.Start(ctx, wire.Job{Argv: []string{"unused"}}, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -81,15 +81,10 @@ func (l *Local) commandContext(ctx context.Context, argv ...string) *exec.Cmd {
 	return cmd
 }
 
-// agentOutputWaitDelay bounds how long AgentOutput waits for the output
-// pipes once its child exited or was killed, in case something the child
-// started outside its process group still holds them.
-const agentOutputWaitDelay = 500 * time.Millisecond
-
 // AgentOutput implements Runner: it runs this gorun (the binary NewLocal
 // was given) with args as a child, in a process group of its own that is
 // SIGKILLed as a whole when ctx ends, and that dies with this process
-// (Pdeathsig). Only the last stderrTail bytes of its stderr are kept, for
+// (Pdeathsig). Only the last wire.StderrTail bytes of its stderr are kept, for
 // the error.
 func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
 	if out, err, ok := l.warm.ask(ctx, l.node, args); ok {
@@ -99,9 +94,9 @@ func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error)
 	cmd := l.commandContext(ctx, argv...)
 	cmd.Env = l.agentEnv
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
-	cmd.WaitDelay = agentOutputWaitDelay
+	cmd.WaitDelay = wire.OutputWaitDelay
 	var stdout bytes.Buffer
-	stderr := &tailWriter{max: stderrTail}
+	stderr := &wire.Tail{Max: wire.StderrTail}
 	cmd.Stdout, cmd.Stderr = &stdout, stderr
 	err := cmd.Run()
 	if err == nil {
@@ -124,29 +119,6 @@ func (l *Local) AgentOutput(ctx context.Context, args ...string) ([]byte, error)
 		return stdout.Bytes(), fmt.Errorf("%s: %w", l.node, &ExitError{Cmd: quoted, Code: ee.ExitCode(), Stderr: tail})
 	}
 	return stdout.Bytes(), fmt.Errorf("%s: run %s: %w", l.node, quoted, err)
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	max       int
-	buf       []byte
-	truncated bool
-}
-
-func (w *tailWriter) Write(p []byte) (int, error) {
-	w.buf = append(w.buf, p...)
-	if over := len(w.buf) - w.max; over > 0 {
-		w.buf = append(w.buf[:0], w.buf[over:]...)
-		w.truncated = true
-	}
-	return len(p), nil
-}
-
-func (w *tailWriter) String() string {
-	if w.truncated {
-		return "…" + string(w.buf)
-	}
-	return string(w.buf)
 }
 
 // Output implements Runner. The command runs in its own process group,
@@ -175,7 +147,7 @@ func (l *Local) Output(ctx context.Context, argv []string) ([]byte, error) {
 // to stop the job. It deliberately has no parent-death signal: when the
 // head dies, the agent sees EOF on stdin and tears the job down itself.
 // ctx bounds starting only; it does not stop a started job (use Stop).
-func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+func (l *Local) Start(ctx context.Context, job wire.Job, stdout, stderr io.Writer) (Process, error) {
 	if p := l.warm.take(job, stdout, stderr); p != nil {
 		return p, nil
 	}
@@ -202,7 +174,7 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 	cmd.Env = l.agentEnv
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if job.Stdin != nil {
-		cmd.ExtraFiles = []*os.File{job.Stdin} // JobStdinFD
+		cmd.ExtraFiles = []*os.File{job.Stdin} // wire.JobStdinFD
 		job.HasStdin = true
 	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
@@ -242,13 +214,13 @@ func (l *Local) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (P
 }
 
 // Warm implements Warmer.
-func (l *Local) Warm(ctx context.Context, job Job) error { return l.warm.warm(ctx, job, l.Start) }
+func (l *Local) Warm(ctx context.Context, job wire.Job) error { return l.warm.warm(ctx, job, l.Start) }
 
 // Cool stops the agent on standby, if any (Warmer).
 func (l *Local) Cool() { l.warm.coolDown() }
 
 // HandAhead implements AheadHander.
-func (l *Local) HandAhead(job Job) bool { return l.warm.handAhead(job) }
+func (l *Local) HandAhead(job wire.Job) bool { return l.warm.handAhead(job) }
 
 var _ Warmer = (*Local)(nil)
 

@@ -91,7 +91,7 @@ func TestLocalExitCode(t *testing.T) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
-			p, err := l.Start(context.Background(), Job{Argv: []string{"/bin/sh", "-c", tc.script}}, io.Discard, io.Discard)
+			p, err := l.Start(context.Background(), wire.Job{Argv: []string{"/bin/sh", "-c", tc.script}}, io.Discard, io.Discard)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -124,7 +124,7 @@ func TestLocalOutputBytes(t *testing.T) {
 	}
 	l := newTestLocal(t)
 	var stdout, stderr syncBuffer
-	job := Job{Argv: []string{"/bin/sh", "-c", `cat "$1"; cat "$2" >&2`, "sh", outFile, errFile}}
+	job := wire.Job{Argv: []string{"/bin/sh", "-c", `cat "$1"; cat "$2" >&2`, "sh", outFile, errFile}}
 	p, err := l.Start(context.Background(), job, &stdout, &stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +174,7 @@ func TestLocalEnvBytes(t *testing.T) {
 	}
 	l := newTestLocal(t)
 	var stdout syncBuffer
-	p, err := l.Start(context.Background(), Job{Argv: []string{"/bin/sh", "-c", script}, Env: env}, &stdout, io.Discard)
+	p, err := l.Start(context.Background(), wire.Job{Argv: []string{"/bin/sh", "-c", script}, Env: env}, &stdout, io.Discard)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -290,11 +290,11 @@ func TestLocalStartErrors(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	l := newTestLocal(t)
-	if _, err := l.Start(ctx, Job{Argv: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, context.Canceled) {
+	if _, err := l.Start(ctx, wire.Job{Argv: []string{"true"}}, io.Discard, io.Discard); !errors.Is(err, context.Canceled) {
 		t.Errorf("cancelled ctx: err = %v, want context.Canceled", err)
 	}
 	missing := NewLocal(filepath.Join(t.TempDir(), "no-gorun"))
-	if _, err := missing.Start(context.Background(), Job{Argv: []string{"true"}}, io.Discard, io.Discard); err == nil {
+	if _, err := missing.Start(context.Background(), wire.Job{Argv: []string{"true"}}, io.Discard, io.Discard); err == nil {
 		t.Error("missing agent binary: Start succeeded")
 	}
 }
@@ -381,7 +381,7 @@ func TestAttachAgentBlockedStdin(t *testing.T) {
 	lost := errors.New("connection lost")
 	wait := func() (int, error) { <-exited; return -1, lost }
 	var out syncBuffer
-	p, err := attachAgent(Job{Argv: []string{"x"}}, stdin, strings.NewReader("out"), strings.NewReader(""), &out, io.Discard, wait)
+	p, err := attachAgent(wire.Job{Argv: []string{"x"}}, stdin, strings.NewReader("out"), strings.NewReader(""), &out, io.Discard, wait)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -435,7 +435,7 @@ func TestAttachAgentControlBytes(t *testing.T) {
 	t.Parallel()
 	stdin := &recordingWriter{}
 	exited := make(chan struct{})
-	p, err := attachAgent(Job{Argv: []string{"x"}}, stdin, strings.NewReader(""), strings.NewReader(""),
+	p, err := attachAgent(wire.Job{Argv: []string{"x"}}, stdin, strings.NewReader(""), strings.NewReader(""),
 		io.Discard, io.Discard, func() (int, error) { <-exited; return 9, nil })
 	if err != nil {
 		t.Fatal(err)
@@ -473,7 +473,7 @@ func TestAttachAgentSendFails(t *testing.T) {
 	t.Parallel()
 	stdin := &recordingWriter{closed: true}
 	waited := make(chan struct{})
-	_, err := attachAgent(Job{Argv: []string{"x"}}, stdin, strings.NewReader(""), strings.NewReader(""),
+	_, err := attachAgent(wire.Job{Argv: []string{"x"}}, stdin, strings.NewReader(""), strings.NewReader(""),
 		io.Discard, io.Discard, func() (int, error) { close(waited); return 1, nil })
 	if err == nil {
 		t.Fatal("attachAgent succeeded with a closed stdin")
@@ -660,7 +660,7 @@ func TestLocalAgentOutput(t *testing.T) {
 					t.Errorf("error lacks %q: %v", w, err)
 				}
 			}
-			if len(err.Error()) > stderrTail+500 {
+			if len(err.Error()) > wire.StderrTail+500 {
 				t.Errorf("error is %d bytes: the stderr tail is not bounded", len(err.Error()))
 			}
 			var ee *ExitError
@@ -737,10 +737,38 @@ func TestLocalAgentOutputCancel(t *testing.T) {
 
 // alive reports whether pid runs: it exists and is not a zombie.
 func alive(pid int) bool {
+	state, _, ok := stateAndParent(pid)
+	return ok && state != 'Z'
+}
+
+// stateAndParent reads pid's state and parent from /proc/PID/stat: the
+// fields after the command name, which may hold spaces and parentheses.
+func stateAndParent(pid int) (state byte, ppid int, ok bool) {
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return false
+	i := bytes.LastIndexByte(b, ')')
+	if err != nil || i < 0 {
+		return 0, 0, false
 	}
-	s, err := parseProcStat(b)
-	return err == nil && s.State != 'Z'
+	f := strings.Fields(string(b[i+1:]))
+	if len(f) < 2 || len(f[0]) != 1 {
+		return 0, 0, false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	return f[0][0], ppid, err == nil
+}
+
+// childrenOf lists the processes whose parent is ppid.
+func childrenOf(ppid int) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if _, parent, ok := stateAndParent(pid); ok && parent == ppid {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
 }

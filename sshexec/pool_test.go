@@ -11,15 +11,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/rank"
 	"github.com/gorun/gorun/internal/wire"
 	"golang.org/x/sys/unix"
 )
@@ -67,6 +66,14 @@ func poolHelper() int {
 		return 2
 	}
 	sock := os.Getenv(wire.PoolSocketVar)
+	// The agent starts its pool just after the job's main process (this
+	// one), which torchrun's workers never outrun; this helper may, on a
+	// loaded machine.
+	for deadline := time.Now().Add(2 * time.Second); time.Now().Before(deadline); time.Sleep(5 * time.Millisecond) {
+		if _, err := os.Stat(sock); err == nil {
+			break
+		}
+	}
 	dir, _ := os.Getwd()
 	devnull, err := os.Open(os.DevNull)
 	if err != nil {
@@ -78,7 +85,7 @@ func poolHelper() int {
 			env = append(env, k+"="+v)
 		}
 		env = slices.DeleteFunc(env, func(kv string) bool { return strings.HasPrefix(kv, wire.PoolSocketVar+"=") })
-		take := PoolTake{Slot: tt.Slot, Interp: "/usr/bin/python3", Module: tt.Module, Target: tt.Target,
+		take := wire.PoolTake{Slot: tt.Slot, Interp: "/usr/bin/python3", Module: tt.Module, Target: tt.Target,
 			Args: tt.Args, Env: env, Dir: dir, CPUs: tt.CPUs}
 		if tt.InterruptServerMS > 0 {
 			go func() {
@@ -94,9 +101,9 @@ func poolHelper() int {
 			time.AfterFunc(time.Duration(tt.AbandonMS)*time.Millisecond, func() { close(abandon) })
 		}
 		asked := time.Now()
-		p, cold, err := TakePooled(sock, take, devnull, os.Stdout, os.Stderr, abandon)
+		p, cold, err := rank.TakePooled(sock, take, devnull, os.Stdout, os.Stderr, abandon)
 		switch {
-		case errors.Is(err, ErrTakeAbandoned):
+		case errors.Is(err, rank.ErrTakeAbandoned):
 			fmt.Printf("take %d: abandoned after %dms\n", i, time.Since(asked).Milliseconds())
 			continue
 		case err != nil:
@@ -129,7 +136,7 @@ echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shi
 		}
 		if tt.HangUp {
 			time.Sleep(200 * time.Millisecond) // the worker runs
-			p.c.Close()
+			p.Close()
 			deadline := time.Now().Add(5 * time.Second)
 			for unix.Kill(p.PID, 0) == nil && time.Now().Before(deadline) {
 				time.Sleep(10 * time.Millisecond)
@@ -138,7 +145,11 @@ echo "left: $(pgrep -af %q)" >%q`, os.Getppid(), p.PID, shims, tt.KillAgent, shi
 			continue
 		}
 		ws := p.Wait()
-		fmt.Printf("take %d: pooled pid %d: %s\n", i, p.PID, waitStatusWords(ws))
+		words := fmt.Sprintf("exit %d", ws.ExitStatus())
+		if !ws.Exited() {
+			words = fmt.Sprintf("signal %d", ws.Signal())
+		}
+		fmt.Printf("take %d: pooled pid %d: %s\n", i, p.PID, words)
 	}
 	if os.Getenv("GORUN_TEST_HOLD") == "1" {
 		// As torchrun before it starts its workers: the pool's
@@ -250,7 +261,7 @@ if __name__ == "__main__":
 
 // poolJob is a pooled job of the helper in a folder holding poolScript,
 // a package module pwmod, and a module noisy that prints at import.
-func poolJob(t *testing.T, slots int, takes []testTake) (Job, string) {
+func poolJob(t *testing.T, slots int, takes []testTake) (wire.Job, string) {
 	t.Helper()
 	dir := t.TempDir()
 	for name, body := range map[string]string{
@@ -266,11 +277,11 @@ func poolJob(t *testing.T, slots int, takes []testTake) (Job, string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pool := &Pool{Modules: []string{"noisy", "no_such_module_here"}, Late: []string{"TORCHELASTIC_*"}}
+	pool := &wire.Pool{Modules: []string{"noisy", "no_such_module_here"}, Late: []string{"TORCHELASTIC_*"}}
 	for range slots {
-		pool.Slots = append(pool.Slots, PoolSlot{Default: map[string]string{"PYTHONFAULTHANDLER": "1"}})
+		pool.Slots = append(pool.Slots, wire.PoolSlot{Default: map[string]string{"PYTHONFAULTHANDLER": "1"}})
 	}
-	return Job{
+	return wire.Job{
 		Argv:  []string{os.Args[0]},
 		Env:   map[string]string{testAgentEnv: "0", testPoolEnv: "1", "GORUN_TEST_TAKES": string(b), "PYTHON_EXEC": "/usr/bin/python3", "PYTHONPATH": dir, "FOO": "job"},
 		Dir:   dir,
@@ -279,7 +290,7 @@ func poolJob(t *testing.T, slots int, takes []testTake) (Job, string) {
 	}, dir
 }
 
-func runPool(t *testing.T, job Job) string {
+func runPool(t *testing.T, job wire.Job) string {
 	t.Helper()
 	var f frames
 	if code := runWarm(t, newTestLocal(t), job, &f); code != 0 {
@@ -558,7 +569,7 @@ func TestPoolAgentKilled(t *testing.T) {
 	}
 }
 
-// TestPoolWait: a worker whose pool is still importing past Pool.Wait
+// TestPoolWait: a worker whose pool is still importing past wire.Pool.Wait
 // starts cold, told why, so that it is a process a hang check can name.
 func TestPoolWait(t *testing.T) {
 	needPython(t)
@@ -634,9 +645,9 @@ func TestPoolTakeWithoutAgent(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devnull.Close()
-	_, cold, err := TakePooled(filepath.Join(t.TempDir(), "pool"), PoolTake{}, devnull, devnull, devnull, nil)
+	_, cold, err := rank.TakePooled(filepath.Join(t.TempDir(), "pool"), wire.PoolTake{}, devnull, devnull, devnull, nil)
 	if err == nil || cold != "" {
-		t.Errorf("TakePooled without a pool: cold %q, err %v; want an error", cold, err)
+		t.Errorf("rank.TakePooled without a pool: cold %q, err %v; want an error", cold, err)
 	}
 }
 
@@ -647,7 +658,7 @@ func TestPoolTakeWithoutAgent(t *testing.T) {
 // one import once, whatever their number, so the pool starts.
 func TestPoolAuto(t *testing.T) {
 	needPython(t)
-	cpus := usableCPUs()
+	cpus := len(allowedCPUs(t))
 	if cpus < 2 {
 		t.Skipf("%d CPU: no room for one import beside torchrun's", cpus)
 	}
@@ -665,82 +676,6 @@ func TestPoolAuto(t *testing.T) {
 	shared.Pool.Auto = true
 	if out := runPool(t, shared); !strings.Contains(out, "take 0: pooled pid") {
 		t.Errorf("%d slots sharing one import on %d CPUs: want the pool:\n%s", 2*cpus, cpus, out)
-	}
-}
-
-// TestAutoPoolOff: the next attempt's pool starts beside a running
-// attempt where the CPUs it leaves idle hold the pool's imports, whatever
-// the number of its workers; a launch's pool counts CPUs only.
-func TestAutoPoolOff(t *testing.T) {
-	idle := func(free float64) func(time.Duration) (float64, error) {
-		return func(time.Duration) (float64, error) { return free, nil }
-	}
-	asked := func(time.Duration) (float64, error) { t.Error("a launch's pool measured the CPUs"); return 0, nil }
-	for _, c := range []struct {
-		cpus, imports, beside int
-		idle                  func(time.Duration) (float64, error)
-		off                   string // "": the pool starts
-	}{
-		{cpus: 2, imports: 1, idle: asked},
-		{cpus: 1, imports: 1, idle: asked, off: "1 CPUs here for 1 pooled import and torchrun's"},
-		{cpus: 4, imports: 4, idle: asked, off: "4 CPUs here for 4 pooled imports"},
-		{cpus: 2, imports: 1, beside: 2, idle: idle(0.9)},                                                          // 2 ranks on 2 CPUs, mostly waiting on a GPU
-		{cpus: 2, imports: 1, beside: 2, idle: idle(0.3), off: "0.3 of 2 CPUs idle here beside 2 running workers"}, // busy CPUs
-		{cpus: 64, imports: 2, beside: 8, idle: idle(1.2), off: "too few for 2 pooled imports"},
-		{cpus: 64, imports: 2, beside: 8, idle: idle(40)},
-		{cpus: 2, imports: 1, beside: 2, idle: func(time.Duration) (float64, error) { return 0, errors.New("no /proc") }},
-	} {
-		off := autoPoolOff(c.cpus, c.imports, c.beside, c.idle)
-		if (c.off == "") != (off == "") || !strings.Contains(off, c.off) {
-			t.Errorf("%d CPUs, %d imports beside %d workers: %q, want %q", c.cpus, c.imports, c.beside, off, c.off)
-		}
-	}
-}
-
-// TestIdleCPUs reads /proc/stat's lines of the CPUs this process may use,
-// and sees them busy while every one of them spins.
-func TestIdleCPUs(t *testing.T) {
-	var set unix.CPUSet
-	set.Set(0)
-	set.Set(2)
-	const stat = "cpu  10 0 10 100 5 0 0 0 0 0\ncpu0 1 2 3 40 5 6 7 8 100 0\ncpu1 9 9 9 9 9 9 9 9 0 0\ncpu2 1 1 1 10 0 0 0 1 0 0\nintr 1 2 3\n"
-	got, err := parseCPUTicks(stat, &set)
-	if want := (ticks{idle: 40 + 5 + 10, total: 72 + 14}); err != nil || got != want {
-		t.Errorf("parseCPUTicks: %+v, %v; want %+v", got, err, want)
-	}
-	if s := idleShare(ticks{10, 20}, ticks{40, 80}); s != 0.5 {
-		t.Errorf("idleShare: %v, want 0.5", s)
-	}
-	if s := idleShare(ticks{40, 20}, ticks{30, 80}); s != 0 {
-		t.Errorf("idleShare with idle time counted back: %v, want 0", s)
-	}
-	var none unix.CPUSet
-	none.Set(7)
-	if _, err := parseCPUTicks(stat, &none); err == nil {
-		t.Error("no line for the set's CPUs: want an error")
-	}
-	cpus := usableCPUs()
-	if procs := runtime.GOMAXPROCS(0); procs < cpus {
-		t.Skipf("GOMAXPROCS %d under %d CPUs (a CPU quota): the test cannot keep them all busy", procs, cpus)
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	for range cpus {
-		wg.Go(func() {
-			for {
-				select {
-				case <-stop:
-					return
-				default:
-				}
-			}
-		})
-	}
-	free, err := idleCPUs(besideWindow)
-	close(stop)
-	wg.Wait()
-	if err != nil || free > 0.5 {
-		t.Errorf("idleCPUs with all %d CPUs spinning: %.2f, %v; want under half a CPU", cpus, free, err)
 	}
 }
 
@@ -785,7 +720,7 @@ sys.exit(subprocess.call([os.environ["GORUN_TEST_HELPER"]], close_fds=True))
 // poolMainJob is poolJob's job with poolMain as its main process, run
 // without -u as torchrun is, and a package aheadpkg the pool imports too
 // (a package stays imported where a module would run afresh).
-func poolMainJob(t *testing.T, takes []testTake, args ...string) (Job, string) {
+func poolMainJob(t *testing.T, takes []testTake, args ...string) (wire.Job, string) {
 	t.Helper()
 	job, dir := poolJob(t, len(takes), takes)
 	main := filepath.Join(dir, "main.py")

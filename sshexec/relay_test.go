@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"io"
 	"net"
 	"os"
 	"strings"
@@ -56,7 +55,7 @@ func startRelayClient(t *testing.T, argv []string, grace time.Duration) (p Proce
 		}
 	})
 	stderr = &bytes.Buffer{}
-	p, err := l.Start(context.Background(), Job{Argv: argv, Relay: true, Grace: grace,
+	p, err := l.Start(context.Background(), wire.Job{Argv: argv, Relay: true, Grace: grace,
 		Env: map[string]string{testAgentEnv: "0", "GORUN_TEST_RELAY_CLIENT": "1"}}, dec, stderr)
 	if err != nil {
 		t.Fatal(err)
@@ -91,82 +90,6 @@ func TestAgentRelay(t *testing.T) {
 	}
 	if strings.Contains(got, "forged") {
 		t.Errorf("a client forged the job's own output: %q", got)
-	}
-}
-
-// writesRecorder keeps each Write as it came.
-type writesRecorder struct{ writes [][]byte }
-
-func (w *writesRecorder) Write(p []byte) (int, error) {
-	w.writes = append(w.writes, bytes.Clone(p))
-	return len(p), nil
-}
-
-// TestRelayFlushesLineBufferedOutput: an agent that runs as a Slurm step
-// ends each write with a frame holding a newline, so slurmstepd's line
-// buffering passes every frame on at once; the frames decode as written,
-// with wire.FrameFlush between them, and flushFrame is wire.FrameFlush's frame.
-func TestRelayFlushesLineBufferedOutput(t *testing.T) {
-	if string(wire.AppendFrame(nil, wire.FrameFlush, []byte{'\n'})) != flushFrame {
-		t.Fatalf("flushFrame %q is not wire.FrameFlush's frame", flushFrame)
-	}
-	var out writesRecorder
-	r := &relay{out: &out, lineBuffered: true}
-	r.write(wire.AppendFrame(nil, 'i', []byte{0, 0, 0, 1})) // a worker joined the store: no newline in it
-	r.write(wire.AppendFrame(nil, wire.FrameStdout, []byte("a line\n")))
-	var all []byte
-	for i, w := range out.writes {
-		if i%2 == 1 && string(w) != flushFrame {
-			t.Errorf("write %d is %q, want the flush frame after each write", i, w)
-		}
-		all = append(all, w...)
-	}
-	var kinds []byte
-	d := wire.NewFrameDecoder(func(kind byte, _ []byte) { kinds = append(kinds, kind) })
-	d.Write(all)
-	if string(kinds) != "inOn" {
-		t.Errorf("frames %q, want i n O n", kinds)
-	}
-	out.writes = nil
-	(&relay{out: &out}).write(wire.AppendFrame(nil, 'i', []byte{0, 0, 0, 1}))
-	if len(out.writes) != 1 {
-		t.Errorf("not line-buffered: %d writes, want the frame alone", len(out.writes))
-	}
-}
-
-// TestRelayStopReachesLateClients: a client that connects after the
-// stop's tell (a worker's supervisor that torchrun started just before it
-// was frozen) gets the tell once as it connects, and one connected before
-// gets it once too.
-func TestRelayStopReachesLateClients(t *testing.T) {
-	r, err := startRelay(&bytes.Buffer{}, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer r.close()
-	dial := func() net.Conn {
-		c, err := net.Dial("unix", r.path())
-		if err != nil {
-			t.Fatal(err)
-		}
-		return c
-	}
-	early := dial()
-	defer early.Close()
-	for deadline := time.Now().Add(5 * time.Second); r.clients() < 1 && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
-	if n := r.stop([]byte{wire.RelayStop, 2}); n != 1 {
-		t.Fatalf("stop told %d clients, want 1", n)
-	}
-	late := dial()
-	defer late.Close()
-	for name, c := range map[string]net.Conn{"early": early, "late": late} {
-		c.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
-		got, _ := io.ReadAll(c) // until the deadline: every byte told
-		if !bytes.Equal(got, []byte{wire.RelayStop, 2}) {
-			t.Errorf("%s client was told %q, want the stop once", name, got)
-		}
 	}
 }
 

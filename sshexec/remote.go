@@ -174,9 +174,6 @@ func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {
 	}
 }
 
-// stderrTail is how much of a failed command's stderr goes into its error.
-const stderrTail = 2048
-
 // Output implements Runner. argv is joined with shell.QuoteArgv and run by the
 // remote user's shell. When ctx ends, the session is closed and Output
 // returns; the remote command then sees its stdin and output close.
@@ -220,7 +217,7 @@ func (r *Remote) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 	if err == nil {
 		return stdout.Bytes(), nil
 	}
-	tail := strings.TrimSpace(lastBytes(stderr.Bytes(), stderrTail))
+	tail := strings.TrimSpace(lastBytes(stderr.Bytes(), wire.StderrTail))
 	var ee *ssh.ExitError
 	if errors.As(err, &ee) {
 		return stdout.Bytes(), &ExitError{Cmd: cmd, Code: ee.ExitStatus(), Stderr: tail}
@@ -256,7 +253,7 @@ func lastBytes(b []byte, n int) string {
 // in a session and hands it job. The remote gorun is Config.RemoteGorun or
 // the path EnsureAgent uploaded to; one of them must be set first. ctx
 // bounds starting only; a started job is stopped with Stop.
-func (r *Remote) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+func (r *Remote) Start(ctx context.Context, job wire.Job, stdout, stderr io.Writer) (Process, error) {
 	if p := r.warm.take(job, stdout, stderr); p != nil {
 		return p, nil
 	}
@@ -267,7 +264,7 @@ func (r *Remote) Start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 	return p, nil
 }
 
-func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (Process, error) {
+func (r *Remote) start(ctx context.Context, job wire.Job, stdout, stderr io.Writer) (Process, error) {
 	gorun := r.agentPath()
 	if gorun == "" && r.cfg.Agent.Name == "" {
 		return nil, errors.New("no gorun on the node: set --remote-gorun or upload it first (EnsureAgent)")
@@ -342,13 +339,13 @@ func (r *Remote) start(ctx context.Context, job Job, stdout, stderr io.Writer) (
 }
 
 // Warm implements Warmer.
-func (r *Remote) Warm(ctx context.Context, job Job) error { return r.warm.warm(ctx, job, r.Start) }
+func (r *Remote) Warm(ctx context.Context, job wire.Job) error { return r.warm.warm(ctx, job, r.Start) }
 
 // Cool stops the agent on standby, if any (Warmer).
 func (r *Remote) Cool() { r.warm.coolDown() }
 
 // HandAhead implements AheadHander.
-func (r *Remote) HandAhead(job Job) bool { return r.warm.handAhead(job) }
+func (r *Remote) HandAhead(job wire.Job) bool { return r.warm.handAhead(job) }
 
 var _ Warmer = (*Remote)(nil)
 

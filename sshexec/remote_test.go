@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/shell"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/hashicorp/go-multierror"
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/crypto/ssh/knownhosts"
@@ -797,7 +798,7 @@ func TestClusterStartJob(t *testing.T) {
 
 	t.Run("exit code, output and env", func(t *testing.T) {
 		var out, errb lockedBuffer
-		p, err := r.Start(ctx, Job{
+		p, err := r.Start(ctx, wire.Job{
 			Argv: []string{"sh", "-c", `hostname; echo "$GREETING"; echo to-stderr >&2; exit 7`},
 			Env:  map[string]string{"GREETING": "it's $(not) expanded"},
 		}, &out, &errb)
@@ -816,7 +817,7 @@ func TestClusterStartJob(t *testing.T) {
 		}
 	})
 	t.Run("stop", func(t *testing.T) {
-		p, err := r.Start(ctx, Job{Argv: []string{"sleep", "60"}}, &lockedBuffer{}, &lockedBuffer{})
+		p, err := r.Start(ctx, wire.Job{Argv: []string{"sleep", "60"}}, &lockedBuffer{}, &lockedBuffer{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -829,7 +830,7 @@ func TestClusterStartJob(t *testing.T) {
 	})
 	t.Run("no agent configured", func(t *testing.T) {
 		r := dialT(t, c.nodes[1], c.config())
-		if _, err := r.Start(ctx, Job{Argv: []string{"true"}}, &lockedBuffer{}, &lockedBuffer{}); err == nil ||
+		if _, err := r.Start(ctx, wire.Job{Argv: []string{"true"}}, &lockedBuffer{}, &lockedBuffer{}); err == nil ||
 			!strings.Contains(err.Error(), "--remote-gorun") {
 			t.Errorf("err = %v", err)
 		}
@@ -847,7 +848,7 @@ func TestClusterKeepaliveNoticesDeadLink(t *testing.T) {
 	cfg := c.config()
 	cfg.RemoteGorun = agentWrapper(t)
 	r := dialT(t, c.nodes[1], cfg)
-	p, err := r.Start(context.Background(), Job{Argv: []string{"sleep", "120"}}, &lockedBuffer{}, &lockedBuffer{})
+	p, err := r.Start(context.Background(), wire.Job{Argv: []string{"sleep", "120"}}, &lockedBuffer{}, &lockedBuffer{})
 	if err != nil {
 		t.Fatal(err)
 	}

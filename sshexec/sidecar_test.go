@@ -55,7 +55,7 @@ func TestAgentSidecar(t *testing.T) {
 				frames = append(frames, string(kind)+":"+string(p))
 			})
 			var stderr bytes.Buffer
-			p, err := l.Start(context.Background(), Job{Argv: []string{"/bin/sh", "-c", "echo out; sleep 0.3"},
+			p, err := l.Start(context.Background(), wire.Job{Argv: []string{"/bin/sh", "-c", "echo out; sleep 0.3"},
 				Relay: true, Sidecar: tt.settings}, dec, &stderr)
 			if err != nil {
 				t.Fatal(err)

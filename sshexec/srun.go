@@ -36,7 +36,7 @@ func NewSrun(node, gorun string) *Srun {
 	l.node = node
 	l.launcher = SrunArgv(node)
 	// Marks the agent's step, so the agent keeps the step's own Slurm
-	// variables from the workers (see withoutStepVars).
+	// variables from the workers (see internal/agent's withoutStepVars).
 	l.agentEnv = append(os.Environ(), wire.AgentStepVar+"=1")
 	// srun passes SIGTERM on to the task and ends the step when it exits;
 	// killing srun would leave the task running until the allocation ends.

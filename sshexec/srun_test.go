@@ -6,12 +6,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"testing"
-
-	"github.com/gorun/gorun/internal/wire"
 )
 
 // fakeSlurm puts an srun and an sbcast on PATH that stand for a
@@ -94,20 +91,5 @@ func TestPlaceSrunAgent(t *testing.T) {
 				t.Fatalf("got %q, %v; want %q", got, err, tc.want)
 			}
 		})
-	}
-}
-
-func TestWithoutStepVars(t *testing.T) {
-	step := []string{"PATH=/bin", "SLURM_JOB_ID=7", "SLURM_JOB_NODELIST=node[0-2]", "SLURM_PROCID=0",
-		"SLURM_NTASKS=1", "SLURM_STEP_ID=3", "SLURM_STEP_NODELIST=node1", "SLURM_NODEID=1", wire.AgentStepVar + "=1"}
-	got := strings.Join(withoutStepVars(step), " ")
-	if want := "PATH=/bin SLURM_JOB_ID=7 SLURM_JOB_NODELIST=node[0-2] SLURM_STEP_ID=3 SLURM_STEP_NODELIST=node1"; got != want {
-		t.Errorf("agent step: %q, want %q", got, want)
-	}
-	// Not gorun's own step (an agent over SSH, or `srun gorun`'s local
-	// agent): kept as torchrun would see it.
-	other := step[:len(step)-1]
-	if got := withoutStepVars(other); !slices.Equal(got, other) {
-		t.Errorf("other agent: %q, want it unchanged", got)
 	}
 }

@@ -17,14 +17,14 @@ func TestAskStreamHandsOverAtAFrameBoundary(t *testing.T) {
 	if _, _, ok := s.expect(); ok {
 		t.Fatal("expect accepted before the agent said it reads asks")
 	}
-	ready, _ := json.Marshal(askAnswer{ID: askReady})
+	ready, _ := json.Marshal(wire.AskAnswer{ID: wire.AskReady})
 	s.Write(wire.AppendFrame(nil, wire.FrameAnswer, ready))
 	id, c, ok := s.expect()
 	if !ok {
 		t.Fatal("expect refused before the hand-over")
 	}
 	_, late, _ := s.expect()
-	ans, _ := json.Marshal(askAnswer{ID: id, Stdout: []byte("facts"), Code: 0})
+	ans, _ := json.Marshal(wire.AskAnswer{ID: id, Stdout: []byte("facts"), Code: 0})
 	var stream []byte
 	stream = wire.AppendFrame(stream, wire.FrameStderr, []byte("a warning at import\n"))
 	stream = wire.AppendFrame(stream, wire.FrameAnswer, ans)

@@ -39,7 +39,7 @@ func needPython(t *testing.T) {
 }
 
 // warmJob is a job running warmScript from a folder of its own.
-func warmJob(t *testing.T) (Job, string) {
+func warmJob(t *testing.T) (wire.Job, string) {
 	t.Helper()
 	dir := t.TempDir()
 	script := filepath.Join(dir, "job.py")
@@ -48,7 +48,7 @@ func warmJob(t *testing.T) (Job, string) {
 	}
 	work := filepath.Join(dir, "work")
 	os.Mkdir(work, 0o755)
-	return Job{Argv: []string{script, "a"}, Env: map[string]string{"FOO": "1"}, Dir: work,
+	return wire.Job{Argv: []string{script, "a"}, Env: map[string]string{"FOO": "1"}, Dir: work,
 		Preimport: []string{"email.mime.text"}}, script
 }
 
@@ -74,7 +74,7 @@ func (f *frames) decoder() *wire.FrameDecoder {
 	})
 }
 
-func runWarm(t *testing.T, l *Local, job Job, f *frames) int {
+func runWarm(t *testing.T, l *Local, job wire.Job, f *frames) int {
 	t.Helper()
 	p, err := l.Start(context.Background(), job, f.decoder(), &bytes.Buffer{})
 	if err != nil {
@@ -205,16 +205,16 @@ func TestWarmStartFallsBack(t *testing.T) {
 	os.WriteFile(shell, []byte("#!/bin/sh\necho shell job\n"), 0o755)
 	for _, tc := range []struct {
 		name   string
-		warm   Job
-		change func(Job) Job
+		warm   wire.Job
+		change func(wire.Job) wire.Job
 		why    string
 	}{
-		{"an import-time variable changed", job, func(j Job) Job {
+		{"an import-time variable changed", job, func(j wire.Job) wire.Job {
 			j.Env = map[string]string{"FOO": "1", "PYTHONHASHSEED": "7"}
 			return j
 		}, "PYTHONHASHSEED, read at import time, changed"},
-		{"another working directory", job, func(j Job) Job { j.Dir = filepath.Dir(j.Dir); return j }, "the working directory changed"},
-		{"a shell script", Job{Argv: []string{shell}, Relay: true, Preimport: []string{"json"}}, func(j Job) Job { return j },
+		{"another working directory", job, func(j wire.Job) wire.Job { j.Dir = filepath.Dir(j.Dir); return j }, "the working directory changed"},
+		{"a shell script", wire.Job{Argv: []string{shell}, Relay: true, Preimport: []string{"json"}}, func(j wire.Job) wire.Job { return j },
 			"is run by /bin/sh, not by Python"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -301,7 +301,7 @@ func TestWarmCool(t *testing.T) {
 	release := make(chan struct{})
 	done := make(chan error, 1)
 	go func() {
-		done <- s.warm(context.Background(), job, func(ctx context.Context, j Job, out, errw io.Writer) (Process, error) {
+		done <- s.warm(context.Background(), job, func(ctx context.Context, j wire.Job, out, errw io.Writer) (Process, error) {
 			close(started)
 			<-release
 			return l.Start(ctx, j, out, errw)
@@ -346,7 +346,7 @@ func TestStopFreezesMain(t *testing.T) {
 	l := newTestLocal(t)
 	dir := t.TempDir()
 	childTerm := filepath.Join(dir, "child-term")
-	job := Job{Argv: []string{"sh", "-c", `trap 'echo main got TERM' TERM
+	job := wire.Job{Argv: []string{"sh", "-c", `trap 'echo main got TERM' TERM
 sh -c 'trap "echo child > ` + childTerm + `; exit 0" TERM; while :; do sleep 0.05; done' &
 echo ready; wait; wait`}, Grace: 5 * time.Second, Relay: true}
 	var out syncBuffer
@@ -385,7 +385,7 @@ echo ready; wait; wait`}, Grace: 5 * time.Second, Relay: true}
 // agent's reaper (which reaps every child) runs too.
 func TestAskThroughStandby(t *testing.T) {
 	t.Run("no interpreter", func(t *testing.T) {
-		askThroughStandby(t, Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}}, "the job ran\n")
+		askThroughStandby(t, wire.Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}}, "the job ran\n")
 	})
 	t.Run("a warm interpreter", func(t *testing.T) {
 		needPython(t)
@@ -395,7 +395,7 @@ func TestAskThroughStandby(t *testing.T) {
 	})
 }
 
-func askThroughStandby(t *testing.T, job Job, wantOut string) {
+func askThroughStandby(t *testing.T, job wire.Job, wantOut string) {
 	l := newTestLocal(t)
 	l.agentEnv = append(l.agentEnv, testAgentOutputEnv+"=1")
 	ctx := context.Background()
@@ -458,7 +458,7 @@ func waitAskReady(t *testing.T, s *warmSlot) {
 	t.Fatal("the agent on standby never said it reads asks")
 }
 
-// TestAskAhead: a subcommand named in Job.AskAhead is started by the agent
+// TestAskAhead: a subcommand named in wire.Job.AskAhead is started by the agent
 // on standby before it is asked, and serves the first ask with its
 // argument on stdin; a second ask starts one afresh. One not asked ends
 // when the job is handed over, so the job's agent ends with its job.
@@ -466,7 +466,7 @@ func TestAskAhead(t *testing.T) {
 	l := newTestLocal(t)
 	l.agentEnv = append(l.agentEnv, testAgentOutputEnv+"=1")
 	ctx := context.Background()
-	job := Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}, AskAhead: []string{"_ahead"}}
+	job := wire.Job{Argv: []string{"sh", "-c", "echo the job ran"}, Relay: true, Preimport: []string{"json"}, AskAhead: []string{"_ahead"}}
 	if err := l.Warm(ctx, job); err != nil {
 		t.Fatal(err)
 	}

@@ -6,7 +6,41 @@ import (
 	"io"
 	"sync"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
+
+// Warmer is a Runner that can start the next job's interpreter ahead of
+// time. Warm starts an agent for a job like job (wire.Job.Preimport names what
+// its interpreter imports first); the next Start on the runner hands its
+// job to that agent, which releases the waiting interpreter when the job
+// can use it (the same program, working directory and import-time
+// environment) and starts the job afresh otherwise. A runner holds at most
+// one warm agent; Warm replaces it, and Cool and Close stop it.
+type Warmer interface {
+	Warm(ctx context.Context, job wire.Job) error
+	// Cool stops the agent on standby, if any: its node does not run the
+	// next attempt, and what the agent imported may no longer hold when
+	// the node runs one again (a node replaced for a broken torch that
+	// is repaired later).
+	Cool()
+}
+
+// AheadHander is a Warmer that can hand the next job to its agent on
+// standby before the runner's Start: the job's program starts at once
+// (torchrun, up to its workers' start) while the attempt before it is
+// still stopping, and its workers wait, gated (wire.Job.Gated), until Start
+// releases them. HandAhead reports whether the job was handed: false
+// when there is no agent on standby, or it was handed one already.
+//
+// The next Start on the runner releases the job when its job is the one
+// handed ahead (the same JSON), and otherwise stops it, waits for it to
+// end, and starts its own job cold. Cool and Close stop it like any agent
+// on standby.
+type AheadHander interface {
+	Warmer
+	HandAhead(job wire.Job) bool
+}
 
 // The head's side of the warm start: a runner keeps at most one agent on
 // standby (Warmer.Warm), whose output waits until Start hands it its job.
@@ -78,7 +112,7 @@ type warmSlot struct {
 
 // warm starts an agent on standby for jobs like job with start (the
 // runner's Start), replacing (and stopping) the one before.
-func (s *warmSlot) warm(ctx context.Context, job Job, start func(context.Context, Job, io.Writer, io.Writer) (Process, error)) error {
+func (s *warmSlot) warm(ctx context.Context, job wire.Job, start func(context.Context, wire.Job, io.Writer, io.Writer) (Process, error)) error {
 	job.Standby = true
 	s.mu.Lock()
 	cooled := s.cool
@@ -126,10 +160,10 @@ func (s *warmSlot) coolDown() {
 // coolWait bounds Cool's wait for the agent on standby to end.
 const coolWait = 5 * time.Second
 
-// handAhead hands job to the agent on standby, gated (Job.Gated), and
+// handAhead hands job to the agent on standby, gated (wire.Job.Gated), and
 // keeps the agent in the slot for take to release; false when there is
 // none, it has ended, or it was handed a job ahead already.
-func (s *warmSlot) handAhead(job Job) bool {
+func (s *warmSlot) handAhead(job wire.Job) bool {
 	if job.Standby || job.Gated {
 		return false
 	}
@@ -159,7 +193,7 @@ func (s *warmSlot) handAhead(job Job) bool {
 // released when job is that job; otherwise it is stopped, and take
 // returns nil once it has ended (at most coolWait): its job must not run
 // beside the one Start starts instead.
-func (s *warmSlot) take(job Job, stdout, stderr io.Writer) Process {
+func (s *warmSlot) take(job wire.Job, stdout, stderr io.Writer) Process {
 	if job.Standby {
 		return nil // Warm's own start
 	}

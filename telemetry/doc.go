@@ -4,7 +4,7 @@
 // writes what it saw as JSON Lines (JSONL) and as one self-contained HTML
 // report (Report).
 //
-// On a node, Run is the node agent's sidecar (sshexec.ServeAgentWith): it
+// On a node, Run is the node agent's sidecar (agent.ServeAgentWith): it
 // opens NVML through the nvml.Interface main gives it, samples the job's
 // GPUs every Config.Interval from its own goroutine in the agent, and hands
 // each sample to a send function as a Frame; the agent puts it on its

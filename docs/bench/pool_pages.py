@@ -1,13 +1,13 @@
 """What a pooled worker's first moments cost, with and without its pages owned ahead.
 
-A pooled interpreter (sshexec/warm.py, `pool`) is a fork of a fork server that
+A pooled interpreter (internal/agent/warm.py, `pool`) is a fork of a fork server that
 imported torch; until it writes a page, it shares it with its siblings. What
 a worker does first once its take comes (its environment replaced, the take's
 JSON line parsed, its script compiled) writes many such pages, and each
 write copies one. warm.py's `_own_pages` does that same work ahead, on
 something else, while the interpreter waits. This forks interpreters the way
 the fork server does (torch imported, `gc.freeze()`), alternating "plain" (as
-before) and "owned" (`_own_pages` first, taken from sshexec/warm.py itself),
+before) and "owned" (`_own_pages` first, taken from internal/agent/warm.py itself),
 and times, in each fork, the worker's first moments: the environment cleared
 and set again (64 variables more), a 2.5 KB JSON line parsed, the script
 compiled. It prints each round, the medians and owned/plain, and the fork's
@@ -35,7 +35,7 @@ import torch  # noqa: F401  the fork server's import: what the forks share
 here = os.path.dirname(os.path.abspath(__file__))
 rounds = int(sys.argv[1]) if len(sys.argv) > 1 else 9
 script = sys.argv[2] if len(sys.argv) > 2 else os.path.join(here, "restart_worker.py")
-warm_py = os.path.join(here, "..", "..", "sshexec", "warm.py")
+warm_py = os.path.join(here, "..", "..", "internal", "agent", "warm.py")
 
 # _own_pages as warm.py has it (warm.py runs itself when imported).
 tree = ast.parse(open(warm_py).read(), warm_py)

@@ -11,7 +11,7 @@ lazily, and the functions with the most cumulative time.
     usage: python3 docs/bench/torchrun_profile.py [PORT]
 
 PREIMPORT=1 imports first what gorun's standby imports beside
-torch.distributed.run (sshexec/warm.py, _prepay_torchrun: the rendezvous
+torch.distributed.run (internal/agent/warm.py, _prepay_torchrun: the rendezvous
 handlers and the IDNA codec), to see what that takes off main();
 STANDALONE=1 runs `--standalone` (the c10d rendezvous) instead of a
 static one; PROFILE=0 prints the wall time only (no profiler's cost).
@@ -28,10 +28,10 @@ import os
 import importlib
 
 def _standby_modules():
-    # The list as the standby has it (sshexec/warm.py runs when imported,
+    # The list as the standby has it (internal/agent/warm.py runs when imported,
     # so its constant is read, not run).
     import ast
-    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "sshexec", "warm.py")
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "internal", "agent", "warm.py")
     with open(path) as f:
         for node in ast.parse(f.read()).body:
             if isinstance(node, ast.Assign) and any(getattr(t, "id", "") == "TORCHRUN_LAZY_MODULES" for t in node.targets):

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/cmdline"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -24,7 +25,7 @@ type fakeRunner struct {
 	mu       sync.Mutex
 	commands []string // every Output argv, joined by spaces
 	codes    []int
-	jobs     []sshexec.Job
+	jobs     []wire.Job
 	closed   bool
 }
 
@@ -50,7 +51,7 @@ func (f *fakeRunner) AgentOutput(ctx context.Context, args ...string) ([]byte, e
 	return f.agent(args)
 }
 
-func (f *fakeRunner) Start(ctx context.Context, job sshexec.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
+func (f *fakeRunner) Start(ctx context.Context, job wire.Job, stdout, stderr io.Writer) (sshexec.Process, error) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.jobs = append(f.jobs, job)

@@ -108,7 +108,7 @@ type UI struct {
 	// Resize carries the terminal's new size (launch.Options.Resize).
 	Resize <-chan wire.TTY
 	// Stdin, when set, gives what local rank 0's worker reads as stdin
-	// on a local node (sshexec.Job.Stdin); it is called once the job
+	// on a local node (wire.Job.Stdin); it is called once the job
 	// starts, so nothing is read of gorun's stdin before.
 	Stdin func() (*os.File, error)
 }

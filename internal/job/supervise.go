@@ -117,7 +117,7 @@ func (r *run) prefix(plan envplan.Plan) launch.Prefix {
 		}
 	}
 	if tee := r.cl.Torchrun.Tee; r.cl.Set("tee") {
-		p.Tee = func(lr int) int { return envplan.StdStreams(tee, lr) }
+		p.Tee = func(lr int) int { return wire.StdStreams(tee, lr) }
 	}
 	return p
 }
@@ -208,7 +208,7 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 				argv[i] = wire.SelfArg // the node's agent knows where its gorun is
 			}
 		}
-		job := sshexec.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass, Stdin: js.stdin}
+		job := wire.Job{Argv: argv, Env: env, Dir: js.dir, StopGrace: js.stopGrace, PassSignals: js.pass, Stdin: js.stdin}
 		if js.warm {
 			job.Preimport = []string{torchrunModule}
 			if gpus, known := js.gpus[n.Host]; !known || gpus > 0 {
@@ -258,7 +258,7 @@ func warmEarly(cpus, workers int, pool bool) bool {
 // importing modules ahead: each with its rank's CPUs and the variables
 // torchrun and `gorun _rank` give every worker when unset, so that the
 // worker finds its interpreter started as it would have started it.
-func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
+func workerPool(n envplan.NodePlan, modules []string) *wire.Pool {
 	def := map[string]string{"PYTHONFAULTHANDLER": "1"} // `gorun _rank`'s
 	if v, ok := n.Env["OMP_NUM_THREADS"]; ok && v.Source == envplan.SourceTorchrun {
 		def["OMP_NUM_THREADS"] = v.Value // torchrun's, for nproc_per_node > 1
@@ -267,14 +267,14 @@ func workerPool(n envplan.NodePlan, modules []string) *sshexec.Pool {
 	if v, ok := n.Env[wire.RankCPUsVar]; ok {
 		sets = strings.Split(v.Value, ";")
 	}
-	p := &sshexec.Pool{
+	p := &wire.Pool{
 		Modules: modules,
 		// what torchrun sets for each worker, which no module reads at import
 		Late: []string{"TORCHELASTIC_*", "TORCH_NCCL_ASYNC_ERROR_HANDLING"},
 	}
 	p.Worker, p.Module = workerScript(n.Command)
 	for i := range n.Ranks {
-		s := sshexec.PoolSlot{Default: def}
+		s := wire.PoolSlot{Default: def}
 		if i < len(sets) {
 			s.CPUs, _ = cpuset.Parse(sets[i]) // the plan made it; `gorun _rank` says what is wrong with it
 		}
@@ -312,7 +312,7 @@ type jobSettings struct {
 	warm        bool
 	early       bool     // --warm-restart early: the standby starts with the attempt on every node
 	prewarm     []string // modules the worker pool imports; none: no pool
-	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (sshexec.Pool.Auto)
+	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (wire.Pool.Auto)
 	merged      bool     // UI.Merged
 	tty         string   // wire.TTYVar's value; "": no terminal
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null

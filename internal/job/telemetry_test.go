@@ -15,8 +15,8 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/schema"
+	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
-	"github.com/gorun/gorun/sshexec"
 	"github.com/gorun/gorun/telemetry"
 )
 
@@ -70,7 +70,7 @@ func TestGPUWatch(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := envplan.Plan{Nodes: []envplan.NodePlan{{Host: "gpu1", Ranks: []envplan.RankPlan{{Rank: 0, GPU: intp(3)}}}, {Host: "cpu1"}}}
-	a := &Attempt{Plan: plan, Nodes: []launch.Node{{Name: "gpu1", Job: sshexec.Job{}}, {Name: "cpu1"}}}
+	a := &Attempt{Plan: plan, Nodes: []launch.Node{{Name: "gpu1", Job: wire.Job{}}, {Name: "cpu1"}}}
 	g.Shape(a)
 	g.Starting(a)
 	var cfg telemetry.Config

@@ -7,18 +7,18 @@ import (
 
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 
-	"github.com/gorun/gorun/sshexec"
+	"github.com/gorun/gorun/internal/agent"
 	"github.com/gorun/gorun/telemetry"
 )
 
-// ServeAgent is `gorun _agent`: the node agent (sshexec.ServeAgentWith)
+// ServeAgent is `gorun _agent`: the node agent (agent.ServeAgentWith)
 // with GPUSidecar, which the head starts, locally or over SSH, to run one
 // job and tear its whole tree down. It returns the agent's exit code.
 func ServeAgent(ctx context.Context, stdin io.Reader, stdout, stderr io.Writer) int {
-	return sshexec.ServeAgentWith(ctx, GPUSidecar, stdin, stdout, stderr)
+	return agent.ServeAgentWith(ctx, GPUSidecar, stdin, stdout, stderr)
 }
 
-// GPUSidecar is the node agent's sidecar (sshexec.Sidecar): GPU telemetry
+// GPUSidecar is the node agent's sidecar (agent.Sidecar): GPU telemetry
 // for the job, sampled in the agent, so NVML is loaded there and never in
 // a worker. Settings it cannot read turn telemetry off quietly: the job
 // matters more.
@@ -26,7 +26,7 @@ func GPUSidecar(ctx context.Context, settings json.RawMessage, send func([]byte)
 	sidecar(ctx, settings, send, nvml.New)
 }
 
-var _ sshexec.Sidecar = GPUSidecar
+var _ agent.Sidecar = GPUSidecar
 
 // sidecar is GPUSidecar with the NVML handle made by newLib, and only once
 // the settings are read.

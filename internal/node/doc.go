@@ -14,7 +14,7 @@
 // and /proc, and SIGKILLs what the teardown check finds of the job. It
 // holds no logic of its own beyond that wiring, but for the teardown
 // check (gpufree.go): what is collected and how it is judged is
-// preflight's, what the agent does is sshexec's, and the sampling is
+// preflight's, what the agent does is internal/agent's, and the sampling is
 // telemetry's. The teardown check kills only processes whose environment
 // holds the run's marker (wire.RunIDVar), each through a pidfd checked
 // again after it is opened, and reports others' processes without

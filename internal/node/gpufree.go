@@ -35,7 +35,7 @@ const maxCommand = 200
 // the answer a wire.GPUFreeAnswer as JSON on stdout. With "-" for the
 // request, NVML is loaded and initialised first and the request is read
 // from stdin, one line: an agent on standby starts it so ahead of the ask
-// (sshexec.Job.AskAhead), and the check then costs only its listing.
+// (wire.Job.AskAhead), and the check then costs only its listing.
 func RunGPUFree(ctx context.Context, arg string, stdin io.Reader, stdout io.Writer) error {
 	lib := nvml.New()
 	if arg == "-" {

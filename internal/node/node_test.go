@@ -14,9 +14,9 @@ import (
 	"github.com/NVIDIA/go-nvml/pkg/nvml"
 	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 
+	"github.com/gorun/gorun/internal/agent"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/preflight"
-	"github.com/gorun/gorun/sshexec"
 	"github.com/gorun/gorun/telemetry"
 )
 
@@ -210,8 +210,8 @@ func TestServeAgent(t *testing.T) {
 	cmd.Stderr = &stderr
 	err := cmd.Run()
 	var ee *exec.ExitError
-	if !errors.As(err, &ee) || ee.ExitCode() != sshexec.AgentExitBadSpec {
-		t.Errorf("agent with no job: %v, want exit %d; stderr %q", err, sshexec.AgentExitBadSpec, stderr.String())
+	if !errors.As(err, &ee) || ee.ExitCode() != agent.ExitBadSpec {
+		t.Errorf("agent with no job: %v, want exit %d; stderr %q", err, agent.ExitBadSpec, stderr.String())
 	}
 }
 

@@ -9,13 +9,12 @@ import (
 	"syscall"
 
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // workerCommand builds the worker's command from _rank's arguments, and,
 // for a Python worker, what a pooled interpreter needs to become it (the
 // rest of the PoolTake is filled in at the start).
-func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshexec.PoolTake, error) {
+func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *wire.PoolTake, error) {
 	noPython, module := false, false
 	for len(args) > 0 && args[0] != "--" {
 		switch args[0] {
@@ -35,7 +34,7 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshex
 		return nil, nil, fmt.Errorf("nothing to run (usage: %s [--no-python | -m] -- script args...)", wire.RankCommand)
 	}
 	argv := args
-	var take *sshexec.PoolTake
+	var take *wire.PoolTake
 	if !noPython {
 		py := interpreter(getenv, os.Getppid())
 		argv = []string{py, "-u"}
@@ -43,7 +42,7 @@ func workerCommand(args []string, getenv func(string) string) (*exec.Cmd, *sshex
 			argv = append(argv, "-m")
 		}
 		argv = append(argv, args...)
-		take = &sshexec.PoolTake{Module: module, Target: args[0], Args: args[1:]}
+		take = &wire.PoolTake{Module: module, Target: args[0], Args: args[1:]}
 	}
 	path, err := exec.LookPath(argv[0])
 	if err != nil {

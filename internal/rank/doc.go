@@ -11,7 +11,9 @@
 //     the worker's command and environment (command.go: the group's
 //     restart count as TORCHELASTIC_RESTART_COUNT, faulthandler armed),
 //     bound to the local rank's CPUs (affinity.go), in a process group of
-//     its own with a parent-death signal;
+//     its own with a parent-death signal, or taken from the node agent's
+//     pool, an interpreter with its imports done (pooled.go: TakePooled,
+//     the pool's client; its server is internal/agent's);
 //   - signals (signals.go): every one it gets goes to the worker's group,
 //     a stop signal marks the worker's end as a consequence, and Run ends
 //     this process the way the worker ended, with its code or by its

@@ -19,12 +19,10 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/logdir"
 	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/wire"
-	"github.com/gorun/gorun/sshexec"
 )
 
 // Run is `gorun _rank [--no-python | -m] -- script args...`, which
@@ -109,8 +107,8 @@ type worker struct {
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 
-	pool string            // the node's worker pool (wire.PoolSocketVar); "": none
-	take *sshexec.PoolTake // the worker, for the pool
+	pool string         // the node's worker pool (wire.PoolSocketVar); "": none
+	take *wire.PoolTake // the worker, for the pool
 
 	ptys []*os.File // the master ends of the worker's pseudo-terminals, resized with the head's terminal
 }
@@ -157,11 +155,11 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 			fmt.Fprintf(w.stderr, "gorun %s: --log-dir: this attempt's folder stays where torchrun made it: %v\n", wire.RankCommand, err)
 		}
 	}
-	echo := envplan.StdStreams(getenv(wire.WorkerEchoVar), localRank)
+	echo := wire.StdStreams(getenv(wire.WorkerEchoVar), localRank)
 	merged := getenv(wire.MergedOutputVar) == "1" && echo == 0
 	// Streams torchrun would show on no console (--redirects): written
 	// to its files (echo), never sent to the head as lines.
-	quiet := envplan.StdStreams(getenv(wire.WorkerQuietVar), localRank)
+	quiet := wire.StdStreams(getenv(wire.WorkerQuietVar), localRank)
 	var copies sync.WaitGroup
 	announced, failed := make(chan struct{}), make(chan struct{})
 	defer func() {
@@ -263,7 +261,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		return 127
 	}
 	pid, wait, started, err := w.start(cmd, cpus, sigs)
-	if stop := (*sshexec.StoppedError)(nil); errors.As(err, &stop) {
+	if stop := (*StoppedError)(nil); errors.As(err, &stop) {
 		// The stop came before the worker started: it never runs (a
 		// stop's SIGINT in its import of torch may be lost), and this
 		// process ends as the worker would have, by the stop's signal.
@@ -359,7 +357,7 @@ func openStream(tty bool, cols, rows int) (r, w *os.File, err error) {
 // this process caught for the worker: they reach it once it runs (sigs
 // has them again, in order). A stop, coming while the pool is still
 // importing (one of sigs, or the agent's word through the pool), means
-// the worker does not start: a *sshexec.StoppedError.
+// the worker does not start: a *StoppedError.
 func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, func() unix.WaitStatus, wire.WorkerStarted, error) {
 	var st wire.WorkerStarted
 	if w.take != nil {
@@ -391,10 +389,10 @@ func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, fun
 			default: // full: that many come no faster than they are sent
 			}
 		}
-		var stopped *sshexec.StoppedError
+		var stopped *StoppedError
 		switch {
-		case errors.Is(err, sshexec.ErrTakeAbandoned):
-			return 0, nil, st, &sshexec.StoppedError{Signal: stopSig}
+		case errors.Is(err, ErrTakeAbandoned):
+			return 0, nil, st, &StoppedError{Signal: stopSig}
 		case errors.As(err, &stopped):
 			return 0, nil, st, err
 		case err != nil:
@@ -422,7 +420,7 @@ func (w *worker) start(cmd *exec.Cmd, cpus []int, sigs chan os.Signal) (int, fun
 
 // takePooled asks the pool for the worker's interpreter, handing it the
 // streams cmd would have had.
-func (w *worker) takePooled(cmd *exec.Cmd, cpus []int, abandon <-chan struct{}) (*sshexec.Pooled, string, error) {
+func (w *worker) takePooled(cmd *exec.Cmd, cpus []int, abandon <-chan struct{}) (*Pooled, string, error) {
 	out, ok1 := cmd.Stdout.(*os.File)
 	errf, ok2 := cmd.Stderr.(*os.File)
 	if !ok1 || !ok2 {
@@ -443,7 +441,7 @@ func (w *worker) takePooled(cmd *exec.Cmd, cpus []int, abandon <-chan struct{}) 
 	}
 	take := *w.take
 	take.Slot, take.Env, take.Dir, take.CPUs = w.localRank, cmd.Env, dir, cpus
-	return sshexec.TakePooled(w.pool, take, in, out, errf, abandon)
+	return TakePooled(w.pool, take, in, out, errf, abandon)
 }
 
 // outputDrain is how long the supervisor waits, once the worker has

@@ -9,7 +9,7 @@ package wire
 const (
 	CtlHeartbeat byte = 'h' // the head is alive
 	// CtlTerm stops the job: one signal byte (0: SIGTERM) and the grace in
-	// milliseconds (uint32, big endian; 0: sshexec.Job.Grace) follow. Each worker
+	// milliseconds (uint32, big endian; 0: Job.Grace) follow. Each worker
 	// gets the signal once, and what is left after the grace is killed.
 	CtlTerm byte = 't'
 	// CtlInterrupt is CtlTerm for a signal the head itself got from outside
@@ -24,10 +24,13 @@ const (
 	// CtlSignal passes a signal to every worker once, stopping nothing: the
 	// signal's number follows in one byte.
 	CtlSignal byte = 's'
-	// CtlRelease releases a job handed ahead (sshexec.Job.Gated): its workers'
+	// CtlRelease releases a job handed ahead (Job.Gated): its workers'
 	// supervisors start their workers.
 	CtlRelease byte = 'g'
 )
+
+// TermLen is the length of a CtlTerm or CtlInterrupt message.
+const TermLen = 1 + 1 + 4
 
 // CtlAsk (head to agent) is followed by one sshexec askRequest as a JSON line: the
 // agent runs its own gorun with the request's arguments and answers with
@@ -39,12 +42,12 @@ const CtlAsk byte = 'a'
 const (
 	FrameStdout byte = 'O' // a chunk of the job's main process's stdout
 	FrameStderr byte = 'E' // a chunk of its stderr
-	// FrameTelemetry carries what the agent's sidecar (sshexec.ServeAgentWith)
+	// FrameTelemetry carries what the agent's sidecar (agent.ServeAgentWith)
 	// sends while the job runs: in gorun, one GPU sample or notice as JSON
 	// (telemetry.Frame). sshexec does not read it.
 	FrameTelemetry byte = 'T'
 	// FrameLost says that a relay client hung up without its last word
-	// (a frame of kind sshexec.Job.RelayEnd): it was killed. The payload is the
+	// (a frame of kind Job.RelayEnd): it was killed. The payload is the
 	// first frame it sent (kind byte, then payload, cut at 4 KiB),
 	// which says who it was.
 	FrameLost byte = 'L'
@@ -70,7 +73,7 @@ const FrameAnswer byte = 'A'
 // StartInfo says how a job's main process started.
 type StartInfo struct {
 	Warm bool `json:"warm"` // a warm interpreter was released
-	// Released: a job handed ahead (sshexec.Job.Gated), already started, was
+	// Released: a job handed ahead (Job.Gated), already started, was
 	// released (said at the release, after the job's own StartInfo).
 	Released bool `json:"released,omitempty"`
 	// Cold says why a job that asked for a warm start did not get one.
@@ -95,12 +98,12 @@ const (
 	// of the job (Slurm signalling a step, say), and your worker has its
 	// own copy; otherwise give it the signal, once.
 	RelayHad byte = 'H'
-	// RelayGo: the job handed ahead is released (sshexec.Job.Gated); start your
+	// RelayGo: the job handed ahead is released (Job.Gated); start your
 	// worker. No byte follows.
 	RelayGo byte = 'G'
 )
 
-// SelfArg, as an element of sshexec.Job.Argv, stands for the agent's own
+// SelfArg, as an element of Job.Argv, stands for the agent's own
 // executable: the gorun on the node, wherever it was installed or uploaded.
 const SelfArg = "{gorun}"
 

@@ -1,16 +1,21 @@
 package wire
 
+import (
+	"strconv"
+	"strings"
+)
+
 // Variables of the job's environment that gorun's processes on either side
 // of the wire name: the head or the agent sets each, and the agent, a
 // worker's supervisor or the pool's interpreter reads it. Test hooks are
 // not here: they belong to the package they test.
 
 // RelaySocketVar names the unix socket, in a relayed job's environment, on
-// which the job's descendants report to the agent (see sshexec.Job.Relay).
+// which the job's descendants report to the agent (see Job.Relay).
 const RelaySocketVar = "GORUN_AGENT_SOCK"
 
 // GateVar, set to "1" in the environment of a job handed ahead
-// (sshexec.Job.Gated), tells each worker's supervisor to wait for RelayGo on the
+// (Job.Gated), tells each worker's supervisor to wait for RelayGo on the
 // relay socket before it starts its worker.
 const GateVar = "GORUN_GATED"
 
@@ -84,3 +89,22 @@ const (
 	// workers see the terminal: "COLSxROWS:out,err" (FormatTTY).
 	TTYVar = "GORUN_TTY"
 )
+
+// StdStreams reads torchrun's --redirects or --tee value, and so
+// WorkerEchoVar's and WorkerQuietVar's, for one local rank:
+// "3" for every rank, or "0:1,1:2" per rank (a rank not named: 0).
+// Bit 1 is stdout, bit 2 stderr.
+func StdStreams(spec string, localRank int) int {
+	spec = strings.TrimSpace(spec)
+	if n, err := strconv.Atoi(spec); err == nil {
+		return n & 3
+	}
+	for _, kv := range strings.Split(spec, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), ":")
+		if r, err := strconv.Atoi(k); ok && err == nil && r == localRank {
+			n, _ := strconv.Atoi(v)
+			return n & 3
+		}
+	}
+	return 0
+}

@@ -3,8 +3,10 @@ package wire
 import (
 	"bufio"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"io"
+	"net"
 )
 
 // A frame is a kind byte, the payload's length (uint32, big endian) and the
@@ -108,4 +110,42 @@ func (d *FrameDecoder) Pending() []byte {
 	b := d.buf
 	d.buf = nil
 	return b
+}
+
+// MaxLine bounds a JSON line (the job line, a pool's request or reply), so
+// that a confused peer cannot exhaust memory.
+const MaxLine = 16 << 20
+
+// ReadLine reads up to and excluding '\n', refusing lines over limit bytes.
+func ReadLine(br *bufio.Reader, limit int) ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := br.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > limit {
+			return nil, fmt.Errorf("job line longer than %d bytes", limit)
+		}
+		switch {
+		case err == nil:
+			return line[:len(line)-1], nil
+		case errors.Is(err, bufio.ErrBufferFull):
+			continue
+		case errors.Is(err, io.EOF):
+			return nil, fmt.Errorf("stdin closed before the job line ended: %w", io.ErrUnexpectedEOF)
+		default:
+			return nil, fmt.Errorf("read job line: %w", err)
+		}
+	}
+}
+
+// WriteWithRights writes b on c, the rights (fds) going with its first
+// bytes. One sendmsg on a stream socket may take only part of b (a
+// worker's 30,000 arguments): the rest follows.
+func WriteWithRights(c *net.UnixConn, b, rights []byte) error {
+	n, _, err := c.WriteMsgUnix(b, rights, nil)
+	if err != nil || n == len(b) {
+		return err // no empty write after it: the reader may have closed its end by then
+	}
+	_, err = c.Write(b[n:])
+	return err
 }

@@ -1,6 +1,7 @@
 package wire
 
 import (
+	"bufio"
 	"go/ast"
 	"go/parser"
 	"go/token"
@@ -165,4 +166,31 @@ func streamOf(name string) int {
 		}
 	}
 	return -1
+}
+
+func TestReadLine(t *testing.T) {
+	tests := []struct {
+		name, in string
+		limit    int
+		want     string
+		wantErr  bool
+	}{
+		{name: "line", in: "{}\nh", limit: 10, want: "{}"},
+		{name: "empty", in: "\n", limit: 10, want: ""},
+		{name: "no newline", in: "{}", limit: 10, wantErr: true},
+		{name: "too long", in: strings.Repeat("x", 20) + "\n", limit: 10, wantErr: true},
+		{name: "longer than buffer", in: strings.Repeat("y", 10000) + "\n", limit: 20000, want: strings.Repeat("y", 10000)},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			br := bufio.NewReaderSize(strings.NewReader(tc.in), 16)
+			got, err := ReadLine(br, tc.limit)
+			if (err != nil) != tc.wantErr {
+				t.Fatalf("err = %v, wantErr %v", err, tc.wantErr)
+			}
+			if string(got) != tc.want {
+				t.Errorf("line = %q, want %q", got, tc.want)
+			}
+		})
+	}
 }

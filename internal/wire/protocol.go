@@ -3,7 +3,7 @@ package wire
 import "fmt"
 
 // Protocol is the version of this protocol: the head puts it in every job
-// line (sshexec.Job.Protocol) and the agent compares it with its own
+// line (Job.Protocol) and the agent compares it with its own
 // before it starts anything. The head uploads its own binary to the nodes,
 // so the two differ only where --remote-gorun names a gorun built from
 // another version, whose frames, control bytes or variables could be

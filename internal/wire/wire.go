@@ -116,7 +116,7 @@ type WorkerStarted struct {
 	// asks NCCL's RAS for progress and, in a hang, for its report.
 	RASReporter bool `json:"ras_reporter,omitempty"`
 	// Pooled: the worker runs in an interpreter of the node's pool,
-	// its imports done ahead (sshexec.Job.Pool).
+	// its imports done ahead (Job.Pool).
 	Pooled bool `json:"pooled,omitempty"`
 	// Cold says why a worker that could have been pooled started an
 	// interpreter of its own.

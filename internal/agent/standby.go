@@ -1,11 +1,8 @@
-package sshexec
+package agent
 
 import (
-	"bufio"
 	"context"
-	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -19,158 +16,10 @@ import (
 	"github.com/gorun/gorun/internal/wire"
 )
 
-// The warm start (Job.Preimport): a Python job's interpreter started ahead
+// The warm start (wire.Job.Preimport): a Python job's interpreter started ahead
 // of the job, its imports done, waiting for the job's final arguments and
-// environment. The head asks for one with Warmer.Warm while an attempt
+// environment. The head asks for one with sshexec.Warmer.Warm while an attempt
 // runs; the next Start on that runner hands the job to it.
-
-//go:embed warm.py
-var warmPy string
-
-// Warmer is a Runner that can start the next job's interpreter ahead of
-// time. Warm starts an agent for a job like job (Job.Preimport names what
-// its interpreter imports first); the next Start on the runner hands its
-// job to that agent, which releases the waiting interpreter when the job
-// can use it (the same program, working directory and import-time
-// environment) and starts the job afresh otherwise. A runner holds at most
-// one warm agent; Warm replaces it, and Cool and Close stop it.
-type Warmer interface {
-	Warm(ctx context.Context, job Job) error
-	// Cool stops the agent on standby, if any: its node does not run the
-	// next attempt, and what the agent imported may no longer hold when
-	// the node runs one again (a node replaced for a broken torch that
-	// is repaired later).
-	Cool()
-}
-
-// AheadHander is a Warmer that can hand the next job to its agent on
-// standby before the runner's Start: the job's program starts at once
-// (torchrun, up to its workers' start) while the attempt before it is
-// still stopping, and its workers wait, gated (Job.Gated), until Start
-// releases them. HandAhead reports whether the job was handed: false
-// when there is no agent on standby, or it was handed one already.
-//
-// The next Start on the runner releases the job when its job is the one
-// handed ahead (the same JSON), and otherwise stops it, waits for it to
-// end, and starts its own job cold. Cool and Close stop it like any agent
-// on standby.
-type AheadHander interface {
-	Warmer
-	HandAhead(job Job) bool
-}
-
-// warmProgram is how a job's program starts warm: its interpreter and the
-// arguments before the shim, and the script (or module) with the
-// arguments that follow it.
-type warmProgram struct {
-	interp []string // interpreter and its own options
-	mode   string   // "script" or "module"
-	target string   // the script's path, or the module's name
-	args   []string // the job's arguments after the script or module
-}
-
-// shown is the program's command line as a cold start's shows in ps.
-func (w warmProgram) shown() []string {
-	argv := slices.Clone(w.interp)
-	if w.mode == "module" {
-		argv = append(argv, "-m")
-	}
-	return append(append(argv, w.target), w.args...)
-}
-
-// pythonProgram tells how job's program would run under Python: a script
-// whose #! line names a Python interpreter (directly or through env), or
-// a Python interpreter given -m MODULE. Anything else cannot start warm,
-// and the error says why.
-func pythonProgram(argv []string, env []string, dir string) (warmProgram, error) {
-	path, err := lookPath(argv[0], envValue(env, "PATH"), dir)
-	if err != nil {
-		return warmProgram{}, err
-	}
-	if isPython(path) {
-		for i := 1; i < len(argv); i++ {
-			a := argv[i]
-			switch {
-			case a == "-m" && i+1 < len(argv):
-				return warmProgram{interp: append([]string{path}, argv[1:i]...), mode: "module", target: argv[i+1], args: argv[i+2:]}, nil
-			case a == "-u" || a == "-s" || a == "-B" || a == "-O" || a == "-OO":
-				continue
-			}
-			break
-		}
-		return warmProgram{}, fmt.Errorf("%s runs no -m MODULE", argv[0])
-	}
-	abs := path
-	if !filepath.IsAbs(abs) && dir != "" {
-		abs = filepath.Join(dir, abs)
-	}
-	shebang, err := readShebang(abs)
-	if err != nil {
-		return warmProgram{}, err
-	}
-	interp := shebang
-	if filepath.Base(interp[0]) == "env" && len(interp) > 1 {
-		p, err := lookPath(interp[1], envValue(env, "PATH"), dir)
-		if err != nil {
-			return warmProgram{}, fmt.Errorf("%s's interpreter %s: %w", argv[0], interp[1], err)
-		}
-		interp = append([]string{p}, interp[2:]...)
-	}
-	if !isPython(interp[0]) {
-		return warmProgram{}, fmt.Errorf("%s is run by %s, not by Python", argv[0], interp[0])
-	}
-	return warmProgram{interp: interp, mode: "script", target: abs, args: argv[1:]}, nil
-}
-
-func isPython(path string) bool {
-	return strings.HasPrefix(filepath.Base(path), "python")
-}
-
-// readShebang returns the interpreter and its argument from a script's #!
-// line.
-func readShebang(path string) ([]string, error) {
-	f, err := os.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer f.Close()
-	line, err := bufio.NewReader(io.LimitReader(f, 256)).ReadString('\n')
-	if !strings.HasPrefix(line, "#!") || (err != nil && !errors.Is(err, io.EOF)) {
-		return nil, fmt.Errorf("%s is not a script with a #! line", path)
-	}
-	// Linux passes what follows the interpreter as one argument.
-	fields := strings.SplitN(strings.TrimSpace(line[2:]), " ", 2)
-	if fields[0] == "" {
-		return nil, fmt.Errorf("%s has an empty #! line", path)
-	}
-	if len(fields) == 2 {
-		fields[1] = strings.TrimSpace(fields[1])
-	}
-	return fields, nil
-}
-
-// importTimeVar reports whether the interpreter or what it imports may
-// read a variable before the job is handed over: a warm interpreter whose
-// environment differs from the job's in one of these cannot stand in for
-// the job. A pooled worker's script that sets one before it imports the
-// pool's modules starts cold (warm.py reads the same rules, sent as
-// importTimeRules).
-func importTimeVar(name string) bool {
-	prefixes, names := importTimeRules()
-	for _, p := range prefixes {
-		if strings.HasPrefix(name, p) {
-			return true
-		}
-	}
-	return slices.Contains(names, name)
-}
-
-// importTimeRules are importTimeVar's: the prefixes, and the whole names,
-// of the variables read at import time.
-func importTimeRules() (prefixes, names []string) {
-	return []string{"PYTHON", "LD_", "TORCH", "PYTORCH", "CUDA", "OMP_", "MKL_", "KMP_", "OPENBLAS", "LC_", "GOMP_", "NUMEXPR_", "NUMBA_", "XLA_", "TF_"},
-		[]string{"PATH", "HOME", "LANG", "TMPDIR", "VIRTUAL_ENV", "CONDA_PREFIX"}
-}
 
 // warmDirPrefix begins the name of the directory that holds a standby's
 // shim.
@@ -178,7 +27,7 @@ const warmDirPrefix = "gorun-warm-"
 
 // standby is a warm interpreter waiting for its job.
 type standby struct {
-	job     Job      // what it was started for
+	job     wire.Job // what it was started for
 	env     []string // its environment
 	program warmProgram
 	pid     int
@@ -195,7 +44,7 @@ type standby struct {
 // startStandby starts the standby and its pool, when the job asks for
 // one: the standby as the pool's fork server where the two can share
 // their imports (startPoolWithMain), else side by side.
-func (a *agent) startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
+func (a *agent) startStandby(job wire.Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
 	if job.Pool != nil && a.relay != nil {
 		pr, pw, err := os.Pipe()
 		if err != nil {
@@ -209,17 +58,17 @@ func (a *agent) startStandby(job Job, stdout, stderr io.Writer) (*standby, *star
 		}
 		pw.Close()
 	}
-	sb, out, err := startStandby(job, stdout, stderr)
+	sb, out, err := spawnStandby(job, stdout, stderr)
 	if err == nil {
 		a.startPool(job)
 	}
 	return sb, out, err
 }
 
-// startStandby starts job's interpreter with the shim, in a new session,
+// spawnStandby starts job's interpreter with the shim, in a new session,
 // with the job's environment and output streams. The error says why the
 // job cannot start warm.
-func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
+func spawnStandby(job wire.Job, stdout, stderr io.Writer) (*standby, *startedJob, error) {
 	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return nil, nil, err
@@ -261,7 +110,7 @@ func startStandby(job Job, stdout, stderr io.Writer) (*standby, *startedJob, err
 // and modules, and the same import-time variables. It returns why the
 // standby cannot run job ("" when it was handed over), or what went wrong
 // handing it.
-func (s *standby) handOver(job Job) (string, error) {
+func (s *standby) handOver(job wire.Job) (string, error) {
 	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return "", err
@@ -288,10 +137,6 @@ func (s *standby) handOver(job Job) (string, error) {
 	}
 	return "", s.hand(env, job.Dir, prog.args, shown, job.WaitFor)
 }
-
-// WaitForLimit bounds a warm program's wait for Job.WaitFor's address:
-// after it the program runs anyway, and its own connect retries.
-const WaitForLimit = 10 * time.Second
 
 // changedVars lists the names whose values differ between two
 // environments, sorted.
@@ -323,7 +168,7 @@ func envMap(env []string) map[string]string {
 
 // hand writes the standby its job: the environment, working directory
 // and arguments it runs with, and the address it waits for first
-// (Job.WaitFor; "": none).
+// (wire.Job.WaitFor; "": none).
 func (s *standby) hand(env []string, dir string, args, shown []string, waitFor string) error {
 	type wait struct {
 		Host  string  `json:"host"`
@@ -336,7 +181,7 @@ func (s *standby) hand(env []string, dir string, args, shown []string, waitFor s
 		if err != nil {
 			return fmt.Errorf("the address to wait for: %w", err)
 		}
-		w = &wait{host, port, WaitForLimit.Seconds()}
+		w = &wait{host, port, wire.WaitForLimit.Seconds()}
 	}
 	line, err := json.Marshal(struct {
 		Env   []string `json:"env"`
@@ -387,11 +232,11 @@ func selfArg(argv []string) {
 // a nil reaper means the agent is done, with the exit code: the head went
 // away, stopped the standby, or sent a bad job line. Either way the
 // standby is gone by then.
-func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, jobc <-chan jobOrErr,
-	ctl <-chan control, sigs <-chan os.Signal) (Job, *startedJob, *reaper, int) {
+func (a *agent) standBy(ctx context.Context, sj wire.Job, stdout, stderr io.Writer, jobc <-chan jobOrErr,
+	ctl <-chan control, sigs <-chan os.Signal) (wire.Job, *startedJob, *reaper, int) {
 	heartbeat := sj.Heartbeat
 	if heartbeat <= 0 {
-		heartbeat = DefaultHeartbeatTimeout
+		heartbeat = wire.DefaultHeartbeatTimeout
 	}
 	var r *reaper
 	var mainDone <-chan struct{}
@@ -400,7 +245,7 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	if err != nil {
 		cold = err.Error()
 	} else {
-		r = a.newReaper(sb.pid)
+		r = a.reapChildren(sb.pid)
 		go r.run()
 		mainDone = r.mainDone
 	}
@@ -426,21 +271,21 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		}
 	}()
 	a.sayReady()
-	var job Job
+	var job wire.Job
 	for waiting := true; waiting; {
 		select {
 		case jr := <-jobc:
 			if jr.err != nil || len(jr.job.Argv) == 0 {
 				a.logf("read job after standby: %v", jr.err)
 				drop()
-				return Job{}, nil, nil, AgentExitBadSpec
+				return wire.Job{}, nil, nil, ExitBadSpec
 			}
 			job, waiting = jr.job, false
 		case c, ok := <-ctl:
 			switch {
 			case !ok || c.b == wire.CtlTerm || c.b == wire.CtlInterrupt || c.b == wire.CtlKill:
 				drop() // the head went away, or wants no job after all
-				return Job{}, nil, nil, AgentExitBadSpec
+				return wire.Job{}, nil, nil, ExitBadSpec
 			case c.b == wire.CtlAsk:
 				go a.answer(ctx, c.line)
 			case c.b == wire.CtlRelease:
@@ -453,16 +298,16 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 		case <-hb.C:
 			a.logf("no heartbeat from head for %v on standby", heartbeat)
 			drop()
-			return Job{}, nil, nil, AgentExitBadSpec
+			return wire.Job{}, nil, nil, ExitBadSpec
 		case s := <-sigs:
 			if s == syscall.SIGPIPE {
 				continue
 			}
 			drop()
-			return Job{}, nil, nil, AgentExitBadSpec
+			return wire.Job{}, nil, nil, ExitBadSpec
 		case <-ctx.Done():
 			drop()
-			return Job{}, nil, nil, AgentExitBadSpec
+			return wire.Job{}, nil, nil, ExitBadSpec
 		case <-mainDone:
 			mainDone = nil
 			a.asks.endAhead() // before waiting for every child to go (waitWords); asked now, such a check starts afresh
@@ -505,9 +350,9 @@ func (a *agent) standBy(ctx context.Context, sj Job, stdout, stderr io.Writer, j
 	out, err := a.startJob(job, stdout, stderr)
 	if err != nil {
 		a.logf("start %s: %v", job.Argv[0], err)
-		return Job{}, nil, nil, AgentExitNoStart
+		return wire.Job{}, nil, nil, ExitNoStart
 	}
-	r = a.newReaper(out.pid)
+	r = a.reapChildren(out.pid)
 	go r.run()
 	return job, out, r, 0
 }

@@ -1,4 +1,4 @@
-package sshexec
+package agent
 
 import (
 	"bufio"
@@ -22,7 +22,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// The worker pool (Job.Pool): Python interpreters the agent starts beside
+// The worker pool (wire.Job.Pool): Python interpreters the agent starts beside
 // the job, one per slot, their imports done, each waiting for a worker to
 // become. The imports are done once: a fork server (warm.py pool) imports
 // the modules and forks a slot's interpreter for each slot that shares its
@@ -33,70 +33,6 @@ import (
 // worker's environment, folder, script and streams, and the interpreter
 // becomes the worker. The supervisor signals it, and when the supervisor
 // hangs up first the agent kills it.
-
-// Pool asks the agent of a relayed job for interpreters started ahead.
-type Pool struct {
-	// Modules are imported by every interpreter before it waits.
-	Modules []string `json:"modules"`
-	// Slots are the interpreters, one per worker (slot i for local rank
-	// i).
-	Slots []PoolSlot `json:"slots"`
-	// Late names the variables the job's main process sets for each
-	// worker after the pool has started, which neither Python nor the
-	// modules read at import (torchrun's TORCHELASTIC_RESTART_COUNT); a
-	// name ending in '*' stands for every name it begins. A difference
-	// in any other import-time variable keeps the worker out of the pool.
-	Late []string `json:"late,omitempty"`
-	// Auto (--prewarm auto): no interpreter starts on a node with fewer
-	// CPUs than the pool's imports (one per fork server) and torchrun's,
-	// nor, for the next attempt's pool (Beside), where the CPUs the
-	// running attempt leaves idle cannot hold its imports (autoPoolOff):
-	// there the imports would only slow the rest; every worker there is
-	// told why and starts cold.
-	Auto bool `json:"auto,omitempty"`
-	// Beside is how many workers run while the pool imports: none for a
-	// launch's pool, the attempt's for the next attempt's, started while
-	// it runs.
-	Beside int `json:"beside,omitempty"`
-	// Worker is what each worker runs, as its supervisor gets it: the
-	// script (or, with Module, the module) and its arguments. The fork
-	// server reads the script before its imports, and a worker whose
-	// script does what a pooled interpreter would not see (sets a
-	// variable read at import, changes sys.path, ... before it imports
-	// the modules) starts cold and says why (warm.py _scan). Its room to
-	// show the worker's command line (poolRoom) fits these arguments.
-	Worker []string `json:"worker,omitempty"`
-	Module bool     `json:"module,omitempty"`
-	// Wait bounds how long a worker's supervisor waits for its
-	// interpreter while the pool is still importing (0: poolWait); then
-	// the worker starts cold, as a process of its own that a hang check
-	// can name and dump, and the slot goes.
-	Wait time.Duration `json:"wait_ns,omitempty"`
-}
-
-// PoolSlot is one interpreter of a pool.
-type PoolSlot struct {
-	// Env is set in the interpreter's environment, on top of the job's.
-	Env map[string]string `json:"env,omitempty"`
-	// Default is set unless the job's environment has the name already
-	// (the variables the job's main process sets only when unset).
-	Default map[string]string `json:"default,omitempty"`
-	// CPUs binds the interpreter, before its imports; none: unbound.
-	CPUs []int `json:"cpus,omitempty"`
-}
-
-// PoolTake is what a worker's supervisor asks of the pool: the worker as
-// it would start it.
-type PoolTake struct {
-	Slot   int      `json:"slot"`
-	Interp string   `json:"interp"` // the interpreter, as a path
-	Module bool     `json:"module"` // Target is a module (-m)
-	Target string   `json:"target"` // the script or the module
-	Args   []string `json:"args"`
-	Env    []string `json:"env"`
-	Dir    string   `json:"dir"` // absolute
-	CPUs   []int    `json:"cpus,omitempty"`
-}
 
 // poolRoom is the room, in bytes, each pooled interpreter starts with
 // beyond its own command line and environment (an argument of spaces, a
@@ -109,7 +45,7 @@ const poolRoom = 4096
 // its worker's command line: poolRoom bytes, or what the worker's
 // arguments take where that is more, in arguments of at most 64 KiB
 // (Linux takes none longer than 128 KiB).
-func roomArgs(pool *Pool) []string {
+func roomArgs(pool *wire.Pool) []string {
 	need := poolRoom
 	if n := len("python -u -m ") + len(strings.Join(pool.Worker, " ")) + 1; n > need {
 		need = n + poolRoom
@@ -123,33 +59,22 @@ func roomArgs(pool *Pool) []string {
 	return args
 }
 
-// poolReply is the agent's answer to a PoolTake, and later its word on
-// the worker's end.
-type poolReply struct {
-	PID  int    `json:"pid,omitempty"`
-	Cold string `json:"cold,omitempty"` // why the worker cannot be pooled
-	// Stopped is the stop's signal when the job was stopped before the
-	// worker started: it is not to start at all.
-	Stopped int  `json:"stopped,omitempty"`
-	Status  *int `json:"status,omitempty"` // the worker's raw wait status, once reaped
-}
-
 // poolHandTimeout bounds a supervisor's request and the hand-off.
 const poolHandTimeout = 2 * time.Second
 
-// poolWait is Pool.Wait's default: an import of torch from a slow shared
+// poolWait is wire.Pool.Wait's default: an import of torch from a slow shared
 // filesystem, thousands of nodes at once, takes a minute or two.
 const poolWait = 5 * time.Minute
 
-// pool is the agent's side of Job.Pool.
+// pool is the agent's side of wire.Job.Pool.
 type pool struct {
 	ln     *net.UnixListener
 	interp string
 	dir    string
 	late   []string
-	wait   time.Duration // Pool.Wait
+	wait   time.Duration // wire.Pool.Wait
 	logf   func(format string, args ...any)
-	off    string // why no interpreter was started (Pool.Auto); "": they were
+	off    string // why no interpreter was started (wire.Pool.Auto); "": they were
 
 	mu    sync.Mutex
 	slots []*poolSlot             // by local rank; nil: none, or taken
@@ -195,11 +120,11 @@ type poolSlot struct {
 	status   unix.WaitStatus
 }
 
-// startPool starts job's pool with its socket in dir; it must be called
+// spawnPool starts job's pool with its socket in dir; it must be called
 // from the agent's locked thread (the fork servers' parent-death signal is
 // tied to it), before the reaper that passes them to reaped runs. The
 // error says why no pool could start; the job runs without one.
-func startPool(job Job, dir string, logf func(string, ...any)) (*pool, error) {
+func spawnPool(job wire.Job, dir string, logf func(string, ...any)) (*pool, error) {
 	pp, err := planPool(job)
 	if err != nil {
 		return nil, err
@@ -247,7 +172,7 @@ type poolPlan struct {
 	groups []forkGroup
 }
 
-func planPool(job Job) (poolPlan, error) {
+func planPool(job wire.Job) (poolPlan, error) {
 	base, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return poolPlan{}, err
@@ -278,7 +203,7 @@ func planPool(job Job) (poolPlan, error) {
 
 // listen makes the pool, listening on its socket in dir, with no
 // interpreter started yet.
-func (pp poolPlan) listen(job Job, dir string, logf func(string, ...any)) (*pool, error) {
+func (pp poolPlan) listen(job wire.Job, dir string, logf func(string, ...any)) (*pool, error) {
 	var sub int32
 	if err := unix.Prctl(unix.PR_GET_CHILD_SUBREAPER, uintptr(unsafe.Pointer(&sub)), 0, 0, 0); err != nil || sub == 0 {
 		// The forked interpreters would go to init, out of the agent's reach.
@@ -318,7 +243,7 @@ func (p *pool) adopt(f *poolFork, g forkGroup) {
 
 // sharedImport says why job's main process cannot be its pool's fork
 // server, "" when it can.
-func (pp poolPlan) sharedImport(job Job) (warmProgram, string) {
+func (pp poolPlan) sharedImport(job wire.Job) (warmProgram, string) {
 	prog, err := pythonProgram(job.Argv, pp.base, job.Dir)
 	switch {
 	case err != nil:
@@ -353,11 +278,11 @@ type mainServer struct {
 // startPoolWithMain starts job's main process as the fork server of its
 // own workers' pool (warm.py main) where the two can share their imports
 // (sharedImport), with the job's environment, folder and streams, as
-// startJob would start it; with release (the read end of a pipe), as a
-// standby (startStandby) whose job comes on that pipe. Otherwise it starts
+// spawnJob would start it; with release (the read end of a pipe), as a
+// standby (spawnStandby) whose job comes on that pipe. Otherwise it starts
 // nothing and says why; so does a pool that cannot listen. The rules of
-// startPool apply.
-func startPoolWithMain(job Job, dir string, release *os.File, stdout, stderr io.Writer, logf func(string, ...any)) (*mainServer, string) {
+// spawnPool apply.
+func startPoolWithMain(job wire.Job, dir string, release *os.File, stdout, stderr io.Writer, logf func(string, ...any)) (*mainServer, string) {
 	pp, err := planPool(job)
 	if err != nil {
 		return nil, err.Error()
@@ -413,7 +338,7 @@ type forkGroup struct {
 // threads by the CPUs it may use as it loads, unless told. Then the
 // server imports on the CPUs of all its slots, and each interpreter is
 // bound to its own once forked.
-func forkGroups(job Job, base []string) ([]forkGroup, error) {
+func forkGroups(job wire.Job, base []string) ([]forkGroup, error) {
 	var groups []forkGroup
 	at := map[string]int{}
 	for i, s := range job.Pool.Slots {
@@ -479,7 +404,7 @@ func noPool(path, why string, logf func(string, ...any)) *pool {
 // own in dir (the relay's private folder, which goes with the agent),
 // removed once read; a socket pair for it and one for each of its slots.
 // Under p.mu.
-func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, error) {
+func (p *pool) startFork(job wire.Job, g forkGroup, dir string, k int) (*poolFork, error) {
 	// What it prints while it imports, it holds, and each interpreter
 	// writes to its worker's streams once it has them (warm.py).
 	devnull, err := os.OpenFile(os.DevNull, os.O_WRONLY, 0)
@@ -496,7 +421,7 @@ func (p *pool) startFork(job Job, g forkGroup, dir string, k int) (*poolFork, er
 // forked), the job's main process. env is its environment, stdout and
 // stderr its streams, and extra its fds after the slots' sockets. Under
 // p.mu.
-func (p *pool) startServer(job Job, g forkGroup, dir, name string, main any, env []string, stdout, stderr io.Writer, extra ...*os.File) (*poolFork, *startedJob, error) {
+func (p *pool) startServer(job wire.Job, g forkGroup, dir, name string, main any, env []string, stdout, stderr io.Writer, extra ...*os.File) (*poolFork, *startedJob, error) {
 	shim := filepath.Join(dir, "warm-"+name+".py")
 	if err := os.WriteFile(shim, []byte(warmPy), 0o600); err != nil {
 		return nil, nil, err
@@ -631,7 +556,7 @@ func (p *pool) watchFork(f *poolFork) {
 	br := bufio.NewReader(f.ctrl)
 	defer f.ctrl.Close()
 	var pids []int
-	line, err := readLine(br, maxJobLine)
+	line, err := wire.ReadLine(br, wire.MaxLine)
 	if err == nil {
 		var said struct {
 			Env    []string      `json:"env"`
@@ -643,7 +568,7 @@ func (p *pool) watchFork(f *poolFork) {
 	}
 	close(f.startedRead)
 	if err == nil {
-		if line, err = readLine(br, maxJobLine); err == nil {
+		if line, err = wire.ReadLine(br, wire.MaxLine); err == nil {
 			err = json.Unmarshal(line, &pids)
 		}
 	}
@@ -775,12 +700,12 @@ func (p *pool) abandon(sig syscall.Signal) {
 // once its worker runs, and a stop's SIGINT that lands in a worker's
 // import of torch may be lost (Python prints "Exception ignored" and goes
 // on), leaving the worker to the end of the grace.
-func (p *pool) stopReply() (poolReply, bool) {
+func (p *pool) stopReply() (wire.PoolReply, bool) {
 	select {
 	case <-p.stopped:
-		return poolReply{Cold: "the job was stopped before its worker started", Stopped: int(p.stopSig)}, true
+		return wire.PoolReply{Cold: "the job was stopped before its worker started", Stopped: int(p.stopSig)}, true
 	default:
-		return poolReply{}, false
+		return wire.PoolReply{}, false
 	}
 }
 
@@ -823,13 +748,13 @@ func (p *pool) serve(c *net.UnixConn) {
 			f.Close()
 		}
 	}()
-	reply := func(r poolReply) error {
+	reply := func(r wire.PoolReply) error {
 		b, _ := json.Marshal(r)
 		_, err := c.Write(append(b, '\n'))
 		return err
 	}
 	if err != nil {
-		_ = reply(poolReply{Cold: "bad request to the pool: " + err.Error()})
+		_ = reply(wire.PoolReply{Cold: "bad request to the pool: " + err.Error()})
 		return
 	}
 	sl, why := p.claim(take)
@@ -838,12 +763,12 @@ func (p *pool) serve(c *net.UnixConn) {
 			_ = reply(r) // claim found no slot: abandon killed those not taken
 			return
 		}
-		_ = reply(poolReply{Cold: why})
+		_ = reply(wire.PoolReply{Cold: why})
 		return
 	}
 	if err := sl.hand(take, files); err != nil {
 		p.kill(sl)
-		_ = reply(poolReply{Cold: "hand-off to the pooled interpreter: " + err.Error()})
+		_ = reply(wire.PoolReply{Cold: "hand-off to the pooled interpreter: " + err.Error()})
 		return
 	}
 	for _, f := range files {
@@ -872,7 +797,7 @@ func (p *pool) serve(c *net.UnixConn) {
 		return
 	case <-waited.C:
 		p.kill(sl)
-		_ = reply(poolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
+		_ = reply(wire.PoolReply{Cold: fmt.Sprintf("the pool was still importing %v after the worker came", p.wait)})
 		return
 	case <-p.stopped:
 		p.kill(sl)
@@ -884,17 +809,17 @@ func (p *pool) serve(c *net.UnixConn) {
 	pid := sl.pid
 	p.mu.Unlock()
 	if pid == 0 {
-		_ = reply(poolReply{Cold: "the pool's interpreter ended before it forked the worker's"})
+		_ = reply(wire.PoolReply{Cold: "the pool's interpreter ended before it forked the worker's"})
 		return
 	}
-	if err := reply(poolReply{PID: pid}); err != nil {
+	if err := reply(wire.PoolReply{PID: pid}); err != nil {
 		p.kill(sl)
 		return
 	}
 	select {
 	case <-sl.gone:
 		st := int(sl.status)
-		_ = reply(poolReply{Status: &st})
+		_ = reply(wire.PoolReply{Status: &st})
 	case <-hungUp:
 		p.kill(sl)
 	}
@@ -902,7 +827,7 @@ func (p *pool) serve(c *net.UnixConn) {
 
 // claim takes take's slot for it, or says why the worker cannot use it;
 // a slot whose worker went elsewhere is killed, freeing its memory.
-func (p *pool) claim(take PoolTake) (*poolSlot, string) {
+func (p *pool) claim(take wire.PoolTake) (*poolSlot, string) {
 	p.mu.Lock()
 	if p.off != "" {
 		p.mu.Unlock()
@@ -937,7 +862,7 @@ func (p *pool) claim(take PoolTake) (*poolSlot, string) {
 // or changed as the interpreter started (LC_CTYPE, coercing a C locale)
 // matches the value it was started with: a worker started cold from
 // that value would have done the same.
-func (sl *poolSlot) fits(take PoolTake, p *pool) string {
+func (sl *poolSlot) fits(take wire.PoolTake, p *pool) string {
 	switch {
 	case take.Interp != p.interp:
 		return fmt.Sprintf("the worker's interpreter is %s, the pool's %s", take.Interp, p.interp)
@@ -969,7 +894,7 @@ func (sl *poolSlot) fits(take PoolTake, p *pool) string {
 // becomes is the environment the worker runs with: take's, and what
 // Python set as the interpreter started where take has nothing else,
 // as it would have set it for the worker started cold.
-func (sl *poolSlot) becomes(take PoolTake) []string {
+func (sl *poolSlot) becomes(take wire.PoolTake) []string {
 	given, want := envMap(sl.fork.env), envMap(take.Env)
 	out := slices.Clone(take.Env)
 	for _, kv := range sl.fork.started {
@@ -1010,7 +935,7 @@ func lateVar(late []string, name string) bool {
 }
 
 // hand gives the interpreter its worker, with its streams.
-func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
+func (sl *poolSlot) hand(take wire.PoolTake, files []*os.File) error {
 	// A cold start's argv, `python -u [-m] TARGET ARGS`, for ps (warm.py
 	// keeps its own argv[0]).
 	shown := []string{take.Interp, "-u"}
@@ -1034,27 +959,15 @@ func (sl *poolSlot) hand(take PoolTake, files []*os.File) error {
 		fds[i] = int(f.Fd())
 	}
 	_ = sl.ctrl.SetWriteDeadline(time.Now().Add(poolHandTimeout))
-	err = writeWithRights(sl.ctrl, append(line, '\n'), unix.UnixRights(fds...))
+	err = wire.WriteWithRights(sl.ctrl, append(line, '\n'), unix.UnixRights(fds...))
 	sl.ctrl.Close()
-	return err
-}
-
-// writeWithRights writes b on c, the rights (fds) going with its first
-// bytes. One sendmsg on a stream socket may take only part of b (a
-// worker's 30,000 arguments): the rest follows.
-func writeWithRights(c *net.UnixConn, b, rights []byte) error {
-	n, _, err := c.WriteMsgUnix(b, rights, nil)
-	if err != nil || n == len(b) {
-		return err // no empty write after it: the reader may have closed its end by then
-	}
-	_, err = c.Write(b[n:])
 	return err
 }
 
 // readTake reads a supervisor's request: one JSON line, with the worker's
 // stdin, stdout and stderr passed along it.
-func readTake(c *net.UnixConn) (PoolTake, []*os.File, error) {
-	var take PoolTake
+func readTake(c *net.UnixConn) (wire.PoolTake, []*os.File, error) {
+	var take wire.PoolTake
 	var files []*os.File
 	_ = c.SetReadDeadline(time.Now().Add(poolHandTimeout))
 	defer c.SetReadDeadline(time.Time{})
@@ -1078,7 +991,7 @@ func readTake(c *net.UnixConn) (PoolTake, []*os.File, error) {
 		if n > 0 { // -1 with a deadline's error
 			line = append(line, buf[:n]...)
 		}
-		if len(line) > maxJobLine {
+		if len(line) > wire.MaxLine {
 			return take, files, errors.New("request too long")
 		}
 		if err != nil {
@@ -1092,102 +1005,6 @@ func readTake(c *net.UnixConn) (PoolTake, []*os.File, error) {
 		return take, files, fmt.Errorf("%d streams passed, want 3", len(files))
 	}
 	return take, files, json.Unmarshal(line, &take)
-}
-
-// Pooled is a worker that runs in a pooled interpreter (TakePooled).
-type Pooled struct {
-	PID int
-	c   *net.UnixConn
-	br  *bufio.Reader
-}
-
-// ErrTakeAbandoned is TakePooled's error when abandon closed before the
-// pool answered.
-var ErrTakeAbandoned = errors.New("abandoned while the pool was still importing")
-
-// StoppedError is TakePooled's error when the agent was stopping the job
-// before the worker started: the worker is not to start, and its
-// supervisor ends as the worker would have by Signal.
-type StoppedError struct{ Signal syscall.Signal }
-
-func (e *StoppedError) Error() string {
-	return fmt.Sprintf("the job was stopped (%s) before its worker started", unix.SignalName(e.Signal))
-}
-
-// TakePooled asks the pool at sock for slot take.Slot's interpreter to
-// become the worker, with stdin, stdout and stderr as its streams. cold
-// says why the worker cannot run there (the caller starts it itself); an
-// error, that the pool could not be asked. Once abandon is closed it
-// stops waiting for the pool (still importing), which then kills the
-// slot: ErrTakeAbandoned. A *StoppedError says the job was stopped first.
-func TakePooled(sock string, take PoolTake, stdin, stdout, stderr *os.File, abandon <-chan struct{}) (p *Pooled, cold string, err error) {
-	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
-	if err != nil {
-		return nil, "", err
-	}
-	line, err := json.Marshal(take)
-	if err != nil {
-		c.Close()
-		return nil, "", err
-	}
-	rights := unix.UnixRights(int(stdin.Fd()), int(stdout.Fd()), int(stderr.Fd()))
-	if err := writeWithRights(c, append(line, '\n'), rights); err != nil {
-		c.Close()
-		return nil, "", err
-	}
-	br := bufio.NewReader(c)
-	type answer struct {
-		r   poolReply
-		err error
-	}
-	got := make(chan answer, 1)
-	go func() {
-		r, err := readReply(br)
-		got <- answer{r, err}
-	}()
-	var r poolReply
-	select {
-	case a := <-got:
-		r, err = a.r, a.err
-	case <-abandon:
-		c.Close() // the pool kills the slot, forked or not
-		<-got
-		return nil, "", ErrTakeAbandoned
-	}
-	switch {
-	case err != nil:
-		c.Close()
-		return nil, "", err
-	case r.Stopped > 0:
-		c.Close()
-		return nil, "", &StoppedError{Signal: syscall.Signal(r.Stopped)}
-	case r.Cold != "" || r.PID <= 0:
-		c.Close()
-		return nil, r.Cold, nil
-	}
-	return &Pooled{PID: r.PID, c: c, br: br}, "", nil
-}
-
-func readReply(br *bufio.Reader) (poolReply, error) {
-	var r poolReply
-	line, err := readLine(br, maxJobLine)
-	if err != nil {
-		return r, err
-	}
-	return r, json.Unmarshal(line, &r)
-}
-
-// Wait waits for the worker's end and returns its wait status. When the
-// agent is gone first (it was killed, and its interpreters with it),
-// Wait reports a SIGKILL.
-func (p *Pooled) Wait() unix.WaitStatus {
-	defer p.c.Close()
-	r, err := readReply(p.br)
-	if err != nil || r.Status == nil {
-		_ = unix.Kill(-p.PID, syscall.SIGKILL)
-		return unix.WaitStatus(syscall.SIGKILL)
-	}
-	return unix.WaitStatus(*r.Status)
 }
 
 // waitStatusWords says how a reaped process ended.

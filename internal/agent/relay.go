@@ -1,4 +1,4 @@
-package sshexec
+package agent
 
 import (
 	"bufio"
@@ -20,7 +20,7 @@ const flushFrame = "n\x00\x00\x00\x01\n"
 // lostFirstMax bounds what wire.FrameLost keeps of a client's first frame.
 const lostFirstMax = 4 << 10
 
-// relay is the agent's side of Job.Relay: a unix socket the job's
+// relay is the agent's side of wire.Job.Relay: a unix socket the job's
 // descendants connect to, and one writer that puts their frames and the
 // main process's output on the agent's stdout, whole frames only.
 type relay struct {
@@ -30,7 +30,7 @@ type relay struct {
 
 	mu   sync.Mutex // serialises writes to out and guards conns
 	out  io.Writer
-	end  byte // Job.RelayEnd
+	end  byte // wire.Job.RelayEnd
 	werr error
 	// lineBuffered: out is read by slurmstepd, which passes it on a line
 	// at a time; each write ends with flushFrame.
@@ -44,7 +44,7 @@ type relay struct {
 	// before it was frozen) gets it at once, or its worker would run on
 	// until the grace ran out.
 	stopped []byte
-	// goC is made when the job was handed ahead (Job.Gated: its workers'
+	// goC is made when the job was handed ahead (wire.Job.Gated: its workers'
 	// supervisors wait for wire.RelayGo; nil otherwise) and closed by its
 	// release, once the head said so. A client that connects after the
 	// release gets wire.RelayGo at once.
@@ -81,7 +81,7 @@ func startRelay(out io.Writer, end byte) (*relay, error) {
 
 func (r *relay) path() string { return filepath.Join(r.dir, "sock") }
 
-// poolPath is where the job's worker pool listens (Job.Pool).
+// poolPath is where the job's worker pool listens (wire.Job.Pool).
 func (r *relay) poolPath() string { return filepath.Join(r.dir, "pool") }
 
 func (r *relay) accept() {
@@ -164,7 +164,7 @@ func (r *relay) writeLocked(frames []byte) {
 	}
 }
 
-// gate holds the job's workers until open (Job.Gated); called before the
+// gate holds the job's workers until open (wire.Job.Gated); called before the
 // job starts.
 func (r *relay) gate() {
 	r.mu.Lock()

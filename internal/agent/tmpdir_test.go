@@ -1,4 +1,4 @@
-package sshexec
+package agent
 
 import (
 	"net"

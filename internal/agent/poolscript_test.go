@@ -1,4 +1,4 @@
-package sshexec
+package agent
 
 import (
 	"encoding/json"
@@ -7,6 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/gorun/gorun/internal/testenv"
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestScriptScan: what the fork server reads of a worker's script before
@@ -95,7 +98,7 @@ func scanScript(t *testing.T, python, dir, script string) scriptVerdict {
 func TestLearnedOncePerPool(t *testing.T) {
 	file := filepath.Join(t.TempDir(), "learned")
 	v := scriptVerdict{Target: "train.py", Learned: file}
-	take := PoolTake{Target: "train.py"}
+	take := wire.PoolTake{Target: "train.py"}
 	p := &pool{}
 	if why := v.cold(take, p.learnedOnce); why != "" {
 		t.Fatalf("first take, nothing learned: cold (%s)", why)
@@ -111,4 +114,11 @@ func TestLearnedOncePerPool(t *testing.T) {
 	if why := v.cold(take, next.learnedOnce); why != want {
 		t.Errorf("the next pool: %q, want %q", why, want)
 	}
+}
+
+// needPython skips a test that runs the pool's Python where there is none.
+func needPython(t *testing.T) {
+	t.Helper()
+	_, err := os.Stat("/usr/bin/python3")
+	testenv.Need(t, err == nil, "/usr/bin/python3 is missing")
 }

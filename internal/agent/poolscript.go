@@ -1,9 +1,11 @@
-package sshexec
+package agent
 
 import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // scriptVerdict is what a fork server read of the workers' script before
@@ -12,7 +14,7 @@ import (
 // what its interpreter had imported with (warm.py _watch), says so for
 // every later start.
 type scriptVerdict struct {
-	Target  string `json:"target"`            // the script (or module) read, as Pool.Worker[0]
+	Target  string `json:"target"`            // the script (or module) read, as wire.Pool.Worker[0]
 	Module  bool   `json:"module,omitempty"`  //
 	Cold    string `json:"cold,omitempty"`    // why its workers start cold; "": they need not
 	Learned string `json:"learned,omitempty"` // the file; "": none could be named
@@ -21,10 +23,10 @@ type scriptVerdict struct {
 // cold says why take's worker cannot run in an interpreter of this fork
 // server, as far as its script tells: "" when it can. learned reads the
 // file that says what an earlier pooled worker changed.
-func (v scriptVerdict) cold(take PoolTake, learned func(path string) string) string {
+func (v scriptVerdict) cold(take wire.PoolTake, learned func(path string) string) string {
 	switch {
 	case v.Target == "":
-		return "" // no script was named to the pool (Pool.Worker): the environment rules alone
+		return "" // no script was named to the pool (wire.Pool.Worker): the environment rules alone
 	case take.Target != v.Target || take.Module != v.Module:
 		return fmt.Sprintf("the worker runs %s, the pool read %s", take.Target, v.Target)
 	case v.Cold != "":
