@@ -23,20 +23,7 @@ func nodeEnv(t *testing.T, c cluster, i int, env ...string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	reload := func() {
-		b, err := os.ReadFile(filepath.Join(c.state, c.nodes[i], "sshd.pid"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var pid int
-		for _, ch := range strings.TrimSpace(string(b)) {
-			pid = pid*10 + int(ch-'0')
-		}
-		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
-			t.Fatal(err)
-		}
-		time.Sleep(500 * time.Millisecond) // sshd re-executes itself
-	}
+	reload := func() { reloadSSHD(t, c, i) }
 	if err := os.WriteFile(conf, append(bytes.Clone(orig), []byte("SetEnv "+strings.Join(env, " ")+"\n")...), 0o644); err != nil {
 		t.Fatal(err)
 	}
@@ -47,6 +34,31 @@ func nodeEnv(t *testing.T, c cluster, i int, env ...string) {
 		}
 		reload()
 	})
+}
+
+// reloadSSHD has node i's sshd read its sshd_config again (SIGHUP to its
+// listener, found by its command line: the pid file holds its pid in the
+// node's own PID namespace), and waits for it to listen again.
+func reloadSSHD(t *testing.T, c cluster, i int) {
+	t.Helper()
+	conf := filepath.Join(c.state, c.nodes[i], "sshd_config")
+	ents, _ := os.ReadDir("/proc")
+	for _, e := range ents {
+		cmd, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline"))
+		if err != nil || !bytes.Contains(cmd, []byte(conf)) || !bytes.Contains(cmd, []byte("[listener]")) {
+			continue
+		}
+		var pid int
+		for _, ch := range e.Name() {
+			pid = pid*10 + int(ch-'0')
+		}
+		if err := syscall.Kill(pid, syscall.SIGHUP); err != nil {
+			t.Fatal(err)
+		}
+		time.Sleep(time.Second) // sshd re-executes itself
+		return
+	}
+	t.Fatalf("no sshd listener of %s", conf)
 }
 
 // fakeBin is a folder with executables named by names, each printing its
@@ -171,15 +183,7 @@ func TestClusterHostCertificate(t *testing.T) {
 	if err := os.WriteFile(conf, withCert, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	hup := func() {
-		b, _ := os.ReadFile(filepath.Join(c.state, c.nodes[1], "sshd.pid"))
-		var pid int
-		for _, ch := range strings.TrimSpace(string(b)) {
-			pid = pid*10 + int(ch-'0')
-		}
-		syscall.Kill(pid, syscall.SIGHUP)
-		time.Sleep(500 * time.Millisecond)
-	}
+	hup := func() { reloadSSHD(t, c, 1) }
 	hup()
 	t.Cleanup(func() { os.WriteFile(conf, orig, 0o644); hup() })
 	for _, tc := range []struct {
