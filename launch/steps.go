@@ -54,6 +54,9 @@ type stepTrack struct {
 	checkpoint time.Time       // the last checkpoint seen; zero: none
 	per        []time.Duration // each counted step's time (a jump of k steps: k samples of 1/k)
 	series     []StepPoint     // the count over time, for the report; thinned past maxStepPoints
+	lastParse  time.Time       // when a step was last read (stepEvery)
+	pending    []byte          // a segment written since, not read yet
+	pendingAt  time.Time
 }
 
 // StepPoint is a worker's step count at a moment.
@@ -119,12 +122,75 @@ func (c *stepCounter) total() int64 {
 	return c.base + c.cur
 }
 
-// scan reads what a worker wrote, segment by segment ("\n" and "\r" end
-// one: a tqdm bar's every frame), at time now.
+// stepEvery is how often at most a worker's output is read for its step:
+// step numbers are absolute, so the lines between two reads count all
+// the same, and a worker printing a step per line costs the head one
+// parse per stepEvery, not one per line (BenchmarkStepScan).
+const stepEvery = 10 * time.Millisecond
+
+// scan reads what a worker wrote at now: every checkpoint line, and the
+// step of its last segment that reports one ("\n" and "\r" end a segment:
+// a tqdm bar's every frame), at most once per stepEvery. A write that
+// comes sooner leaves its last segment pending, read when the next read
+// is due or the attempt's steps are taken (result), so the last step is
+// never missed.
 func (t *stepTrack) scan(p []byte, now time.Time) {
-	if t == nil || t.steps.Off {
+	if t == nil || t.steps.Off || len(p) == 0 {
 		return
 	}
+	if t.steps.Checkpoint != nil || mayReportCheckpoint(p) {
+		forSegments(p, func(seg []byte) bool {
+			if t.steps.Checkpoint != nil && t.steps.Checkpoint.Match(seg) ||
+				t.steps.Checkpoint == nil && mayReportCheckpoint(seg) && defaultCheckpoint.Match(seg) {
+				t.mu.Lock()
+				t.checkpoint = now
+				t.mu.Unlock()
+			}
+			return true
+		})
+	}
+	t.mu.Lock()
+	due := t.lastParse.IsZero() || now.Sub(t.lastParse) >= stepEvery
+	t.mu.Unlock()
+	if !due {
+		if seg := lastSegment(p); len(seg) > 0 && (t.steps.Step != nil || mayReportStep(seg)) {
+			t.mu.Lock()
+			t.pending, t.pendingAt = append(t.pending[:0], seg...), now
+			t.mu.Unlock()
+		}
+		return
+	}
+	t.readPending()
+	forSegmentsBack(p, func(seg []byte) bool {
+		if t.steps.Step == nil && !mayReportStep(seg) {
+			return true
+		}
+		n, ok := t.stepOf(seg)
+		if ok {
+			t.step(n, now)
+		}
+		return !ok
+	})
+}
+
+// readPending counts the step of a segment left pending by a write that
+// came before its read was due.
+func (t *stepTrack) readPending() {
+	t.mu.Lock()
+	seg, at := t.pending, t.pendingAt
+	t.pending = nil
+	t.mu.Unlock()
+	if len(seg) == 0 {
+		return
+	}
+	if n, ok := t.stepOf(seg); ok {
+		t.step(n, at)
+	}
+}
+
+// forSegments calls f on each segment of p (ended by "\n" or "\r",
+// shorter than 4096 bytes), first to last, while f returns true.
+func forSegments(p []byte, f func([]byte) bool) {
 	for len(p) > 0 {
 		i := bytes.IndexAny(p, "\r\n")
 		seg := p
@@ -133,31 +199,54 @@ func (t *stepTrack) scan(p []byte, now time.Time) {
 		} else {
 			p = nil
 		}
-		if len(seg) > 0 && len(seg) < 4096 {
-			t.segment(seg, now)
+		if len(seg) > 0 && len(seg) < 4096 && !f(seg) {
+			return
 		}
 	}
 }
 
-func (t *stepTrack) segment(seg []byte, now time.Time) {
-	if t.steps.Checkpoint != nil && t.steps.Checkpoint.Match(seg) ||
-		t.steps.Checkpoint == nil && mayReportCheckpoint(seg) && defaultCheckpoint.Match(seg) {
-		t.mu.Lock()
-		t.checkpoint = now
-		t.mu.Unlock()
-	}
-	if t.steps.Step == nil && !mayReportStep(seg) {
-		return
-	}
-	if n, ok := t.stepOf(seg); ok {
-		t.step(n, now)
+// forSegmentsBack is forSegments from the last segment to the first.
+func forSegmentsBack(p []byte, f func([]byte) bool) {
+	p = bytes.TrimRight(p, "\r\n")
+	for len(p) > 0 {
+		i := len(p) - 1
+		for i >= 0 && p[i] != '\n' && p[i] != '\r' {
+			i--
+		}
+		seg := p[i+1:]
+		if len(seg) > 0 && len(seg) < 4096 && !f(seg) {
+			return
+		}
+		if i < 0 {
+			return
+		}
+		p = bytes.TrimRight(p[:i], "\r\n")
 	}
 }
 
+// lastSegment is p's last non-empty segment.
+func lastSegment(p []byte) []byte {
+	var last []byte
+	forSegmentsBack(p, func(seg []byte) bool { last = seg; return false })
+	return last
+}
+
 // mayReportCheckpoint is a quick look for what the default checkpoint
-// pattern needs.
-func mayReportCheckpoint(seg []byte) bool {
-	return bytes.Contains(seg, []byte("heckpoint")) || bytes.Contains(seg, []byte("aving model")) || bytes.Contains(seg, []byte("aved model"))
+// pattern needs: "checkpoint" (any case of its first letter) or "ckpt"
+// (Lightning's file name in its "saving model to" line). One pass over
+// the letter k, which most lines have none of.
+func mayReportCheckpoint(p []byte) bool {
+	for off := 0; ; {
+		i := bytes.IndexByte(p[off:], 'k')
+		if i < 0 {
+			return false
+		}
+		k := off + i
+		if k >= 3 && bytes.HasPrefix(p[k-3:], []byte("heckpoint")) || k >= 1 && bytes.HasPrefix(p[k-1:], []byte("ckpt")) {
+			return true
+		}
+		off = k + 1
+	}
 }
 
 // mayReportStep is a quick look for what the default step patterns need:
@@ -211,6 +300,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	defer t.mu.Unlock()
 	switch {
 	case t.last < 0:
+		t.lastParse = now
 		t.first, t.lastAt, t.last = now, now, n
 		t.count = 1
 		t.counter.seen(1)
@@ -219,6 +309,7 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	case n == t.last:
 		return
 	case n > t.last:
+		t.lastParse = now
 		d := n - t.last
 		t.count += d
 		each := now.Sub(t.lastAt) / time.Duration(d)
@@ -265,6 +356,7 @@ type AttemptSteps struct {
 }
 
 func (t *stepTrack) result(node string, st rankIDs) RankSteps {
+	t.readPending()
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	r := RankSteps{Node: node, LocalRank: st.local, Rank: st.global, Checkpoint: t.checkpoint}

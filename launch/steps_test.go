@@ -2,12 +2,16 @@ package launch
 
 import (
 	"bufio"
+	"fmt"
+	"io"
 	"os"
 	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // TestStepPatterns: every line of testdata/steps.txt (the formats of plain
@@ -88,14 +92,73 @@ func TestStepCounter(t *testing.T) {
 	c := &stepCounter{}
 	a, b := newStepTrack(Steps{}, c), newStepTrack(Steps{}, c)
 	at := time.Unix(1000, 0)
-	a.scan([]byte("step 1\nstep 5\n"), at)
-	b.scan([]byte("step 1\nstep 3\n"), at)
+	a.scan([]byte("step 1\n"), at)
+	a.scan([]byte("step 5\n"), at.Add(time.Second))
+	b.scan([]byte("step 1\n"), at)
+	b.scan([]byte("step 3\n"), at.Add(time.Second))
 	if got := c.total(); got != 5 {
 		t.Fatalf("attempt 1: %d steps, want 5 (the most advanced worker's)", got)
 	}
 	c.attemptEnded()
-	newStepTrack(Steps{}, c).scan([]byte("step 1\nstep 2\n"), at)
+	next := newStepTrack(Steps{}, c)
+	next.scan([]byte("step 1\n"), at)
+	next.scan([]byte("step 2\n"), at.Add(time.Second))
 	if got := c.total(); got != 7 {
 		t.Errorf("after attempt 2's 2 steps: %d, want 7", got)
+	}
+}
+
+// BenchmarkStepScan is the head's cost per worker line with the step
+// scanner and without it, side by side: the rank writer's Write of a
+// 64-line chunk, with steps.scan before it (steps=on) as handleFrame does,
+// or alone (steps=off). Lines are a training loop's ("step N loss ..."),
+// each a step: the scanner's worst case. Compare the ns/op of the two.
+func BenchmarkStepScan(b *testing.B) {
+	var chunk []byte
+	for i := range 64 {
+		chunk = fmt.Appendf(chunk, "step %d loss 2.3456 lr 3.0e-04 tokens/s 123456.7 grad_norm 0.98\n", i)
+	}
+	for _, on := range []bool{false, true} {
+		b.Run(fmt.Sprintf("steps=%v", map[bool]string{false: "off", true: "on"}[on]), func(b *testing.B) {
+			s := newSink(nil)
+			l := newNodeLog("node1", 0, false, false)
+			w := newRankWriter(l, newLineWriter(l, s, io.Discard), wire.WorkerStarted{Rank: 3, LocalRank: 1}, Prefix{}, 1)
+			tr := newStepTrack(Steps{}, &stepCounter{})
+			now := time.Now()
+			b.SetBytes(int64(len(chunk)))
+			b.ResetTimer()
+			for range b.N {
+				if on {
+					tr.scan(chunk, now)
+				}
+				w.Write(chunk)
+			}
+			b.StopTimer()
+			w.close()
+			s.close()
+		})
+	}
+}
+
+// TestStepScanThrottled: a worker printing a step per line is read at
+// most once per stepEvery, its chunk's last step; the steps between count
+// all the same, and the last one, written too soon to be read at once, is
+// not lost.
+func TestStepScanThrottled(t *testing.T) {
+	tr := newStepTrack(Steps{}, nil)
+	at := time.Unix(1000, 0)
+	step := 0
+	for range 100 { // 100 chunks of 10 lines, 1 ms apart
+		var chunk []byte
+		for range 10 {
+			step++
+			chunk = fmt.Appendf(chunk, "step %d loss 0.1\n", step)
+		}
+		tr.scan(chunk, at)
+		at = at.Add(time.Millisecond)
+	}
+	r := tr.result("n", rankIDs{})
+	if r.LastStep != 1000 || r.Steps != 1000-10+1 || !r.Last.Equal(at.Add(-time.Millisecond)) {
+		t.Errorf("got last step %d, %d steps, last at %v; want 1000, 991 (from the first read, step 10), at the last write", r.LastStep, r.Steps, r.Last)
 	}
 }
