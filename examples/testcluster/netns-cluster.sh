@@ -193,6 +193,12 @@ UseDNS no
 MaxStartups 100:30:200
 MaxSessions 100
 AcceptEnv LANG LC_* GORUN_* TORCH* NCCL_* GLOO_*
+# A session whose head vanished (a cut link: its FIN never came) is reaped
+# after 3 unanswered keepalives 2 s apart, as sites set it; without, its
+# sshd process stays on the node for good, which the e2e tests count as a
+# leftover.
+ClientAliveInterval 2
+ClientAliveCountMax 3
 Subsystem sftp internal-sftp
 LogLevel INFO
 EOF
