@@ -20,8 +20,18 @@ import (
 // the terminal driver answers for (not /dev/null, which is a character
 // device but no terminal).
 func IsTerminal(w io.Writer) bool {
-	f, ok := w.(*os.File)
+	f, ok := file(w)
 	return ok && xterm.IsTerminal(int(f.Fd()))
+}
+
+// file is the *os.File w writes to: w itself, or the file under a
+// Stamper (gorun's stderr).
+func file(w io.Writer) (*os.File, bool) {
+	if s, ok := w.(*Stamper); ok {
+		w = s.W
+	}
+	f, ok := w.(*os.File)
+	return f, ok
 }
 
 // Live reports whether w can keep a line redrawn in place (a progress or
@@ -49,8 +59,8 @@ func Color(w io.Writer, getenv func(string) string) bool {
 // device and inode: one terminal, or a shell's 2>&1), where the order
 // between what goes to each is seen.
 func SameFile(a, b io.Writer) bool {
-	fa, ok1 := a.(*os.File)
-	fb, ok2 := b.(*os.File)
+	fa, ok1 := file(a)
+	fb, ok2 := file(b)
 	if !ok1 || !ok2 {
 		return false
 	}
@@ -62,7 +72,7 @@ func SameFile(a, b io.Writer) bool {
 // Width is w's width in columns now; 0 when w is not a terminal or does
 // not say.
 func Width(w io.Writer) int {
-	f, ok := w.(*os.File)
+	f, ok := file(w)
 	if !ok {
 		return 0
 	}
@@ -76,7 +86,7 @@ func Width(w io.Writer) int {
 // Size is w's size in columns and rows now; 0, 0 when w is not a terminal
 // or does not say.
 func Size(w io.Writer) (cols, rows int) {
-	f, ok := w.(*os.File)
+	f, ok := file(w)
 	if !ok {
 		return 0, 0
 	}

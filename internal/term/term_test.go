@@ -162,3 +162,21 @@ func TestStamper(t *testing.T) {
 		t.Errorf("got\n%s\nwant\n%s", out.String(), want)
 	}
 }
+
+// TestStamperIsItsFile: a Stamper over a terminal is a terminal (gorun
+// preflight's stderr), with its size; over a pipe it is none.
+func TestStamperIsItsFile(t *testing.T) {
+	tty, _ := openPTY(t)
+	if !IsTerminal(&Stamper{W: tty}) {
+		t.Error("a Stamper over a terminal is no terminal")
+	}
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	defer w.Close()
+	if IsTerminal(&Stamper{W: w}) {
+		t.Error("a Stamper over a pipe is a terminal")
+	}
+}
