@@ -917,9 +917,7 @@ sys.exit(3 if k == "0" and lr == "1" else 0)
 func TestLeftoversSeeSSHSessions(t *testing.T) {
 	c := needCluster(t, 1)
 	mark := marker(t)
-	if left := leftovers(mark); len(left) != 0 {
-		t.Fatalf("leftovers before the session: %q", left)
-	}
+	noneLeft(t, mark, 10*time.Second) // another connection's sshd may be passing (sshd -R)
 	ssh := exec.Command("ssh", "-F", filepath.Join(c.state, "ssh_config"), "-N", c.nodes[0])
 	if err := ssh.Start(); err != nil {
 		t.Fatal(err)
