@@ -149,7 +149,7 @@ gorun options:
                            on nodes with a CPU to spare (default auto;
                            off: none)
   --timestamps             gorun's own lines begin with the time (RFC 3339,
-                           milliseconds): 2026-12-06T21:40:01.123+00:00
+                           milliseconds): 2026-12-06T21:40:01.123Z (UTC)
   --worker-timestamps      so do the workers' and torchrun's lines
   --step-pattern REGEX     a training step in a worker's line, by its group
                            (?P<step>N) (default: "step N", "iter N", tqdm's
