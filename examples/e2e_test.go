@@ -796,14 +796,7 @@ print("err from", r, file=sys.stderr, flush=True)
 			for _, l := range []string{"torchrun", "gorun"} {
 				logDir := filepath.Join(t.TempDir(), "logs")
 				argv := append(append([]string{"--nproc_per_node", "2", "--log_dir", logDir}, opts...), job)
-				var cmd *exec.Cmd
-				if l == "torchrun" {
-					cmd = exec.Command(shim(t), argv...)
-				} else {
-					cmd = exec.Command(gorunBin, append([]string{"--torchrun", shim(t)}, argv...)...)
-				}
-				cmd.Env = append(os.Environ(), "NO_COLOR=1")
-				out, err := cmd.CombinedOutput()
+				out, err := sideBySide(t, l, argv...).CombinedOutput()
 				if err != nil {
 					t.Fatalf("%s %q: %v\n%s", l, opts, err, out)
 				}
@@ -889,14 +882,7 @@ sys.exit(3 if k == "0" and lr == "1" else 0)
 	for _, l := range []string{"torchrun", "gorun"} {
 		logDir := filepath.Join(t.TempDir(), "logs")
 		argv := []string{"--nproc_per_node", "2", "--max_restarts", "1", "--log_dir", logDir, "--redirects", "3", job}
-		var cmd *exec.Cmd
-		if l == "torchrun" {
-			cmd = exec.Command(shim(t), argv...)
-		} else {
-			cmd = exec.Command(gorunBin, append([]string{"--torchrun", shim(t)}, argv...)...)
-		}
-		cmd.Env = append(os.Environ(), "NO_COLOR=1")
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := sideBySide(t, l, argv...).CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", l, err, out)
 		}
 		got[l] = layout(t, logDir)
@@ -934,4 +920,17 @@ func TestLeftoversSeeSSHSessions(t *testing.T) {
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// sideBySide is the command that runs torchrun's argv under launcher
+// ("torchrun": this machine's torchrun, "gorun": gorun with that torchrun),
+// without colour, for a comparison of the two.
+func sideBySide(t *testing.T, launcher string, argv ...string) *exec.Cmd {
+	t.Helper()
+	cmd := exec.Command(shim(t), argv...)
+	if launcher == "gorun" {
+		cmd = exec.Command(gorunBin, append([]string{"--torchrun", shim(t)}, argv...)...)
+	}
+	cmd.Env = append(os.Environ(), "NO_COLOR=1")
+	return cmd
 }

@@ -65,14 +65,20 @@ func (p Prefix) forWorker(log *nodeLog, st wire.WorkerStarted, bit int) (line, c
 
 // fill fills Template's fields for the worker st on node.
 func (p Prefix) fill(node string, st wire.WorkerStarted) string {
-	return safeSubstitute(p.Template, map[string]string{
+	f := p.torchrunFields(st, st.PID)
+	f["node"], f["hostname"] = node, cmp.Or(st.Host, node)
+	return safeSubstitute(p.Template, f)
+}
+
+// torchrunFields are the template's fields torchrun itself fills, with
+// pid as ${pid}.
+func (p Prefix) torchrunFields(st wire.WorkerStarted, pid int) map[string]string {
+	return map[string]string{
 		"role_name":  cmp.Or(p.Role, "default"),
 		"rank":       strconv.Itoa(st.Rank),
 		"local_rank": strconv.Itoa(st.LocalRank),
-		"pid":        strconv.Itoa(st.PID),
-		"node":       node,
-		"hostname":   cmp.Or(st.Host, node),
-	})
+		"pid":        strconv.Itoa(pid),
+	}
 }
 
 // safeSubstitute is Python's string.Template(t).safe_substitute(fields):
@@ -143,10 +149,5 @@ func (p Prefix) torchrunTee(st wire.WorkerStarted) []byte {
 	if p.Template == "" {
 		return nil
 	}
-	return []byte(safeSubstitute(p.Template, map[string]string{
-		"role_name":  cmp.Or(p.Role, "default"),
-		"rank":       strconv.Itoa(st.Rank),
-		"local_rank": strconv.Itoa(st.LocalRank),
-		"pid":        strconv.Itoa(st.Supervisor),
-	}))
+	return []byte(safeSubstitute(p.Template, p.torchrunFields(st, st.Supervisor)))
 }

@@ -237,22 +237,36 @@ func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodpu
 	if wall := end.Sub(start); wall > sum {
 		parts["other"] = wall - sum
 	}
+	secs := make(map[string]float64, len(parts))
+	for k, d := range parts {
+		secs[k] = d.Seconds()
+	}
+	if _, ok := secs["productive"]; !ok {
+		secs["productive"] = 0 // always a part, 0 s where no step ran
+	}
+	g.Parts, g.Goodput = partsOf(secs, g.WallSeconds)
+	return g
+}
+
+// partsOf is the parts of wall seconds that secs (seconds by key) say,
+// in goodputParts' order, and the productive share.
+func partsOf(secs map[string]float64, wall float64) (parts []GoodputPart, productive float64) {
+	parts = []GoodputPart{}
 	for _, kn := range goodputParts() {
-		k := kn[0]
-		d, ok := parts[k]
-		if !ok && k != "productive" {
+		v, ok := secs[kn[0]]
+		if !ok {
 			continue
 		}
-		p := GoodputPart{Key: k, Name: kn[1], Seconds: d.Seconds()}
-		if g.WallSeconds > 0 {
-			p.Share = d.Seconds() / g.WallSeconds
+		p := GoodputPart{Key: kn[0], Name: kn[1], Seconds: v}
+		if wall > 0 {
+			p.Share = v / wall
 		}
-		g.Parts = append(g.Parts, p)
-		if k == "productive" {
-			g.Goodput = p.Share
+		parts = append(parts, p)
+		if kn[0] == "productive" {
+			productive = p.Share
 		}
 	}
-	return g
+	return parts, productive
 }
 
 // attemptSpan is an attempt's first step (any rank's), last step (any

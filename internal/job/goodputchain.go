@@ -82,7 +82,7 @@ func addToChain(dir, key, runID string, g Goodput) (*ChainGoodput, error) {
 	if err != nil {
 		return nil, err
 	}
-	c := &ChainGoodput{Key: key, Parts: []GoodputPart{}}
+	c := &ChainGoodput{Key: key}
 	sums := map[string]float64{}
 	seen := map[string]bool{}
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -98,20 +98,7 @@ func addToChain(dir, key, runID string, g Goodput) (*ChainGoodput, error) {
 			sums[k] += v
 		}
 	}
-	for _, kn := range goodputParts() {
-		v, ok := sums[kn[0]]
-		if !ok {
-			continue
-		}
-		p := GoodputPart{Key: kn[0], Name: kn[1], Seconds: v}
-		if c.WallSeconds > 0 {
-			p.Share = v / c.WallSeconds
-		}
-		c.Parts = append(c.Parts, p)
-		if kn[0] == "productive" {
-			c.Goodput = p.Share
-		}
-	}
+	c.Parts, c.Goodput = partsOf(sums, c.WallSeconds)
 	return c, nil
 }
 
