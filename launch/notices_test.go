@@ -49,22 +49,31 @@ func TestNodeNotices(t *testing.T) {
 	}
 }
 
-// TestRunCollapsesNodeNotices: twenty nodes whose torchrun all start cold
-// for the same reason print eight lines of their own and one that names
-// the other twelve, not twenty.
+// TestRunCollapsesNodeNotices: twenty nodes whose restart's torchrun all
+// start cold for the same reason print eight lines of their own and one
+// that names the other twelve, not twenty. The first attempt's say
+// nothing: its torchrun started ahead only where it could (WarmFirst).
 func TestRunCollapsesNodeNotices(t *testing.T) {
 	const why = "the program changed (/opt/wrapper)"
 	cold := wire.AppendFrame(nil, wire.FrameStart, wire.JSON(wire.StartInfo{Cold: why}))
-	var plan []script
-	for range 20 {
-		plan = append(plan, script{frames: []timedFrame{{0, cold}}, after: 20 * ms})
+	var first, restart []script
+	for i := range 20 {
+		sc := script{frames: []timedFrame{{0, cold}}, after: 20 * ms}
+		restart = append(restart, sc)
+		if i == 0 {
+			sc.code = 1
+		}
+		first = append(first, sc)
 	}
-	c := &cluster{plan: [][]script{plan}}
+	c := &cluster{plan: [][]script{first, restart}}
 	var diag syncBuffer
-	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Diag: &diag}); err != nil {
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, Diag: &diag, MaxRestarts: 1}); err != nil {
 		t.Fatal(err)
 	}
 	out := diag.String()
+	if before, _, _ := strings.Cut(out, "restart"); strings.Contains(before, "starts cold") {
+		t.Errorf("the first attempt's cold starts were said:\n%s", out)
+	}
 	own := regexp.MustCompile(`(?m)^gorun: node\d+: torchrun starts cold: ` + regexp.QuoteMeta(why) + `$`)
 	more := regexp.MustCompile(`(?m)^gorun: 12 more nodes alike \((node[\[\]0-9,-]+)\): torchrun starts cold: ` + regexp.QuoteMeta(why) + `$`)
 	m := more.FindStringSubmatch(out)

@@ -648,7 +648,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 				if ev.start.Released && rs != nil {
 					rs.AheadUsed++
 				}
-				if why := ev.start.Cold; why != "" {
+				if why := ev.start.Cold; why != "" && k > 0 { // the first attempt's torchrun started ahead only if it could (WarmFirst)
 					say(notices.note(ms[ev.i].node.Name, "torchrun starts cold: "+why))
 				}
 			case wire.FrameExit:

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/signal"
 	"runtime"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -250,7 +251,9 @@ type agent struct {
 	self   int
 	relay  *relay // nil unless wire.Job.Relay
 	pool   *pool  // nil unless wire.Job.Pool, and once dropped
-	asks   asks   // children run for the head's asks (standbyask.go)
+	// reapsTo is pool, for the reapers' goroutines (setPool).
+	reapsTo atomic.Pointer[pool]
+	asks    asks // children run for the head's asks (standbyask.go)
 	// released: the head released the job handed ahead (wire.CtlRelease)
 	// before the agent on standby had taken the job; supervise releases
 	// it as it begins.
@@ -272,7 +275,7 @@ func (a *agent) release() {
 func (a *agent) startJob(job wire.Job, stdout, stderr io.Writer) (*startedJob, error) {
 	if job.Pool != nil && a.relay != nil {
 		if ms, _ := startPoolWithMain(job, a.relay.dir, nil, stdout, stderr, a.logf); ms != nil {
-			a.pool = ms.pool
+			a.setPool(ms.pool)
 			return ms.out, nil
 		}
 	}
@@ -289,7 +292,7 @@ func (a *agent) startPool(job wire.Job) {
 	if job.Pool == nil || a.relay == nil {
 		return
 	}
-	p, err := spawnPool(job, a.relay.dir, a.logf)
+	p, err := spawnPool(job, a.relay.dir, a.logf, a.setPool)
 	if err != nil {
 		// Each worker's supervisor asks anyway (the job has the socket's
 		// name already): it is told why, and the node says so once.
@@ -298,23 +301,33 @@ func (a *agent) startPool(job wire.Job) {
 			return
 		}
 	}
+	a.setPool(p)
+}
+
+// setPool makes p the agent's pool, and the one its reapers tell of the
+// children they reap.
+func (a *agent) setPool(p *pool) {
 	a.pool = p
+	a.reapsTo.Store(p)
 }
 
 // dropPool kills the pool's interpreters and forgets it.
 func (a *agent) dropPool() {
 	a.pool.close()
-	a.pool = nil
+	a.setPool(nil)
 }
 
 // reapChildren is a reaper of the agent's children that tells the asks and
-// the pool of their children's ends.
+// the pool of their children's ends: the pool of the moment, which a
+// standby handed a job that brings one starts after its reaper.
 func (a *agent) reapChildren(main int) *reaper {
 	r := newReaper(main)
-	pool := a.pool
 	r.others = func(pid int, ws unix.WaitStatus) {
-		if !a.asks.reaped(pid, ws) && pool != nil {
-			pool.reaped(pid, ws)
+		if a.asks.reaped(pid, ws) {
+			return
+		}
+		if p := a.reapsTo.Load(); p != nil {
+			p.reaped(pid, ws)
 		}
 	}
 	return r

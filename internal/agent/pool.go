@@ -122,9 +122,10 @@ type poolSlot struct {
 
 // spawnPool starts job's pool with its socket in dir; it must be called
 // from the agent's locked thread (the fork servers' parent-death signal is
-// tied to it), before the reaper that passes them to reaped runs. The
-// error says why no pool could start; the job runs without one.
-func spawnPool(job wire.Job, dir string, logf func(string, ...any)) (*pool, error) {
+// tied to it). known is given the pool before any of its interpreters
+// starts, for the reaper to pass it their ends (reaped). The error says
+// why no pool could start; the job runs without one.
+func spawnPool(job wire.Job, dir string, logf func(string, ...any), known func(*pool)) (*pool, error) {
 	pp, err := planPool(job)
 	if err != nil {
 		return nil, err
@@ -133,6 +134,7 @@ func spawnPool(job wire.Job, dir string, logf func(string, ...any)) (*pool, erro
 	if err != nil {
 		return nil, err
 	}
+	known(p)
 	if n := len(pp.groups); job.Pool.Auto && n > 0 {
 		p.off = autoPoolOff(usableCPUs(), n, job.Pool.Beside, idleCPUs)
 	}

@@ -53,7 +53,7 @@ func (a *agent) startStandby(job wire.Job, stdout, stderr io.Writer) (*standby, 
 		ms, _ := startPoolWithMain(job, a.relay.dir, pr, stdout, stderr, a.logf)
 		pr.Close()
 		if ms != nil {
-			a.pool = ms.pool
+			a.setPool(ms.pool)
 			return &standby{job: job, env: ms.env, program: ms.prog, pid: ms.out.pid, release: pw}, ms.out, nil
 		}
 		pw.Close()
@@ -107,10 +107,10 @@ func spawnStandby(job wire.Job, stdout, stderr io.Writer) (*standby, *startedJob
 }
 
 // handOver gives the standby job when it fits: the same program, folder
-// and modules, and the same import-time variables. It returns why the
-// standby cannot run job ("" when it was handed over), or what went wrong
-// handing it.
-func (s *standby) handOver(job wire.Job) (string, error) {
+// and modules, and the same import-time variables; ready runs just before
+// the job goes. It returns why the standby cannot run job ("" when it was
+// handed over), or what went wrong handing it.
+func (s *standby) handOver(job wire.Job, ready func()) (string, error) {
 	env, err := mergeEnv(withoutStepVars(os.Environ()), job.Env)
 	if err != nil {
 		return "", err
@@ -127,15 +127,41 @@ func (s *standby) handOver(job wire.Job) (string, error) {
 		return "the modules to import first changed", nil
 	}
 	for _, name := range changedVars(s.env, env) {
-		if importTimeVar(name) {
+		if importTimeVar(name) && (s.forksWorkers() || !computeVar(name)) {
 			return fmt.Sprintf("%s, read at import time, changed", name), nil
 		}
 	}
 	var shown []string
-	if s.dir == "" { // a pool's fork server: it has the room
+	if s.forksWorkers() { // it has the room
 		shown = prog.shown()
 	}
+	ready()
 	return "", s.hand(env, job.Dir, prog.args, shown, job.WaitFor)
+}
+
+// forksWorkers reports whether the standby is its workers' fork server:
+// what it imported, they have.
+func (s *standby) forksWorkers() bool { return s.dir == "" }
+
+// computeVar reports whether a variable read at import time only shapes
+// the computing of the process that reads it: its threads (read as
+// OpenMP, MKL, OpenBLAS or numexpr loads) or its GPUs (read as CUDA
+// initialises, which importing torch does not do). A standby that forks
+// no worker may differ from its job in one: torchrun's own process
+// computes nothing and initialises no GPU before it has its job's
+// environment, and its workers are new processes that read their own
+// environment, the job's. The plan sets both kinds from preflight's
+// facts, which the first attempt's standby starts without (WarmFirst).
+func computeVar(name string) bool {
+	if name == "CUDA_VISIBLE_DEVICES" || name == "CUDA_DEVICE_ORDER" {
+		return true
+	}
+	for _, p := range []string{"OMP_", "GOMP_", "KMP_", "MKL_", "OPENBLAS", "NUMEXPR_"} {
+		if strings.HasPrefix(name, p) {
+			return true
+		}
+	}
+	return false
 }
 
 // changedVars lists the names whose values differ between two
@@ -334,7 +360,19 @@ func (a *agent) standBy(ctx context.Context, sj wire.Job, stdout, stderr io.Writ
 		}
 	}
 	if sb != nil && cold == "" {
-		why, err := sb.handOver(job)
+		// A job that brings a pool to a standby that has none (the first
+		// attempt's, started while preflight ran, before the plan knew
+		// the slots' CPUs): the pool starts as the job is handed over,
+		// where the job's start would have started it.
+		late := job.Pool != nil && a.pool == nil && a.relay != nil
+		if late {
+			job.Env[wire.PoolSocketVar] = a.relay.poolPath()
+		}
+		why, err := sb.handOver(job, func() {
+			if late {
+				a.startPool(job)
+			}
+		})
 		switch {
 		case err != nil:
 			cold = err.Error()

@@ -209,6 +209,14 @@ func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 	var facts envplan.Facts
 	var preflightText string // for --report
 	if cl.Gorun.Preflight != "off" {
+		if !cl.Gorun.DryRun && sp == nil {
+			warmed := make(chan struct{})
+			go func() {
+				defer close(warmed)
+				r.warmFirst(ctx)
+			}()
+			defer func() { <-warmed }() // before the runners close
+		}
 		report := Check(ctx, cl, nodes, r.conns, cfg, ui)
 		if ctx.Err() != nil {
 			return interrupted(ctx, "during preflight; nothing was started", nil)

@@ -155,6 +155,24 @@ func (r *run) ahead(hooks []Hook, a *Attempt) func(ctx context.Context, k int) [
 	}
 }
 
+// warmFirst starts the first attempt's torchrun ahead on every node while
+// preflight runs (launch.WarmFirst): a torchrun imports for about as long
+// as its workers do, and a worker the pool cannot serve (a script that
+// must start cold) then waits for its own import only, as under
+// torchrun. Its jobs are those of a plan made without preflight's facts:
+// where the facts change a variable read at import, the first attempt
+// starts cold, as it did before.
+func (r *run) warmFirst(ctx context.Context) {
+	if r.cl.Gorun.WarmRestart == "off" {
+		return
+	}
+	plan, err := envplan.Build(r.spec, nil)
+	if err != nil {
+		return // said once the plan is made with the facts
+	}
+	launch.WarmFirst(ctx, jobs(plan, r.conns, 0, r.jobSettings()))
+}
+
 // killContext ends when parent does or kill is closed.
 func killContext(parent context.Context, kill <-chan struct{}) (context.Context, context.CancelFunc) {
 	ctx, cancel := context.WithCancel(parent)
