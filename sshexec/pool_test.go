@@ -853,6 +853,67 @@ func TestStandbyWithPool(t *testing.T) {
 	}
 }
 
+// TestStandbyPoolAtHandOver: the first attempt's standby starts before
+// preflight has bound the slots to CPUs, so without the pool
+// (launch.WarmFirst), and without the variables the plan sets from the
+// facts. Handed a job that brings a pool and sets OMP_NUM_THREADS, it is
+// used all the same (its process forks no worker, and such a variable
+// only sizes the threads of the process that reads it), and the pool
+// starts with the hand-over: both workers pooled. A variable that shapes
+// more than computing (PYTHONHASHSEED) still starts the job cold.
+func TestStandbyPoolAtHandOver(t *testing.T) {
+	needPython(t)
+	takes := []testTake{
+		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
+		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
+	}
+	job, main := poolMainJob(t, takes, "x")
+	job.Preimport = []string{"email.mime.text"}
+	ahead := job
+	ahead.Pool = nil
+	ahead.Env = maps.Clone(job.Env)
+	delete(ahead.Env, "OMP_NUM_THREADS")
+	job.Env["OMP_NUM_THREADS"] = "1"
+	for _, tc := range []struct {
+		name string
+		set  map[string]string
+		warm bool
+	}{
+		{name: "compute variables differ", warm: true},
+		{name: "PYTHONHASHSEED differs", set: map[string]string{"PYTHONHASHSEED": "7"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newTestLocal(t)
+			if err := l.Warm(context.Background(), ahead); err != nil {
+				t.Fatal(err)
+			}
+			time.Sleep(300 * time.Millisecond) // the imports, while preflight runs
+			next := job
+			next.Argv = []string{main, "b"}
+			next.Env = maps.Clone(job.Env)
+			maps.Copy(next.Env, tc.set)
+			var f frames
+			code := runWarm(t, l, next, &f)
+			out := f.out.String()
+			if code != 0 {
+				t.Fatalf("exit %d:\n%s", code, out)
+			}
+			if !strings.Contains(out, fmt.Sprintf("main argv ['%s', 'b']", main)) || !strings.Contains(out, ": exit 3\n") {
+				t.Errorf("the job did not run as given:\n%s", out)
+			}
+			if strings.Contains(out, "cold") || strings.Count(out, "pooled pid") != 2 {
+				t.Errorf("want both workers pooled:\n%s", out)
+			}
+			if len(f.start) != 1 || f.start[0].Warm != tc.warm {
+				t.Errorf("start frames: %+v, want warm %v", f.start, tc.warm)
+			}
+			if !tc.warm && (len(f.start) != 1 || !strings.Contains(f.start[0].Cold, "PYTHONHASHSEED")) {
+				t.Errorf("start frames: %+v, want cold for PYTHONHASHSEED", f.start)
+			}
+		})
+	}
+}
+
 // TestPoolWorkerOwnsItsPages: a second into its run, a pooled worker makes
 // the pages it still shares with its fork server's other interpreters its
 // own (warm.py _own_later), so that its interpreter's exit copies none of
