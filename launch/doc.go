@@ -58,10 +58,11 @@
 // attempt, whatever torchrun does next: every node is stopped at once. The
 // root cause is the earliest such exit by its worker's clock; a worker
 // that was told to stop (a signal reached its supervisor) is a
-// consequence, never the cause. Its phase says how far it got: start-up
-// (not yet at the rendezvous store), training, or exit (others had
-// finished). Where no worker reports (torchrun itself failed, a node was
-// lost or never started), the first node to exit non-zero, fail to start,
+// consequence, never the cause. Its Failure's Phase says how far it got:
+// start-up (not yet at the rendezvous store), training, or exit (others
+// had finished); the Phase constants list every value a Failure carries.
+// Where no worker reports (torchrun itself failed, a node was lost or
+// never started), the first node to exit non-zero, fail to start,
 // or be lost is the failure, and a ChildFailedError "Root Cause" block
 // torchrun printed names the worker; there a worker's exit 1 waits up to
 // half a second for a node reporting a worker with a code of its own.
@@ -77,14 +78,14 @@
 // gets its stack on Diag, and Options.SaveStacks keeps every rank's. A
 // rank stuck alone outside a collective becomes the hang's Failure.
 //
-// # Phases
+// # Attempt states
 //
-// An attempt moves through phases, forward only: running; on a hang, "hung:
+// An attempt moves through states, forward only: running; on a hang, "hung:
 // waiting for RAS" (when the job's RAS reporter is alive, NCCL's report is
 // asked for first, while every rank still runs, for up to wire.RASWait),
 // then "hung: dumping stacks" (until every silent worker's stacks are in,
 // or dumpWait); then stopping, which a failure, the end of a diagnosis, the
-// user's cancel or Kill enters from any phase. Node exits after running
+// user's cancel or Kill enters from any state. Node exits after running
 // are consequences, and worker exits after a hang was declared are never
 // the cause.
 //

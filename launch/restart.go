@@ -36,44 +36,45 @@ func backoff(opts Options, n int, lost bool) time.Duration {
 	return d
 }
 
-// Phase is one phase of a restart's timeline: its end, as an offset
+// Milestone is one point a restart's timeline reached, as an offset
 // from the moment the failure was seen.
-type Phase struct {
+type Milestone struct {
 	Key  string // stable, for tools: "stopped", "gpu_memory_free", ...
 	Name string // as printed: "stopped", "GPU memory free", ...
 	At   time.Duration
 }
 
-// Phases lists the phases the restart reached, in order: stopped, GPU
-// memory free, nodes rechecked, next torchrun handed its command line,
-// workers started, first line; handed ahead (Ahead), the hand-off comes
+// Milestones lists the milestones the restart reached, in order:
+// stopped, GPU memory free, nodes rechecked, next torchrun handed its
+// command line, workers started, first line; handed ahead (Ahead), the hand-off comes
 // first, at a negative offset when it came before the failure, and
 // workers released before workers started (one not reached, or not
 // checked, is left out).
-func (r Restart) Phases() []Phase {
-	handed := Phase{"next_torchrun_handed", "next torchrun handed its command line", r.Handed}
-	all := []Phase{{"stopped", "stopped", r.Stopped}, {"gpu_memory_free", "GPU memory free", r.GPUFree},
+func (r Restart) Milestones() []Milestone {
+	handed := Milestone{"next_torchrun_handed", "next torchrun handed its command line", r.Handed}
+	all := []Milestone{{"stopped", "stopped", r.Stopped}, {"gpu_memory_free", "GPU memory free", r.GPUFree},
 		{"nodes_rechecked", "nodes rechecked", r.Checked}, handed, {"workers_released", "workers released", r.Released},
 		{"workers_started", "workers started", r.WorkersUp}, {"first_line", "first line", r.FirstLine}}
 	if r.Ahead > 0 {
-		all = append([]Phase{handed}, slices.Delete(all, 3, 4)...)
+		all = append([]Milestone{handed}, slices.Delete(all, 3, 4)...)
 	}
 	out := all[:0]
-	for _, p := range all {
-		if p.At > 0 || (p.At < 0 && p.Name == handed.Name) {
-			out = append(out, p)
+	for _, m := range all {
+		if m.At > 0 || (m.At < 0 && m.Name == handed.Name) {
+			out = append(out, m)
 		}
 	}
 	return out
 }
 
-// Longest names the phase that took longest, "failure seen → stopped"
-// say, and how long it took; "" when no phase was reached. A hand-off
-// before the failure is no phase of the restart.
+// Longest names the stretch between two milestones that took longest,
+// "failure seen → stopped" say, and how long it took; "" when no
+// milestone was reached. A hand-off before the failure is no stretch of
+// the restart.
 func (r Restart) Longest() (string, time.Duration) {
 	longest, prev, from := "", time.Duration(0), "failure seen"
 	var longestD time.Duration
-	for _, p := range r.Phases() {
+	for _, p := range r.Milestones() {
 		if p.At < 0 {
 			continue
 		}
@@ -85,12 +86,12 @@ func (r Restart) Longest() (string, time.Duration) {
 	return longest, longestD
 }
 
-// String is the restart's timeline as one line, with the phase that took
-// longest.
+// String is the restart's timeline as one line, with the stretch that
+// took longest.
 func (r Restart) String() string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "gorun: restart after attempt %d: failure seen", r.Attempt+1)
-	for _, p := range r.Phases() {
+	for _, p := range r.Milestones() {
 		if p.At < 0 {
 			fmt.Fprintf(&b, ", %s %s before", p.Name, ShortDuration(-p.At))
 		} else {

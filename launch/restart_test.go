@@ -54,7 +54,7 @@ func TestRestartString(t *testing.T) {
 	if got := (Restart{Attempt: 1, Stopped: 5 * time.Millisecond}).String(); !strings.HasSuffix(got, "stopped +5ms; longest: failure seen → stopped (5ms)") {
 		t.Errorf("partial: %s", got)
 	}
-	// Handed ahead: in the order the phases ended.
+	// Handed ahead: in the order the milestones were reached.
 	r = Restart{Stopped: 60 * time.Millisecond, Handed: 5 * time.Millisecond, Ahead: 2, AheadUsed: 2, Warm: 2, Nodes: 2, Released: 62 * time.Millisecond,
 		WorkersUp: 80 * time.Millisecond, FirstLine: 81 * time.Millisecond}
 	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line +5ms (ahead on 2 of 2 nodes, warm on 2 of 2 nodes), stopped +60ms, workers released +62ms, workers started +80ms, first line +81ms; longest: next torchrun handed its command line → stopped (55ms)"
@@ -68,15 +68,15 @@ func TestRestartString(t *testing.T) {
 		t.Errorf("String =\n%s\nwant it to begin\n%s", got, want)
 	}
 	// Handed ahead while the attempt ran: before the failure, and no
-	// phase of the restart.
+	// stretch of the restart.
 	r = Restart{Stopped: 60 * time.Millisecond, Handed: -4200 * time.Millisecond, Ahead: 1, AheadUsed: 1, Warm: 1, Nodes: 1, Released: 62 * time.Millisecond,
 		WorkersUp: 70 * time.Millisecond, FirstLine: 71 * time.Millisecond}
 	want = "gorun: restart after attempt 1: failure seen, next torchrun handed its command line 4200ms before (ahead on 1 of 1 nodes, warm on 1 of 1 nodes), stopped +60ms, workers released +62ms, workers started +70ms, first line +71ms; longest: failure seen → stopped (60ms)"
 	if got := r.String(); got != want {
 		t.Errorf("String =\n%s\nwant\n%s", got, want)
 	}
-	if ps := r.Phases(); len(ps) != 5 || ps[0].At != r.Handed {
-		t.Errorf("Phases = %+v, want the hand-off first, at its negative offset", ps)
+	if ms := r.Milestones(); len(ms) != 5 || ms[0].At != r.Handed {
+		t.Errorf("Milestones = %+v, want the hand-off first, at its negative offset", ms)
 	}
 }
 

@@ -564,7 +564,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	for i, m := range ms {
 		if m.startErr != nil && sv.nodeFailure == nil {
 			sv.nodeFailure = &Failure{Node: m.node.Name, Rank: -1, LocalRank: -1, Code: -1,
-				Phase: "start", Reason: "start: " + m.startErr.Error()}
+				Phase: PhaseStart, Reason: "start: " + m.startErr.Error()}
 			sv.nodeFailed, sv.nodeFirst = i, true
 		}
 	}
@@ -667,7 +667,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 				sv.rasLagging = append(sv.rasLagging, ev.lagging...)
 				sv.requestDumps()
 			}
-			if sv.phase.diagnosing() && sv.dumpPending <= 0 {
+			if sv.state.diagnosing() && sv.dumpPending <= 0 {
 				sv.stopAll(false)
 			}
 		case e := <-exits:
@@ -683,7 +683,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			if e.err == nil && e.code == 0 {
 				continue
 			}
-			if sv.phase != phaseRunning {
+			if sv.state != attemptRunning {
 				continue // consequences of the stop, or of the stack dumps
 			}
 			f := exitFailure(m, e)
@@ -709,7 +709,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			settle = nil
 			sv.stopAll(false)
 		case <-hang:
-			if sv.phase != phaseRunning {
+			if sv.state != attemptRunning {
 				continue
 			}
 			if wait := sv.hangCheck(attemptStart); wait > 0 {
@@ -718,7 +718,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			}
 			dumpTimer = time.NewTimer(dumpWait)
 			dumpDone = dumpTimer.C
-			if sv.phase == phaseAwaitingRAS {
+			if sv.state == attemptAwaitingRAS {
 				dumpTimer.Reset(wire.RASWait + dumpWait)
 				rasTimer = time.NewTimer(wire.RASWait)
 				rasDone = rasTimer.C
@@ -728,7 +728,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		case <-rasDone:
 			sv.requestDumps()
 		case <-dumpDone:
-			if sv.phase != phaseStopping {
+			if sv.state != attemptStopping {
 				sv.stopAll(false)
 			}
 		case <-done:
@@ -737,7 +737,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 			o.stopped = waiting
 			sv.stopSig = stopSignal(ctx)
 			s.bound() // before anything more is written
-			if sv.phase != phaseStopping {
+			if sv.state != attemptStopping {
 				s.message(opts.Diag, sv.stopNotice())
 				sv.stopAll(false)
 			}

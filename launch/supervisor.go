@@ -13,58 +13,58 @@ import (
 	"github.com/gorun/gorun/internal/wire"
 )
 
-// phase is where an attempt stands, as its supervisor sees it. An attempt
-// starts running and only moves forward:
+// attemptState is where an attempt stands, as its supervisor sees it. An
+// attempt starts running and only moves forward:
 //
 //	running ─► hung: waiting for RAS ─► hung: dumping stacks ─► stopping
 //	running ─► hung: dumping stacks      (no RAS reporter is alive)
-//	any phase ─► stopping                (a failure, a diagnosis done, the user)
+//	any state ─► stopping                (a failure, a diagnosis done, the user)
 //
 // supervisor.enter is the one place it changes.
-type phase int
+type attemptState int
 
 const (
-	// phaseRunning: the workers run; the first failure stops the group.
-	phaseRunning phase = iota
-	// phaseAwaitingRAS: a hang was declared and NCCL's RAS report is on
+	// attemptRunning: the workers run; the first failure stops the group.
+	attemptRunning attemptState = iota
+	// attemptAwaitingRAS: a hang was declared and NCCL's RAS report is on
 	// its way, asked for while every rank still runs; then the stacks.
-	phaseAwaitingRAS
-	// phaseDumping: a hang was declared and the workers' stacks are on
+	attemptAwaitingRAS
+	// attemptDumping: a hang was declared and the workers' stacks are on
 	// their way; the group stops when all are in, or at dumpWait.
-	phaseDumping
-	// phaseStopping: every node was told to stop (a failure, a hang
+	attemptDumping
+	// attemptStopping: every node was told to stop (a failure, a hang
 	// diagnosed, the user); what ends now is a consequence.
-	phaseStopping
+	attemptStopping
 )
 
-func (p phase) String() string {
-	switch p {
-	case phaseRunning:
+func (st attemptState) String() string {
+	switch st {
+	case attemptRunning:
 		return "running"
-	case phaseAwaitingRAS:
+	case attemptAwaitingRAS:
 		return "hung: waiting for RAS"
-	case phaseDumping:
+	case attemptDumping:
 		return "hung: dumping stacks"
-	case phaseStopping:
+	case attemptStopping:
 		return "stopping"
 	}
-	return fmt.Sprintf("phase(%d)", int(p))
+	return fmt.Sprintf("attemptState(%d)", int(st))
 }
 
 // diagnosing reports whether a hang diagnosis is under way: the group is
 // not yet being stopped.
-func (p phase) diagnosing() bool { return p == phaseAwaitingRAS || p == phaseDumping }
+func (st attemptState) diagnosing() bool { return st == attemptAwaitingRAS || st == attemptDumping }
 
-// canMoveTo reports whether next may follow p: forward only, and stopping
-// from every phase, stopping included (a kill after a graceful stop stops
-// again, at once).
-func (p phase) canMoveTo(next phase) bool {
+// canMoveTo reports whether next may follow st: forward only, and
+// stopping from every state, stopping included (a kill after a graceful
+// stop stops again, at once).
+func (st attemptState) canMoveTo(next attemptState) bool {
 	switch next {
-	case phaseAwaitingRAS:
-		return p == phaseRunning
-	case phaseDumping:
-		return p == phaseRunning || p == phaseAwaitingRAS
-	case phaseStopping:
+	case attemptAwaitingRAS:
+		return st == attemptRunning
+	case attemptDumping:
+		return st == attemptRunning || st == attemptAwaitingRAS
+	case attemptStopping:
 		return true
 	}
 	return false
@@ -76,7 +76,7 @@ type supervisor struct {
 	opts Options
 	s    *sink
 
-	phase  phase
+	state  attemptState
 	stopAt time.Time // when the group was first asked to stop
 	// interrupted: the user stopped the run (Ctrl-C, SIGTERM).
 	interrupted bool
@@ -112,21 +112,21 @@ type supervisor struct {
 // rank.
 type workerRef struct{ node, lr int }
 
-// enter moves the attempt to phase next and does what entering it means:
+// enter moves the attempt to state next and does what entering it means:
 // ask the RAS reporter for NCCL's report, or every worker for its stacks.
-// Stopping the nodes is stopAll's, which enters phaseStopping first. A
-// move the phases do not allow is a bug in launch, and panics.
-func (sv *supervisor) enter(next phase) {
-	if !sv.phase.canMoveTo(next) {
-		panic(fmt.Sprintf("launch: attempt phase %q cannot move to %q", sv.phase, next))
+// Stopping the nodes is stopAll's, which enters attemptStopping first. A
+// move the states do not allow is a bug in launch, and panics.
+func (sv *supervisor) enter(next attemptState) {
+	if !sv.state.canMoveTo(next) {
+		panic(fmt.Sprintf("launch: attempt state %q cannot move to %q", sv.state, next))
 	}
-	sv.phase = next
+	sv.state = next
 	switch next {
-	case phaseAwaitingRAS:
+	case attemptAwaitingRAS:
 		// NCCL's report first, while every rank still runs: the stack
 		// dumps end the workers, and a dead rank no longer lags.
 		sv.tellAll(wire.TellRAS) // a job without NCCL answers at once, with nothing
-	case phaseDumping:
+	case attemptDumping:
 		sv.s.message(sv.opts.Diag, "gorun: asking every silent worker for its Python stacks (py-spy dump where installed, else faulthandler)\n")
 		sv.tellAll(wire.TellDump)
 	}
@@ -135,7 +135,7 @@ func (sv *supervisor) enter(next phase) {
 type workerCause struct {
 	i     int
 	exit  wire.WorkerExit
-	phase string
+	phase Phase
 }
 
 // stopAll stops every running node and returns how many it asked.
@@ -156,10 +156,10 @@ func (sv *supervisor) stopAll(now bool) int {
 			}
 		}
 	}
-	if sv.phase.diagnosing() {
+	if sv.state.diagnosing() {
 		sv.reportHang() // with the stacks that came
 	}
-	sv.enter(phaseStopping)
+	sv.enter(attemptStopping)
 	n := 0
 	for _, m := range sv.ms {
 		if !m.running {
@@ -204,7 +204,7 @@ func (sv *supervisor) stopNotice() string {
 // pass passes sig to every running worker and says so.
 func (sv *supervisor) pass(sig syscall.Signal) string {
 	workers, nodes := sv.running()
-	if sv.phase == phaseStopping || workers == 0 {
+	if sv.state == attemptStopping || workers == 0 {
 		return fmt.Sprintf("gorun: %s: no worker is running now; not passed on\n", SignalName(sig))
 	}
 	for _, m := range sv.ms {
@@ -241,15 +241,15 @@ func (sv *supervisor) workerExited(ev event) bool {
 	if ex.Stopped || sv.hang != nil {
 		return false
 	}
-	phase := "start-up (had not reached the rendezvous store)"
+	phase := PhaseStartup
 	switch {
 	case sv.finished > 0:
-		phase = "exit (other workers had finished)"
+		phase = PhaseExit
 	case joined:
-		phase = "training"
+		phase = PhaseTraining
 	}
 	sv.causes = append(sv.causes, workerCause{i: ev.i, exit: ex, phase: phase})
-	if sv.phase == phaseStopping {
+	if sv.state == attemptStopping {
 		return false
 	}
 	sv.s.message(sv.opts.Diag, fmt.Sprintf("gorun: %s%s %s during %s; stopping every node\n",
@@ -347,7 +347,7 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	if len(nodes) > maxSilentLines {
 		node = hosts.Compress(nodes)
 	}
-	sv.hang = &Failure{Node: node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: "hang",
+	sv.hang = &Failure{Node: node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: PhaseHang,
 		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", limit, who)}
 	if startingUp {
 		sv.hang.Reason = fmt.Sprintf("hang in start-up: no progress for %v; silent: %s", limit, who)
@@ -363,9 +363,9 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		m.mu.Unlock()
 	}
 	if ras {
-		sv.enter(phaseAwaitingRAS)
+		sv.enter(attemptAwaitingRAS)
 	} else {
-		sv.enter(phaseDumping)
+		sv.enter(attemptDumping)
 	}
 	return 0
 }
@@ -374,8 +374,8 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 // in (or was waited for long enough); it does nothing unless the attempt is
 // waiting for that report.
 func (sv *supervisor) requestDumps() {
-	if sv.phase == phaseAwaitingRAS {
-		sv.enter(phaseDumping)
+	if sv.state == attemptAwaitingRAS {
+		sv.enter(attemptDumping)
 	}
 }
 
@@ -412,8 +412,8 @@ func (sv *supervisor) rootCause() *Failure {
 		return nil
 	}
 	f := *sv.nodeFailure
-	if f.Phase == "" && sv.started == 0 {
-		f.Phase = "rendezvous (no worker had started)"
+	if f.Phase == PhaseUnknown && sv.started == 0 {
+		f.Phase = PhaseRendezvous
 	}
 	f.LastLines = sv.ms[sv.nodeFailed].log.lastLines()
 	return &f

@@ -11,51 +11,51 @@ import (
 	"github.com/gorun/gorun/sshexec"
 )
 
-func TestPhaseString(t *testing.T) {
-	for p, want := range map[phase]string{
-		phaseRunning:     "running",
-		phaseAwaitingRAS: "hung: waiting for RAS",
-		phaseDumping:     "hung: dumping stacks",
-		phaseStopping:    "stopping",
-		phase(9):         "phase(9)",
+func TestAttemptStateString(t *testing.T) {
+	for p, want := range map[attemptState]string{
+		attemptRunning:     "running",
+		attemptAwaitingRAS: "hung: waiting for RAS",
+		attemptDumping:     "hung: dumping stacks",
+		attemptStopping:    "stopping",
+		attemptState(9):    "attemptState(9)",
 	} {
 		if got := p.String(); got != want {
-			t.Errorf("phase %d: %q, want %q", int(p), got, want)
+			t.Errorf("state %d: %q, want %q", int(p), got, want)
 		}
 	}
 }
 
-// TestPhaseMoves: forward only, and stopping from anywhere.
-func TestPhaseMoves(t *testing.T) {
-	all := []phase{phaseRunning, phaseAwaitingRAS, phaseDumping, phaseStopping}
-	allowed := map[[2]phase]bool{
-		{phaseRunning, phaseAwaitingRAS}:  true,
-		{phaseRunning, phaseDumping}:      true,
-		{phaseRunning, phaseStopping}:     true,
-		{phaseAwaitingRAS, phaseDumping}:  true,
-		{phaseAwaitingRAS, phaseStopping}: true,
-		{phaseDumping, phaseStopping}:     true,
-		{phaseStopping, phaseStopping}:    true,
+// TestAttemptStateMoves: forward only, and stopping from anywhere.
+func TestAttemptStateMoves(t *testing.T) {
+	all := []attemptState{attemptRunning, attemptAwaitingRAS, attemptDumping, attemptStopping}
+	allowed := map[[2]attemptState]bool{
+		{attemptRunning, attemptAwaitingRAS}:  true,
+		{attemptRunning, attemptDumping}:      true,
+		{attemptRunning, attemptStopping}:     true,
+		{attemptAwaitingRAS, attemptDumping}:  true,
+		{attemptAwaitingRAS, attemptStopping}: true,
+		{attemptDumping, attemptStopping}:     true,
+		{attemptStopping, attemptStopping}:    true,
 	}
 	for _, from := range all {
 		for _, to := range all {
-			if got, want := from.canMoveTo(to), allowed[[2]phase{from, to}]; got != want {
+			if got, want := from.canMoveTo(to), allowed[[2]attemptState{from, to}]; got != want {
 				t.Errorf("%s → %s: allowed %v, want %v", from, to, got, want)
 			}
 		}
 	}
 	for _, p := range all {
-		if got, want := p.diagnosing(), p == phaseAwaitingRAS || p == phaseDumping; got != want {
+		if got, want := p.diagnosing(), p == attemptAwaitingRAS || p == attemptDumping; got != want {
 			t.Errorf("%s: diagnosing %v, want %v", p, got, want)
 		}
 	}
 }
 
 func TestEnterRefusesABackwardMove(t *testing.T) {
-	for _, tc := range []struct{ from, to phase }{
-		{phaseDumping, phaseAwaitingRAS},
-		{phaseStopping, phaseDumping},
-		{phaseStopping, phaseRunning},
+	for _, tc := range []struct{ from, to attemptState }{
+		{attemptDumping, attemptAwaitingRAS},
+		{attemptStopping, attemptDumping},
+		{attemptStopping, attemptRunning},
 	} {
 		func() {
 			defer func() {
@@ -63,7 +63,7 @@ func TestEnterRefusesABackwardMove(t *testing.T) {
 					t.Errorf("%s → %s did not panic", tc.from, tc.to)
 				}
 			}()
-			sv := &supervisor{phase: tc.from}
+			sv := &supervisor{state: tc.from}
 			sv.enter(tc.to)
 		}()
 	}
@@ -113,21 +113,21 @@ func hungAttempt(t *testing.T, ras bool) (sv *supervisor, procs []*tellProc, dia
 	return sv, procs, func() string { closeSink(); return buf.String() }
 }
 
-// TestSupervisorHangPhases: a hang with a RAS reporter asks for NCCL's
+// TestSupervisorHangStates: a hang with a RAS reporter asks for NCCL's
 // report first, then for the stacks, then stops; without one it asks for
 // the stacks at once. Once stopping, a late RAS report asks for nothing.
-func TestSupervisorHangPhases(t *testing.T) {
+func TestSupervisorHangStates(t *testing.T) {
 	tests := []struct {
 		name      string
 		ras       bool
 		reporter  func(sv *supervisor) // changes the reporter before the hang
-		wantFirst phase
+		wantFirst attemptState
 		wantTells string // what each node was told, in order, by the end
 	}{
-		{"RAS reporter", true, nil, phaseAwaitingRAS, string([]byte{wire.TellRAS, wire.TellDump})},
-		{"no RAS reporter", false, nil, phaseDumping, string([]byte{wire.TellDump})},
-		{"the reporter is done", true, func(sv *supervisor) { sv.ms[0].workers[0].done = true }, phaseDumping, string([]byte{wire.TellDump})},
-		{"the reporter's node is gone", true, func(sv *supervisor) { sv.ms[0].running = false }, phaseDumping, string([]byte{wire.TellDump})},
+		{"RAS reporter", true, nil, attemptAwaitingRAS, string([]byte{wire.TellRAS, wire.TellDump})},
+		{"no RAS reporter", false, nil, attemptDumping, string([]byte{wire.TellDump})},
+		{"the reporter is done", true, func(sv *supervisor) { sv.ms[0].workers[0].done = true }, attemptDumping, string([]byte{wire.TellDump})},
+		{"the reporter's node is gone", true, func(sv *supervisor) { sv.ms[0].running = false }, attemptDumping, string([]byte{wire.TellDump})},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
@@ -138,18 +138,18 @@ func TestSupervisorHangPhases(t *testing.T) {
 			if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait != 0 {
 				t.Fatalf("hangCheck = %v, want a hang", wait)
 			}
-			if sv.phase != tt.wantFirst || sv.hang == nil || sv.hang.Code != ExitHang {
-				t.Fatalf("after the hang: %s, hang %+v; want %s", sv.phase, sv.hang, tt.wantFirst)
+			if sv.state != tt.wantFirst || sv.hang == nil || sv.hang.Code != ExitHang {
+				t.Fatalf("after the hang: %s, hang %+v; want %s", sv.state, sv.hang, tt.wantFirst)
 			}
 			sv.requestDumps() // the RAS report is in (or its wait is over)
-			if sv.phase != phaseDumping {
-				t.Fatalf("after the RAS report: %s, want %s", sv.phase, phaseDumping)
+			if sv.state != attemptDumping {
+				t.Fatalf("after the RAS report: %s, want %s", sv.state, attemptDumping)
 			}
 			sv.requestDumps() // a second report changes nothing
 			sv.stopAll(false)
 			sv.requestDumps() // too late: the group is stopping
-			if sv.phase != phaseStopping {
-				t.Fatalf("after the stop: %s", sv.phase)
+			if sv.state != attemptStopping {
+				t.Fatalf("after the stop: %s", sv.state)
 			}
 			for i, p := range procs {
 				tells, stops := p.asked()
@@ -176,13 +176,13 @@ func TestSupervisorHangPhases(t *testing.T) {
 func TestSupervisorNoHang(t *testing.T) {
 	sv, procs, _ := hungAttempt(t, true)
 	sv.started = 0
-	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait != sv.opts.HangTimeout || sv.phase != phaseRunning {
-		t.Errorf("before any start: wait %v, %s", wait, sv.phase)
+	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait != sv.opts.HangTimeout || sv.state != attemptRunning {
+		t.Errorf("before any start: wait %v, %s", wait, sv.state)
 	}
 	sv.started = 2
 	sv.ms[1].workers[0].last = time.Now()
-	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait <= 0 || sv.phase != phaseRunning {
-		t.Errorf("after recent progress: wait %v, %s", wait, sv.phase)
+	if wait := sv.hangCheck(time.Now().Add(-time.Hour)); wait <= 0 || sv.state != attemptRunning {
+		t.Errorf("after recent progress: wait %v, %s", wait, sv.state)
 	}
 	for i, p := range procs {
 		if tells, stops := p.asked(); tells != "" || stops != nil {
@@ -191,10 +191,10 @@ func TestSupervisorNoHang(t *testing.T) {
 	}
 }
 
-// TestSupervisorWorkerExitByPhase: a failed worker stops the group while
+// TestSupervisorWorkerExitByState: a failed worker stops the group while
 // it runs; once stopping it is still a candidate cause; after a hang it is
 // a consequence of the diagnosis.
-func TestSupervisorWorkerExitByPhase(t *testing.T) {
+func TestSupervisorWorkerExitByState(t *testing.T) {
 	fail := event{i: 1, kind: wire.FrameExit, exit: wire.WorkerExit{Rank: 1, Code: 3}}
 	tests := []struct {
 		name       string
@@ -211,15 +211,15 @@ func TestSupervisorWorkerExitByPhase(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			sv, _, _ := hungAttempt(t, false)
 			tt.prepare(sv)
-			before := sv.phase
+			before := sv.state
 			if got := sv.workerExited(fail); got != tt.wantStop {
 				t.Errorf("workerExited in %s = %v, want %v", before, got, tt.wantStop)
 			}
 			if len(sv.causes) != tt.wantCauses {
 				t.Errorf("causes %+v, want %d", sv.causes, tt.wantCauses)
 			}
-			if sv.phase != before {
-				t.Errorf("phase moved from %s to %s", before, sv.phase)
+			if sv.state != before {
+				t.Errorf("state moved from %s to %s", before, sv.state)
 			}
 		})
 	}

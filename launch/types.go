@@ -46,7 +46,8 @@ type Options struct {
 	// counterpart of torchrun's per-node TORCHELASTIC_RESTART_COUNT) is set
 	// by the caller in the Jobs it returns here. rs is the timeline of the
 	// restart under way (nil for the first attempt): the caller records
-	// in it the phases it runs before the restart (GPUFree, Checked).
+	// in it the milestones it reaches before the restart (GPUFree,
+	// Checked).
 	Attempt func(ctx context.Context, k int, rs *Restart) ([]Node, error)
 	// MaxRestarts is how many times the whole group may be restarted.
 	MaxRestarts int
@@ -167,6 +168,34 @@ func stopSignal(ctx context.Context) syscall.Signal {
 // from bad input (2) and an interruption (130); timeout(1) uses it too.
 const ExitHang = 124
 
+// Phase is where the failing worker, or the group, was when an attempt
+// failed, in words: a Failure's Phase, printed in the failure summary and
+// written as is to --summary's "phase", which tools parse. Every value
+// launch writes is one of the constants below.
+type Phase string
+
+const (
+	// PhaseStart: a node's torchrun could not be started (its runner's
+	// Start failed), so no worker ran there.
+	PhaseStart Phase = "start"
+	// PhaseRendezvous: a node exited or was lost before any worker of the
+	// attempt had started.
+	PhaseRendezvous Phase = "rendezvous (no worker had started)"
+	// PhaseStartup: the worker failed before it reached the rendezvous
+	// store (imports, loading).
+	PhaseStartup Phase = "start-up (had not reached the rendezvous store)"
+	// PhaseTraining: the worker failed after it joined the rendezvous
+	// store, while no worker had finished.
+	PhaseTraining Phase = "training"
+	// PhaseExit: the worker failed after another worker had exited 0.
+	PhaseExit Phase = "exit (other workers had finished)"
+	// PhaseHang: the attempt hung (Options.HangTimeout).
+	PhaseHang Phase = "hang"
+	// PhaseUnknown: a node exited non-zero or was lost after some worker
+	// had started, and no worker's own exit says where it was.
+	PhaseUnknown Phase = ""
+)
+
 // Failure says which part of the group failed last, and how.
 type Failure struct {
 	Node      string
@@ -179,10 +208,8 @@ type Failure struct {
 	Code int
 	// Signal is the signal that killed the worker, 0 if none.
 	Signal int
-	// Phase is where the worker was: "rendezvous (no worker had started)",
-	// "start-up (had not reached the rendezvous store)", "training", "exit (other
-	// workers had finished)", or "hang".
-	Phase string
+	// Phase is where the worker was, one of the Phase constants.
+	Phase Phase
 	// Reason says what happened in words: "exit 1: worker rank 3 (local
 	// rank 1) exited with 7", "node lost: ...", "start: ...".
 	Reason string
@@ -207,8 +234,9 @@ type Result struct {
 	Steps []AttemptSteps
 }
 
-// Restart is where the time of one restart went, each phase as an offset
-// from the moment the failure was seen (0 where it was not reached).
+// Restart is where the time of one restart went, each milestone as an
+// offset from the moment the failure was seen (0 where it was not
+// reached).
 type Restart struct {
 	Attempt int       // the attempt that failed, from 0
 	Failed  time.Time // the failure seen: the group is being stopped

@@ -36,6 +36,119 @@ type control struct {
 	grace time.Duration  // wire.CtlTerm's grace (0: wire.Job.Grace)
 }
 
+// treeState is how far the agent is in ending its job's tree. It only
+// moves forward:
+//
+//	running ─► stopping ─► killing
+//	running ─► killing      (the head's kill, before any stop)
+//
+// treeEnd.enter is the one place it changes; a kill while killing sends
+// SIGKILL again and stays.
+type treeState int
+
+const (
+	// treeRunning: the job runs, and the head's heartbeats are awaited.
+	treeRunning treeState = iota
+	// treeStopping: the stop's signal is out and its grace runs; a quick
+	// stop (a relayed job's) also watches for torchrun left alone.
+	treeStopping
+	// treeKilling: SIGKILL went to the tree, and goes again every
+	// killRepeat until the last descendant is reaped.
+	treeKilling
+)
+
+func (st treeState) String() string {
+	switch st {
+	case treeRunning:
+		return "running"
+	case treeStopping:
+		return "stopping"
+	case treeKilling:
+		return "killing"
+	}
+	return fmt.Sprintf("treeState(%d)", int(st))
+}
+
+// canMoveTo reports whether next may follow st: forward only.
+func (st treeState) canMoveTo(next treeState) bool {
+	switch next {
+	case treeStopping:
+		return st == treeRunning
+	case treeKilling:
+		return st != treeKilling
+	}
+	return false
+}
+
+// treeEnd is the end of the job's tree under way: its state, the stop's
+// signal and grace, and the timers each state runs on.
+type treeEnd struct {
+	state treeState
+	sig   syscall.Signal // the stop's, once stopping
+	grace time.Duration  // the stop's grace, once stopping
+	// quick: a relayed job's stop, which watches the tree (pollTicker,
+	// the relay's hang-ups) for torchrun left alone.
+	quick bool
+	// leftSignalled: the rest of the tree had the stop's signal.
+	leftSignalled bool
+	// lookNow: a quick stop looks at once whether torchrun is alone.
+	lookNow bool
+
+	graceTimer *time.Timer  // stopping: the grace
+	pollTicker *time.Ticker // stopping quickly: the look for torchrun alone
+	killTicker *time.Ticker // killing: SIGKILL again
+}
+
+// enter moves the tree's end to state next. A move the states do not
+// allow is a bug in the agent, and panics.
+func (e *treeEnd) enter(next treeState) {
+	if !e.state.canMoveTo(next) {
+		panic(fmt.Sprintf("agent: tree state %q cannot move to %q", e.state, next))
+	}
+	e.state = next
+}
+
+// watching reports whether a quick stop watches the tree: stopping, not
+// yet killing.
+func (e *treeEnd) watching() bool { return e.quick && e.state == treeStopping }
+
+// graceC fires when a stop's grace is over; nil outside stopping.
+func (e *treeEnd) graceC() <-chan time.Time {
+	if e.state != treeStopping {
+		return nil
+	}
+	return e.graceTimer.C
+}
+
+// pollC ticks while a quick stop watches the tree; nil otherwise.
+func (e *treeEnd) pollC() <-chan time.Time {
+	if !e.watching() {
+		return nil
+	}
+	return e.pollTicker.C
+}
+
+// killC ticks while killing; nil before.
+func (e *treeEnd) killC() <-chan time.Time {
+	if e.state != treeKilling {
+		return nil
+	}
+	return e.killTicker.C
+}
+
+// stopTimers stops whatever timer the end started.
+func (e *treeEnd) stopTimers() {
+	if e.graceTimer != nil {
+		e.graceTimer.Stop()
+	}
+	if e.killTicker != nil {
+		e.killTicker.Stop()
+	}
+	if e.pollTicker != nil {
+		e.pollTicker.Stop()
+	}
+}
+
 // supervise runs until every descendant is reaped and returns the job's
 // exit code.
 //
@@ -63,54 +176,33 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 	hb := time.NewTimer(heartbeat)
 	defer hb.Stop()
 	var (
-		stopping, killing bool
-		stopSig           syscall.Signal
-		stopGrace         time.Duration
-		leftSignalled     bool // the rest of the tree had the stop's signal
-		graceC            <-chan time.Time
-		killC             <-chan time.Time
-		pollC             <-chan time.Time
-		hungUp            <-chan struct{}
-		lookNow           bool // a quick stop looks at once whether torchrun is alone
-		mainDone          = r.mainDone
-		mainGone          bool
-		ctxDone           = ctx.Done()
-		graceTimer        *time.Timer
-		killTicker        *time.Ticker
-		pollTicker        *time.Ticker
+		end      treeEnd
+		mainDone = r.mainDone
+		mainGone bool
+		ctxDone  = ctx.Done()
 	)
-	defer func() {
-		if graceTimer != nil {
-			graceTimer.Stop()
-		}
-		if killTicker != nil {
-			killTicker.Stop()
-		}
-		if pollTicker != nil {
-			pollTicker.Stop()
-		}
-	}()
+	defer end.stopTimers()
 	// signalLeft gives the stop's signal to every live process of the
 	// tree but the main one, once each.
 	signalLeft := func() int {
-		leftSignalled = true
-		n, err := signalProcs(a.self, r.main, stopSig)
+		end.leftSignalled = true
+		n, err := signalProcs(a.self, r.main, end.sig)
 		if err != nil {
 			a.logf("stop: %v", err)
 		}
 		return n
 	}
 	stop := func(sig syscall.Signal, grace time.Duration, why string, tell byte) {
-		if stopping {
+		if end.state != treeRunning {
 			return
 		}
-		stopping = true
+		end.enter(treeStopping)
 		hb.Stop()
 		a.asks.endAhead() // a job handed ahead may hold one; the tree's end waits for it
 		if sig == 0 {
 			sig = syscall.SIGTERM
 		}
-		stopSig = sig
+		end.sig = sig
 		n := 0
 		if a.relay != nil {
 			if !mainGone {
@@ -120,8 +212,8 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 			if n = a.relay.stop([]byte{tell, byte(sig)}); n == 0 {
 				n = signalLeft()
 			}
-			pollTicker = time.NewTicker(quickPoll)
-			pollC, hungUp, lookNow = pollTicker.C, a.relay.hungUp, true
+			end.pollTicker = time.NewTicker(quickPoll)
+			end.quick, end.lookNow = true, true
 		} else {
 			var err error
 			if n, err = signalTree(a.self, sig); err != nil {
@@ -131,19 +223,15 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 		if why != "" && n > 0 {
 			a.logf("%s; %s to %d processes, SIGKILL after %v", why, unix.SignalName(sig), n, grace)
 		}
-		stopGrace = grace
-		graceTimer = time.NewTimer(grace)
-		graceC = graceTimer.C
+		end.grace = grace
+		end.graceTimer = time.NewTimer(grace)
 	}
 	kill := func(why string) {
-		stopping = true
 		hb.Stop()
 		a.asks.endAhead()
-		if !killing {
-			killing = true
-			graceC, pollC, hungUp = nil, nil, nil
-			killTicker = time.NewTicker(killRepeat)
-			killC = killTicker.C
+		if end.state != treeKilling {
+			end.enter(treeKilling)
+			end.killTicker = time.NewTicker(killRepeat)
 		}
 		n, err := signalTree(a.self, syscall.SIGKILL)
 		if err != nil {
@@ -163,18 +251,17 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 	// (they go to the agent as their parent), not after them. The tree is
 	// killed as soon as nothing but torchrun is left.
 	lookAlone := func() {
-		if pollC == nil || killing {
+		if !end.watching() {
 			return
 		}
-		if !leftSignalled && a.relay.clients() == 0 {
+		if !end.leftSignalled && a.relay.clients() == 0 {
 			signalLeft()
 			if !mainGone {
 				_ = unix.Kill(r.main, syscall.SIGKILL)
 			}
 		}
 		if aloneLeft(a.self, r.main) {
-			pollTicker.Stop()
-			pollC, hungUp = nil, nil
+			end.pollTicker.Stop()
 			kill("")
 		}
 	}
@@ -183,9 +270,13 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 		a.release()
 	}
 	for {
-		if lookNow {
-			lookNow = false
+		if end.lookNow {
+			end.lookNow = false
 			lookAlone()
+		}
+		var hungUp <-chan struct{}
+		if end.watching() {
+			hungUp = a.relay.hungUp
 		}
 		select {
 		case <-r.allGone:
@@ -200,7 +291,7 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 				stop(0, shortGrace, "head gone (stdin closed)", wire.RelayStop)
 				continue
 			}
-			if !stopping {
+			if end.state == treeRunning {
 				hb.Reset(heartbeat)
 			}
 			switch c.b {
@@ -215,7 +306,7 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 					a.relay.tell([]byte{c.arg})
 				}
 			case wire.CtlSignal:
-				if a.relay != nil && !killing {
+				if a.relay != nil && end.state != treeKilling {
 					a.relay.tell([]byte{wire.RelaySignal, byte(c.sig)})
 				}
 			case wire.CtlTerm, wire.CtlInterrupt:
@@ -233,11 +324,11 @@ func (a *agent) supervise(ctx context.Context, job wire.Job, r *reaper, ctl <-ch
 			}
 		case <-hb.C:
 			stop(0, shortGrace, fmt.Sprintf("no heartbeat from head for %v", heartbeat), wire.RelayStop)
-		case <-graceC:
-			kill(fmt.Sprintf("still running after grace of %v", stopGrace))
-		case <-killC:
+		case <-end.graceC():
+			kill(fmt.Sprintf("still running after grace of %v", end.grace))
+		case <-end.killC():
 			kill("")
-		case <-pollC:
+		case <-end.pollC():
 			lookAlone()
 		case <-hungUp:
 			lookAlone()

@@ -80,7 +80,7 @@ func (g *gpuFree) BeforeAttempt(ctx context.Context, a *Attempt) error {
 	}
 	answers := g.ask(ctx, names)
 	if a.Restart != nil {
-		a.Restart.GPUFree = a.phaseDone()
+		a.Restart.GPUFree = a.sinceFailure()
 	}
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w while checking the GPUs before a restart", launch.ErrInterrupted)

@@ -21,7 +21,7 @@ type Attempt struct {
 	// BeforeAttempt hook has run; nil until then.
 	Nodes []launch.Node
 	// Restart is the timeline of the restart this attempt is (nil for the
-	// first attempt): the hooks record in it when their phase was over.
+	// first attempt): the hooks record in it the milestones they reach.
 	Restart *launch.Restart
 	// Replaced are the nodes whose place a spare took for this attempt
 	// (the recheck's); nil: none.
@@ -133,9 +133,9 @@ func beforeAttempt(ctx context.Context, hooks []Hook, a *Attempt) error {
 	return nil
 }
 
-// phaseDone is the offset of now in the restart's timeline, for a hook
-// to record when its phase was over; 0 before the first attempt.
-func (a *Attempt) phaseDone() time.Duration {
+// sinceFailure is the offset of now in the restart's timeline, for a
+// hook to record a milestone it reached; 0 before the first attempt.
+func (a *Attempt) sinceFailure() time.Duration {
 	if a.Restart == nil {
 		return 0
 	}

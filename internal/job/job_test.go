@@ -118,13 +118,13 @@ func TestRunRestartsAndWritesOutputs(t *testing.T) {
 	}
 	if len(sum.Restarts) == 1 {
 		r := sum.Restarts[0]
-		if r.AfterAttempt != 1 || len(r.Phases) < 2 || r.Phases[0].Name != "stopped" || r.Longest == "" ||
+		if r.AfterAttempt != 1 || len(r.Milestones) < 2 || r.Milestones[0].Name != "stopped" || r.Longest == "" ||
 			!strings.HasPrefix(r.Line, "gorun: restart after attempt 1: failure seen, stopped +") {
 			t.Errorf("restart: %+v", r)
 		}
-		for i := 1; i < len(r.Phases); i++ {
-			if r.Phases[i].AtMS < r.Phases[i-1].AtMS {
-				t.Errorf("phases out of order: %+v", r.Phases)
+		for i := 1; i < len(r.Milestones); i++ {
+			if r.Milestones[i].AtMS < r.Milestones[i-1].AtMS {
+				t.Errorf("milestones out of order: %+v", r.Milestones)
 			}
 		}
 	}

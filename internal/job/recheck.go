@@ -162,7 +162,7 @@ func (s *recheck) BeforeAttempt(ctx context.Context, a *Attempt) (err error) {
 	}
 	failed := failedNodes(report, checks)
 	if a.Restart != nil {
-		defer func() { a.Restart.Checked = a.phaseDone() }() // with the plan made again, if it is
+		defer func() { a.Restart.Checked = a.sinceFailure() }() // with the plan made again, if it is
 	}
 	next, failed, done, lines := s.spares.replace(nodes, failed)
 	for _, l := range lines {

@@ -16,7 +16,7 @@ import (
 
 // Summary is what --summary FILE holds once the run ends, whatever its
 // end: its outcome, every attempt's failure, and each restart's timeline
-// (the same phases as the "gorun: restart after attempt K" line).
+// (the same milestones as the "gorun: restart after attempt K" line).
 type Summary struct {
 	schema.Stamp
 	// Command is what followed "gorun", as typed, but for secrets (an
@@ -79,20 +79,22 @@ type FailureSummary struct {
 	LocalRank int    `json:"local_rank"` // -1: unknown
 	Code      int    `json:"code"`       // the worker's, or -1 for a lost node
 	Signal    int    `json:"signal,omitempty"`
-	Phase     string `json:"phase"`
+	Phase     string `json:"phase"` // a launch.Phase: where the worker was
 	Reason    string `json:"reason"`
 }
 
-// RestartSummary is one restart's timeline: each phase's end in
+// RestartSummary is one restart's timeline: each milestone in
 // milliseconds from the moment the failure was seen.
 type RestartSummary struct {
-	AfterAttempt int            `json:"after_attempt"` // from 1, as printed
-	FailureSeen  time.Time      `json:"failure_seen"`
-	Phases       []PhaseSummary `json:"phases"`
-	Longest      string         `json:"longest,omitempty"`
-	LongestMS    int64          `json:"longest_ms,omitempty"`
-	WarmNodes    int            `json:"warm_nodes"`
-	Nodes        int            `json:"nodes"`
+	AfterAttempt int       `json:"after_attempt"` // from 1, as printed
+	FailureSeen  time.Time `json:"failure_seen"`
+	// Milestones are written as "phases", the name the format has
+	// always had.
+	Milestones []MilestoneSummary `json:"phases"`
+	Longest    string             `json:"longest,omitempty"`
+	LongestMS  int64              `json:"longest_ms,omitempty"`
+	WarmNodes  int                `json:"warm_nodes"`
+	Nodes      int                `json:"nodes"`
 	// AheadNodes were handed the next attempt's job ahead of the stop;
 	// AheadReleased of them had it released (the others' jobs changed
 	// with the checks, and were stopped unused). Both 0 without it.
@@ -105,8 +107,8 @@ type RestartSummary struct {
 	Line          string `json:"line"` // as printed
 }
 
-// PhaseSummary is one phase of a restart.
-type PhaseSummary struct {
+// MilestoneSummary is one milestone of a restart (launch.Milestone).
+type MilestoneSummary struct {
 	Key  string `json:"key"`  // stable: stopped, gpu_memory_free, nodes_rechecked, next_torchrun_handed, workers_released, workers_started, first_line
 	Name string `json:"name"` // as printed
 	AtMS int64  `json:"at_ms"`
@@ -143,7 +145,7 @@ func (s *summary) AttemptFailed(k int, f launch.Failure) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.failures = append(s.failures, FailureSummary{Attempt: k + 1, Node: f.Node, Rank: f.Rank, LocalRank: f.LocalRank,
-		Code: f.Code, Signal: f.Signal, Phase: f.Phase, Reason: secret.Redact("", userr.Printable(f.Reason))})
+		Code: f.Code, Signal: f.Signal, Phase: string(f.Phase), Reason: secret.Redact("", userr.Printable(f.Reason))})
 }
 
 func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runErr error) error {
@@ -191,10 +193,10 @@ func (s *summary) Finish(_ context.Context, a *Attempt, res launch.Result, runEr
 		sum.Goodput = &g
 	}
 	for _, r := range res.Restarts {
-		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Phases: []PhaseSummary{},
+		rs := RestartSummary{AfterAttempt: r.Attempt + 1, FailureSeen: r.Failed, Milestones: []MilestoneSummary{},
 			WarmNodes: r.Warm, Nodes: r.Nodes, AheadNodes: r.Ahead, AheadReleased: r.AheadUsed, PooledWorkers: r.Pooled, Workers: r.Workers, Line: r.String()}
-		for _, p := range r.Phases() {
-			rs.Phases = append(rs.Phases, PhaseSummary{Key: p.Key, Name: p.Name, AtMS: p.At.Milliseconds()})
+		for _, m := range r.Milestones() {
+			rs.Milestones = append(rs.Milestones, MilestoneSummary{Key: m.Key, Name: m.Name, AtMS: m.At.Milliseconds()})
 		}
 		if name, d := r.Longest(); name != "" {
 			rs.Longest, rs.LongestMS = name, d.Milliseconds()
