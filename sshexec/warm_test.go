@@ -16,6 +16,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -33,9 +34,8 @@ sys.exit(int(os.environ.get("CODE", "0")))
 
 func needPython(t *testing.T) {
 	t.Helper()
-	if _, err := os.Stat("/usr/bin/python3"); err != nil {
-		t.Skip("no /usr/bin/python3")
-	}
+	_, err := os.Stat("/usr/bin/python3")
+	testenv.Need(t, err == nil, "/usr/bin/python3 is missing")
 }
 
 // warmJob is a job running warmScript from a folder of its own.

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/pystack"
+	"github.com/gorun/gorun/internal/testenv"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -280,9 +281,7 @@ func TestWorkerForwardsStop(t *testing.T) {
 // output; the worker's other stderr lines still go as output.
 func TestWorkerDumpsStacks(t *testing.T) {
 	py, err := exec.LookPath("python3")
-	if err != nil {
-		t.Skip("no python3")
-	}
+	testenv.Need(t, err == nil, "python3 is not on PATH")
 	script := filepath.Join(t.TempDir(), "stuck.py")
 	os.WriteFile(script, []byte("import sys, time\ndef stuck():\n    print('ready', flush=True)\n    time.sleep(60)  # here\nprint('oops', file=sys.stderr, flush=True)\nstuck()\n"), 0o644)
 	r := newRelayServer(t)
@@ -532,9 +531,8 @@ func fakePool(t *testing.T, reply string) (sock string, hungUp chan struct{}) {
 // import may be lost), and the supervisor ends at once by the stop's
 // signal, as the worker would have.
 func TestWorkerStoppedBeforeStart(t *testing.T) {
-	if _, err := exec.LookPath("python3"); err != nil {
-		t.Skip("no python3")
-	}
+	_, err := exec.LookPath("python3")
+	testenv.Need(t, err == nil, "python3 is not on PATH")
 	for _, tc := range []struct {
 		name  string
 		reply string         // the pool's answer; "": none
