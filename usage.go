@@ -158,7 +158,8 @@ gorun options:
                            the goodput: productive steps over wall time, the
                            rest by cause; --summary has it in full
   --checkpoint-pattern RE  a saved checkpoint in a worker's line (default: a
-                           line saying a checkpoint was saved or written)
+                           line saying a checkpoint was saved or written); a
+                           touch of $GORUN_CHECKPOINT_FILE says one too
 
 Worker lines begin with [NODE LOCAL_RANK rGLOBAL_RANK] ("[node1 3 r11]"), or
 with TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE filled in as torchrun fills it

@@ -27,7 +27,11 @@ for step in range(1, 31):
     if step == 1: mark("first")
     mark("step")
     if step == 10:
-        print("checkpoint saved to ckpt/step_10", flush=True); mark("checkpoint")
+        if os.environ.get("CHECKPOINT_BY") == "touch":
+            import pathlib; pathlib.Path(os.environ["GORUN_CHECKPOINT_FILE"]).touch()
+        else:
+            print("checkpoint saved to ckpt/step_10", flush=True)
+        mark("checkpoint")
     if k == 0 and step == 15:
         mark("crash"); sys.exit(7)
 mark("hang")
@@ -37,9 +41,16 @@ time.sleep(3600)
 // TestGoodputE2E: a real run with real torchrun: the summary's goodput
 // breakdown matches the job's own schedule (its clock, written as it
 // ran) within 0.5 s per part, the parts add up to the wall time, and the
-// end line says it.
+// end line says it. The checkpoint is said by a line, or by a touch of
+// $GORUN_CHECKPOINT_FILE.
 func TestGoodputE2E(t *testing.T) {
 	needTorch(t)
+	for _, by := range []string{"line", "touch"} {
+		t.Run(by, func(t *testing.T) { goodputE2E(t, by) })
+	}
+}
+
+func goodputE2E(t *testing.T, checkpointBy string) {
 	dir := t.TempDir()
 	job, logf, sum, report := filepath.Join(dir, "job.py"), filepath.Join(dir, "schedule.log"), filepath.Join(dir, "s.json"), filepath.Join(dir, "r.html")
 	if err := os.WriteFile(job, []byte(goodputJob), 0o644); err != nil {
@@ -47,7 +58,7 @@ func TestGoodputE2E(t *testing.T) {
 	}
 	mark := marker(t)
 	start := time.Now()
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "GOODPUT_LOG=" + logf}, "--torchrun", shim(t), "--nproc-per-node", "2",
+	r := startGorun(t, []string{"GORUN_MARK=" + mark, "GOODPUT_LOG=" + logf, "CHECKPOINT_BY=" + checkpointBy}, "--torchrun", shim(t), "--nproc-per-node", "2",
 		"--max-restarts", "1", "--hang-timeout", "5s", "--summary", sum, "--report", report, job, "--tag", mark)
 	if code := r.wait(t, 3*time.Minute); code != 124 {
 		t.Fatalf("exit %d, want 124 (the hang):\n%s", code, r.output())

@@ -10,6 +10,7 @@ import (
 	"io"
 	"maps"
 	"slices"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -302,7 +303,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			w.stacks = &d
 		}
 		m.mu.Unlock()
-	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
+	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameCheckpoint, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
 		lr, rest, err := wire.SplitRank(p)
 		if err != nil {
 			return
@@ -340,6 +341,9 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
 			steps.scan(rest, last)
 			out.Write(rest)
+		case wire.FrameCheckpoint:
+			ago, _ := strconv.ParseInt(string(rest), 10, 64)
+			steps.checkpointAt(last.Add(-time.Duration(min(max(ago, 0), int64(checkpointAgeMax)))))
 		case wire.FrameDumped:
 			events <- event{i: m.index, kind: kind, lr: lr}
 		case wire.FrameRASDone:
@@ -797,6 +801,10 @@ func attemptJob(opts Options, job wire.Job) wire.Job {
 	}
 	return job
 }
+
+// checkpointAgeMax bounds how long before its frame a checkpoint's touch
+// is taken to be: the supervisor looks once a second.
+const checkpointAgeMax = 5 * time.Second
 
 // warmStartTimeout bounds starting the next attempt's agent on standby.
 const warmStartTimeout = 30 * time.Second

@@ -128,6 +128,15 @@ func (c *stepCounter) total() int64 {
 // parse per stepEvery, not one per line (BenchmarkStepScan).
 const stepEvery = 10 * time.Millisecond
 
+// checkpointAt records a checkpoint the worker said it saved at now by
+// touching $GORUN_CHECKPOINT_FILE: said outright, it counts even where
+// steps are not read (--step-pattern off).
+func (t *stepTrack) checkpointAt(now time.Time) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.checkpoint = now
+}
+
 // scan reads what a worker wrote at now: every checkpoint line, and the
 // step of its last segment that reports one ("\n" and "\r" end a segment:
 // a tqdm bar's every frame), at most once per stepEvery. A write that

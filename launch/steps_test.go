@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -160,5 +161,38 @@ func TestStepScanThrottled(t *testing.T) {
 	r := tr.result("n", rankIDs{})
 	if r.LastStep != 1000 || r.Steps != 1000-10+1 || !r.Last.Equal(at.Add(-time.Millisecond)) {
 		t.Errorf("got last step %d, %d steps, last at %v; want 1000, 991 (from the first read, step 10), at the last write", r.LastStep, r.Steps, r.Last)
+	}
+}
+
+// TestRunCheckpointTouched: a worker's touch of $GORUN_CHECKPOINT_FILE
+// (wire.FrameCheckpoint) is its attempt's last checkpoint, at the time it
+// came, with --step-pattern off too; a worker that touched none has none.
+func TestRunCheckpointTouched(t *testing.T) {
+	for _, off := range []bool{false, true} {
+		t.Run(fmt.Sprintf("steps off %v", off), func(t *testing.T) {
+			// touched 20 ms before its frame
+			checkpoint := wire.AppendFrame(nil, wire.FrameCheckpoint, append(wire.AppendRank(nil, 0), "20000000"...))
+			c := &cluster{plan: [][]script{{{frames: []timedFrame{
+				{0, started(0, 0)}, {0, started(1, 1)},
+				{30 * ms, checkpoint},
+				{30 * ms, exited(0, 0, 0, 0, false, time.Now())}, {0, exited(1, 1, 0, 0, false, time.Now())},
+			}, after: 100 * ms}}}}
+			begin := time.Now()
+			res, err := Run(context.Background(), Options{Attempt: c.attempt, Steps: Steps{Off: off}})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(res.Steps) != 1 || len(res.Steps[0].Ranks) != 2 {
+				t.Fatalf("steps: %+v", res.Steps)
+			}
+			for _, r := range res.Steps[0].Ranks {
+				switch {
+				case r.LocalRank == 0 && (r.Checkpoint.Before(begin) || r.Checkpoint.After(begin.Add(25*ms))):
+					t.Errorf("rank 0's checkpoint at %v after the start, want about 10 ms (its frame at 30 ms, touched 20 ms before)", r.Checkpoint.Sub(begin))
+				case r.LocalRank == 1 && !r.Checkpoint.IsZero():
+					t.Errorf("rank 1 touched nothing, yet has a checkpoint at %v", r.Checkpoint)
+				}
+			}
+		})
 	}
 }

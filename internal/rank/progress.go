@@ -21,10 +21,11 @@ const (
 
 // watch reports progress when the heartbeat file is touched or the worker
 // wrote something (its write count in /proc/PID/io grew: a rank writing a
-// checkpoint without printing is not hung), and once, that the worker
-// joined the rendezvous store (it holds a connection to MASTER_PORT),
-// which ends its start-up.
-func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort int) {
+// checkpoint without printing is not hung), a checkpoint when the
+// checkpoint file is touched, and once, that the worker joined the
+// rendezvous store (it holds a connection to MASTER_PORT), which ends its
+// start-up.
+func (w *worker) watch(ctx context.Context, pid int, files watched, storePort int) {
 	joined := storePort <= 0
 	every := pollEvery
 	if !joined {
@@ -32,14 +33,16 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 	}
 	t := time.NewTicker(every)
 	defer t.Stop()
-	var last time.Time
-	if fi, err := os.Stat(heartbeat); err == nil {
-		last = fi.ModTime()
-	}
+	heartbeat, checkpoint := touches(files.heartbeat), touches(files.checkpoint)
 	written, _ := writtenBytes(pid)
 	for {
 		select {
 		case <-ctx.Done():
+			// A checkpoint just before the worker's end still counts:
+			// its crash loses only what came after.
+			if checkpoint.touched() {
+				w.send(wire.FrameCheckpoint, checkpoint.frame(w.localRank))
+			}
 			return
 		case <-t.C:
 		}
@@ -48,19 +51,51 @@ func (w *worker) watch(ctx context.Context, pid int, heartbeat string, storePort
 			w.send(wire.FrameInit, wire.AppendRank(nil, w.localRank))
 			t.Reset(pollEvery)
 		}
-		progress := false
-		if heartbeat != "" {
-			if fi, err := os.Stat(heartbeat); err == nil && fi.ModTime().After(last) {
-				last, progress = fi.ModTime(), true
-			}
-		}
+		progress := heartbeat.touched()
 		if n, ok := writtenBytes(pid); ok && n > written {
 			written, progress = n, true
 		}
-		if progress {
+		switch {
+		case checkpoint.touched():
+			w.send(wire.FrameCheckpoint, checkpoint.frame(w.localRank)) // progress too
+		case progress:
 			w.send(wire.FrameProgress, wire.AppendRank(nil, w.localRank))
 		}
 	}
+}
+
+// touchWatch is a file a worker touches, and when it was last seen touched.
+type touchWatch struct {
+	path string
+	last time.Time
+}
+
+func touches(path string) *touchWatch {
+	t := &touchWatch{path: path}
+	if fi, err := os.Stat(path); path != "" && err == nil {
+		t.last = fi.ModTime()
+	}
+	return t
+}
+
+// frame is a wire.FrameCheckpoint's payload for the last touch: the local
+// rank, then how long ago the touch was, in nanoseconds, as text (an age,
+// not a time: the head's clock may not be the node's).
+func (t *touchWatch) frame(localRank int) []byte {
+	return strconv.AppendInt(wire.AppendRank(nil, localRank), max(0, int64(time.Since(t.last))), 10)
+}
+
+// touched reports whether the file was touched since the last look.
+func (t *touchWatch) touched() bool {
+	if t.path == "" {
+		return false
+	}
+	fi, err := os.Stat(t.path)
+	if err != nil || !fi.ModTime().After(t.last) {
+		return false
+	}
+	t.last = fi.ModTime()
+	return true
 }
 
 // writtenBytes is what process pid has passed to write(2) and its kin so

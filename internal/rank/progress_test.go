@@ -2,6 +2,7 @@ package rank
 
 import (
 	"context"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -35,11 +36,60 @@ func TestWatchWrites(t *testing.T) {
 			w, r := relayWorker(t, "")
 			ctx, cancel := context.WithTimeout(t.Context(), pollEvery*5/2)
 			defer cancel()
-			w.watch(ctx, cmd.Process.Pid, "", 0)
+			w.watch(ctx, cmd.Process.Pid, watched{}, 0)
 			w.conn.Close()
 			_, _, _, _, kinds := r.collect(t)
 			if got := strings.ContainsRune(kinds, rune(wire.FrameProgress)); got != tt.progress {
 				t.Errorf("frames %q: progress %v, want %v", kinds, got, tt.progress)
+			}
+		})
+	}
+}
+
+// TestWatchTouches: a touch of $GORUN_CHECKPOINT_FILE is a checkpoint
+// frame, once per touch; one of $GORUN_HEARTBEAT_FILE is progress; an
+// untouched file says nothing.
+func TestWatchTouches(t *testing.T) {
+	dir := t.TempDir()
+	files := watched{heartbeat: filepath.Join(dir, "hb"), checkpoint: filepath.Join(dir, "ckpt")}
+	for _, f := range []string{files.heartbeat, files.checkpoint} {
+		if err := os.WriteFile(f, nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	past := time.Now().Add(-time.Minute)
+	os.Chtimes(files.heartbeat, past, past)
+	os.Chtimes(files.checkpoint, past, past)
+	for _, tc := range []struct {
+		name  string
+		touch string
+		want  string // the frames, in order
+	}{
+		{"checkpoint", files.checkpoint, string(wire.FrameCheckpoint)},
+		{"heartbeat", files.heartbeat, string(wire.FrameProgress)},
+		{"neither", "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			cmd := exec.Command("sleep", "30")
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			defer func() { cmd.Process.Kill(); cmd.Wait() }()
+			w, r := relayWorker(t, "")
+			ctx, cancel := context.WithTimeout(t.Context(), pollEvery*5/2)
+			defer cancel()
+			if tc.touch != "" {
+				go func() {
+					time.Sleep(pollEvery / 2)
+					now := time.Now()
+					os.Chtimes(tc.touch, now, now)
+				}()
+			}
+			w.watch(ctx, cmd.Process.Pid, files, 0)
+			w.conn.Close()
+			_, _, _, _, kinds := r.collect(t)
+			if kinds != tc.want {
+				t.Errorf("frames %q, want %q", kinds, tc.want)
 			}
 		})
 	}

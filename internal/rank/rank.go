@@ -66,27 +66,39 @@ func Run(args []string, getenv func(string) string, stderr io.Writer) int {
 		// torch writes its flight-recorder dump there but makes no folder
 		_ = os.MkdirAll(dir, 0o755)
 	}
-	hb, made := getenv(wire.HeartbeatFileVar), false
-	if hb == "" {
+	var made []string
+	touched := func(name, prefix string) string {
+		if f := getenv(name); f != "" {
+			return f
+		}
 		// In the agent's directory, which goes with the agent however
 		// this process ends.
 		dir := ""
 		if w.sock != "" {
 			dir = filepath.Dir(w.sock)
 		}
-		if f, err := os.CreateTemp(dir, "gorun-heartbeat-"); err == nil {
-			f.Close()
-			hb, made = f.Name(), true
-			cmd.Env = append(cmd.Env, wire.HeartbeatFileVar+"="+hb)
+		f, err := os.CreateTemp(dir, prefix)
+		if err != nil {
+			return ""
 		}
+		f.Close()
+		made = append(made, f.Name())
+		cmd.Env = append(cmd.Env, name+"="+f.Name())
+		return f.Name()
 	}
-	code := w.run(cmd, getenv, hb, func() {
-		if made {
-			os.Remove(hb)
+	files := watched{heartbeat: touched(wire.HeartbeatFileVar, "gorun-heartbeat-"), checkpoint: touched(wire.CheckpointFileVar, "gorun-checkpoint-")}
+	code := w.run(cmd, getenv, files, func() {
+		for _, f := range made {
+			os.Remove(f)
 		}
 	})
 	return code
 }
+
+// watched are the files a worker touches to say something: it made
+// progress ($GORUN_HEARTBEAT_FILE), it saved a checkpoint
+// ($GORUN_CHECKPOINT_FILE). "": none.
+type watched struct{ heartbeat, checkpoint string }
 
 // worker is one worker's supervisor.
 type worker struct {
@@ -140,7 +152,7 @@ func (w *worker) isStopped() bool {
 
 // run starts the worker, supervises it and ends this process the way the
 // worker ended.
-func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string, cleanup func()) int {
+func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, files watched, cleanup func()) int {
 	cleanup = sync.OnceFunc(cleanup)
 	defer cleanup()
 	w.stopped = make(chan struct{})
@@ -291,14 +303,16 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, heartbeat string
 		bg.Add(1)
 		go func() { defer bg.Done(); w.watchRAS(ctx, rasEvery) }()
 	}
-	bg.Add(3)
+	bg.Add(2)
 	go func() { defer bg.Done(); w.forwardSignals(ctx, sigs, pid) }()
-	go func() { defer bg.Done(); w.watch(ctx, pid, heartbeat, atoi(getenv("MASTER_PORT"), 0)) }()
+	watched := make(chan struct{})
+	go func() { defer close(watched); w.watch(ctx, pid, files, atoi(getenv("MASTER_PORT"), 0)) }()
 	go func() { defer bg.Done(); w.listen(ctx, pid) }()
 
 	ws := wait()
 	end := time.Now().UnixNano()
 	cancel()
+	<-watched // its last look (a checkpoint touched just before the end) goes before the exit
 	// The worker's last lines go out before its exit. A process it left
 	// behind may still hold its stdout; torchrun would not wait for that,
 	// so neither does this, past a moment.
@@ -499,7 +513,7 @@ func (w *worker) listen(ctx context.Context, pid int) {
 // agentGone ends the worker when the node agent died while it ran (the
 // socket to it closed; the agent keeps it until the last process of the
 // job is gone): nothing of a job may outlive its agent. The agent's
-// directory, with the socket and the heartbeat files, goes too.
+// directory, with the socket and the touched files, goes too.
 func (w *worker) agentGone(pid int) {
 	// First: once the worker is dead, this process ends at once.
 	if dir := filepath.Dir(w.sock); strings.HasPrefix(filepath.Base(dir), wire.RelayDirPrefix) {

@@ -65,6 +65,11 @@ const (
 	// progress; the worker's supervisor creates one unless the user set
 	// the name.
 	HeartbeatFileVar = "GORUN_HEARTBEAT_FILE"
+	// CheckpointFileVar names a file a script may touch once it has
+	// saved a checkpoint, where no line it prints says so
+	// (--checkpoint-pattern); the worker's supervisor creates one unless
+	// the user set the name.
+	CheckpointFileVar = "GORUN_CHECKPOINT_FILE"
 	// RestartCountVar is the attempt number of the whole group (0 first),
 	// set by the head; the worker's supervisor copies it to torchrun's
 	// TORCHELASTIC_RESTART_COUNT.

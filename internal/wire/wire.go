@@ -15,14 +15,15 @@ import (
 // uint32 (AppendRank, SplitRank); started and exit frames are JSON
 // (WorkerStarted, WorkerExit).
 const (
-	FrameStarted  byte = 'S' // WorkerStarted
-	FrameExit     byte = 'X' // WorkerExit
-	FrameOut      byte = 'o' // local rank, then bytes of the worker's stdout
-	FrameErr      byte = 'e' // local rank, then bytes of its stderr
-	FrameProgress byte = 'p' // local rank: $GORUN_HEARTBEAT_FILE was touched
-	FrameInit     byte = 'i' // local rank: the worker joined the rendezvous store
-	FrameDumped   byte = 'd' // local rank: a requested stack dump is written
-	FrameRASDone  byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
+	FrameStarted    byte = 'S' // WorkerStarted
+	FrameExit       byte = 'X' // WorkerExit
+	FrameOut        byte = 'o' // local rank, then bytes of the worker's stdout
+	FrameErr        byte = 'e' // local rank, then bytes of its stderr
+	FrameProgress   byte = 'p' // local rank: $GORUN_HEARTBEAT_FILE was touched
+	FrameCheckpoint byte = 'c' // local rank, then how long ago $GORUN_CHECKPOINT_FILE was touched, in ns as text (progress too)
+	FrameInit       byte = 'i' // local rank: the worker joined the rendezvous store
+	FrameDumped     byte = 'd' // local rank: a requested stack dump is written
+	FrameRASDone    byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
 	// FrameStacks: local rank, then a JSON pystack.Dump: the stacks a
 	// dump asked for (TellDump), with source lines read on the node; it
 	// comes before that worker's FrameDumped or FrameExit.
