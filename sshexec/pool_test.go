@@ -806,6 +806,18 @@ func TestPoolWithMain(t *testing.T) {
 	}
 }
 
+// standbyPoolJob is a standby's job with a pool of two slots, whose
+// workers end with 3 and 0.
+func standbyPoolJob(t *testing.T) (wire.Job, string) {
+	takes := []testTake{
+		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
+		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
+	}
+	job, main := poolMainJob(t, takes, "x")
+	job.Preimport = []string{"email.mime.text"}
+	return job, main
+}
+
 // TestStandbyWithPool: a standby whose workers import alike is its next
 // attempt's pool's fork server: one import for the standby and its
 // workers' interpreters. Handed its job, it runs with the job's arguments
@@ -813,12 +825,7 @@ func TestPoolWithMain(t *testing.T) {
 // take their interpreters from it.
 func TestStandbyWithPool(t *testing.T) {
 	needPython(t)
-	takes := []testTake{
-		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
-		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
-	}
-	job, main := poolMainJob(t, takes, "x")
-	job.Preimport = []string{"email.mime.text"}
+	job, main := standbyPoolJob(t)
 	l := newTestLocal(t)
 	if err := l.Warm(context.Background(), job); err != nil {
 		t.Fatal(err)
@@ -863,12 +870,7 @@ func TestStandbyWithPool(t *testing.T) {
 // more than computing (PYTHONHASHSEED) still starts the job cold.
 func TestStandbyPoolAtHandOver(t *testing.T) {
 	needPython(t)
-	takes := []testTake{
-		{Slot: 0, Target: "job.py", Args: []string{"a"}, Env: map[string]string{"END": "3"}},
-		{Slot: 1, Target: "job.py", Env: map[string]string{"END": "0"}},
-	}
-	job, main := poolMainJob(t, takes, "x")
-	job.Preimport = []string{"email.mime.text"}
+	job, main := standbyPoolJob(t)
 	ahead := job
 	ahead.Pool = nil
 	ahead.Env = maps.Clone(job.Env)
