@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -46,11 +47,21 @@ time.sleep(3600)
 func TestGoodputE2E(t *testing.T) {
 	needTorch(t)
 	for _, by := range []string{"line", "touch"} {
-		t.Run(by, func(t *testing.T) { goodputE2E(t, by) })
+		t.Run(by, func(t *testing.T) { goodputE2E(t, by, []string{"--nproc-per-node", "2"}, 1) })
 	}
 }
 
-func goodputE2E(t *testing.T, checkpointBy string) {
+// TestClusterGoodput: TestGoodputE2E over ssh on two nodes of the netns
+// cluster, one rank each: the same parts within the same margins, and a
+// band in the report for each node and attempt.
+func TestClusterGoodput(t *testing.T) {
+	c := needCluster(t, 2)
+	goodputE2E(t, "line", append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--nproc-per-node", "1"), 2)
+}
+
+// goodputE2E runs goodputJob with gorun's args (where it runs), the
+// checkpoint said by a line or a touch, on nodes nodes.
+func goodputE2E(t *testing.T, checkpointBy string, where []string, nodes int) {
 	dir := t.TempDir()
 	job, logf, sum, report := filepath.Join(dir, "job.py"), filepath.Join(dir, "schedule.log"), filepath.Join(dir, "s.json"), filepath.Join(dir, "r.html")
 	if err := os.WriteFile(job, []byte(goodputJob), 0o644); err != nil {
@@ -58,8 +69,9 @@ func goodputE2E(t *testing.T, checkpointBy string) {
 	}
 	mark := marker(t)
 	start := time.Now()
-	r := startGorun(t, []string{"GORUN_MARK=" + mark, "GOODPUT_LOG=" + logf, "CHECKPOINT_BY=" + checkpointBy}, "--torchrun", shim(t), "--nproc-per-node", "2",
+	args := append(slices.Clone(where), "--torchrun", shim(t), "--env", "GOODPUT_LOG="+logf, "--env", "CHECKPOINT_BY="+checkpointBy,
 		"--max-restarts", "1", "--hang-timeout", "5s", "--summary", sum, "--report", report, job, "--tag", mark)
+	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 	if code := r.wait(t, 3*time.Minute); code != 124 {
 		t.Fatalf("exit %d, want 124 (the hang):\n%s", code, r.output())
 	}
@@ -131,8 +143,8 @@ func goodputE2E(t *testing.T, checkpointBy string) {
 			t.Errorf("no %s part: %v", k, got)
 		}
 	}
-	if html, err := os.ReadFile(report); err != nil || strings.Count(string(html), `<polygon class="band"`) != 2 {
-		t.Errorf("the report's step chart: %v, want a band for each attempt on localhost", err)
+	if html, err := os.ReadFile(report); err != nil || strings.Count(string(html), `<polygon class="band"`) != 2*nodes {
+		t.Errorf("the report's step chart: %v, want a band for each attempt on each of %d nodes", err, nodes)
 	}
 	if !strings.Contains(r.output(), "gorun: goodput ") {
 		t.Errorf("no goodput line at the end:\n%s", r.output())
@@ -145,6 +157,21 @@ func goodputE2E(t *testing.T, checkpointBy string) {
 // balanced run no rank is.
 func TestStragglerFromSteps(t *testing.T) {
 	needTorch(t)
+	stragglerFromSteps(t, []string{"--nproc-per-node", "3"}, "localhost")
+}
+
+// TestClusterStraggler: TestStragglerFromSteps over ssh, on three CPU
+// nodes of the netns cluster with a rank each: rank 1, on the second
+// node, is named with its node.
+func TestClusterStraggler(t *testing.T) {
+	c := needCluster(t, 3)
+	stragglerFromSteps(t, append(c.sshArgs(), "--hosts", c.hostsFlag(1), "--nproc-per-node", "1"), c.nodes[1])
+}
+
+// stragglerFromSteps runs a job whose rank 1 steps at half the others'
+// pace, and a balanced one, with gorun's args (where it runs); rank 1 is
+// on node.
+func stragglerFromSteps(t *testing.T, where []string, node string) {
 	job := filepath.Join(t.TempDir(), "job.py")
 	if err := os.WriteFile(job, []byte(`import os, time
 rank, slow = int(os.environ["RANK"]), int(os.environ.get("SLOW_RANK", "-1"))
@@ -156,22 +183,23 @@ for step in range(1, 31):
 	}
 	for _, slow := range []string{"1", "-1"} {
 		mark := marker(t)
-		r := startGorun(t, []string{"GORUN_MARK=" + mark, "SLOW_RANK=" + slow}, "--torchrun", shim(t), "--nproc-per-node", "3", job, "--tag", mark)
+		args := append(slices.Clone(where), "--torchrun", shim(t), "--env", "SLOW_RANK="+slow, job, "--tag", mark)
+		r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
 		if code := r.wait(t, 3*time.Minute); code != 0 {
 			t.Fatalf("exit %d:\n%s", code, r.output())
 		}
 		out := r.output()
-		m := regexp.MustCompile(`gorun: straggler: localhost rank (\d+) \(attempt 1\): step time \d+ ms \(median\), ([\d.]+)x`).FindAllStringSubmatch(out, -1)
+		m := regexp.MustCompile(`gorun: straggler: (\S+) rank (\d+) \(attempt 1\): step time \d+ ms \(median\), ([\d.]+)x`).FindAllStringSubmatch(out, -1)
 		if slow == "-1" {
 			if len(m) != 0 {
 				t.Errorf("a balanced run named stragglers:\n%s", out)
 			}
 			continue
 		}
-		if len(m) != 1 || m[0][1] != "1" {
-			t.Fatalf("want rank 1 named alone:\n%s", out)
+		if len(m) != 1 || m[0][1] != node || m[0][2] != "1" {
+			t.Fatalf("want rank 1 named alone, on %s:\n%s", node, out)
 		}
-		if ratio, _ := strconv.ParseFloat(m[0][2], 64); ratio < 1.7 || ratio > 2.3 {
+		if ratio, _ := strconv.ParseFloat(m[0][3], 64); ratio < 1.7 || ratio > 2.3 {
 			t.Errorf("rank 1 at %.2fx, want 2x within 0.3", ratio)
 		}
 	}

@@ -918,7 +918,8 @@ func TestClusterHangInCCall(t *testing.T) {
 }
 
 // learnScript prints a step every 0.5 s; with HANG=1 it sleeps after
-// three steps, with WRITE=S it then writes a file for S seconds without
+// three steps, with STALL=1 it then prints a line every 0.5 s but makes
+// no step, with WRITE=S it then writes a file for S seconds without
 // printing (a checkpoint, say), then ends.
 const learnScript = `import os, sys, time
 rank = os.environ["RANK"]
@@ -927,6 +928,11 @@ for step in range(6):
     if step == 2 and os.environ.get("HANG") == "1":
         print(f"rank {rank} hanging", flush=True)
         time.sleep(3600)
+    if step == 2 and os.environ.get("STALL") == "1":
+        print(f"rank {rank} stalled", flush=True)
+        while True:
+            print(f"rank {rank} still printing", flush=True)
+            time.sleep(0.5)
     time.sleep(0.5)
 quiet = float(os.environ.get("WRITE", "0"))
 if quiet:
@@ -942,8 +948,10 @@ if quiet:
 // TestLocalLearnedHangTimeout: --hang-timeout auto with the floor set low
 // (5s). Two short successful runs teach the script's silences; the third
 // run, which hangs after three steps, is caught within the learned limit
-// plus 5 s of its last line; a fourth, which writes a file for 20 s
-// without printing, is not taken for hung. The record is the user's
+// plus 5 s of its last line; a fourth, whose workers go on printing but
+// make no step, is caught as stalled within the step limit (twice the
+// silence's) plus 5 s of its last step; a fifth, which writes a file for
+// 20 s without printing, is not taken for hung. The record is the user's
 // cache's (XDG_CACHE_HOME, a temporary folder here).
 func TestLocalLearnedHangTimeout(t *testing.T) {
 	needTorch(t)
@@ -975,6 +983,20 @@ func TestLocalLearnedHangTimeout(t *testing.T) {
 	t.Logf("hang caught %v after the last line (learned limit %v)", caught.Round(time.Millisecond), limit)
 	if caught > limit+5*time.Second || code != 124 {
 		t.Fatalf("caught after %v with exit %d; want within %v, 124:\n%s", caught, code, limit+5*time.Second, r.output())
+	}
+	noneLeft(t, mark, 10*time.Second)
+
+	const stepLimit = 2 * limit
+	r = gorun("--env", "STALL=1")
+	r.waitLine(t, `; and 10s without a training step, while the workers still print \(5 × \d+ms, the longest span without a step in 2 runs`, time.Minute)
+	r.waitLine(t, `stalled$`, time.Minute)
+	stalled := time.Now()
+	r.waitLine(t, `^gorun: hang: no worker made a training step for 10s, though they still printed`, stepLimit+5*time.Second+2*time.Second)
+	caught = time.Since(stalled)
+	code = r.wait(t, time.Minute)
+	t.Logf("stall caught %v after the last step (step limit %v)", caught.Round(time.Millisecond), stepLimit)
+	if caught > stepLimit+5*time.Second || caught < stepLimit-time.Second || code != 124 {
+		t.Fatalf("stall caught after %v with exit %d; want within %v to %v, 124:\n%s", caught, code, stepLimit-time.Second, stepLimit+5*time.Second, r.output())
 	}
 	noneLeft(t, mark, 10*time.Second)
 

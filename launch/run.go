@@ -358,7 +358,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps, m.counter),
+		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps, m.counter, m.clock.stepped),
 			out: newRankWriter(m.log, m.stdout, st, m.prefix, 1), err: newRankWriter(m.log, m.stderr, st, m.prefix, 2)}
 		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
 			w.out.out, w.err.out = io.Discard, io.Discard
@@ -600,7 +600,11 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		}
 	}()
 	if opts.HangTimeout > 0 {
-		hangTimer = time.NewTimer(opts.HangTimeout)
+		first := opts.HangTimeout
+		if opts.StepTimeout > 0 {
+			first = min(first, opts.StepTimeout) // a look then, and as often as the stall may end
+		}
+		hangTimer = time.NewTimer(first)
 		hang = hangTimer.C
 	}
 	if sv.nodeFailure != nil {

@@ -23,6 +23,9 @@ type Silence struct {
 	// Succeeded: every worker exited 0. Hung: the attempt ended in a
 	// hang (ExitHang).
 	Succeeded, Hung bool
+	// LongestStep is the longest span after start-up in which no worker
+	// made a training step, between two steps (0: fewer than two seen).
+	LongestStep time.Duration
 }
 
 // silenceClock follows an attempt's progress, group-wide: the nodes'
@@ -37,14 +40,18 @@ type silenceClock struct {
 	startup    time.Duration
 	longest    time.Duration
 	frozen     bool // the group is being stopped or diagnosed: what follows is no progress
+	// The group's training steps: when some worker last made one (zero:
+	// none yet), and the longest span between two after start-up.
+	stepAt      time.Time
+	longestStep time.Duration
 }
 
 func newSilenceClock(start time.Time, expected int) *silenceClock {
 	return &silenceClock{last: start, expected: expected}
 }
 
-// The methods that change the clock, and startingUp, take a nil clock
-// (none kept) as a no-op.
+// The methods that change the clock, startingUp and lastStep take a nil
+// clock (none kept) as a no-op.
 
 // tick records progress at now: a worker's start (started), or its
 // first progress (first), or more.
@@ -66,6 +73,36 @@ func (c *silenceClock) tick(now time.Time, started, first bool) {
 		c.last = now
 	}
 	c.count(now, started, first)
+}
+
+// stepped records a training step some worker made at now.
+func (c *silenceClock) stepped(now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen || now.Before(c.stepAt) {
+		return
+	}
+	if !c.stepAt.IsZero() && !c.upAt.IsZero() && c.stepAt.After(c.upAt) {
+		c.longestStep = max(c.longestStep, now.Sub(c.stepAt))
+	}
+	c.stepAt = now
+}
+
+// lastStep is when some worker last made a training step; zero: none
+// yet, or none since start-up ended.
+func (c *silenceClock) lastStep() time.Time {
+	if c == nil {
+		return time.Time{}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.upAt.IsZero() {
+		return time.Time{}
+	}
+	return c.stepAt
 }
 
 // settled records a worker that ended before it made progress (a failed
@@ -127,7 +164,7 @@ func (c *silenceClock) result(k int, end time.Time, succeeded, hung bool) Silenc
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	s := Silence{Attempt: k, StartedUp: !c.upAt.IsZero(), Startup: c.startup, Longest: c.longest,
-		Succeeded: succeeded, Hung: hung}
+		Succeeded: succeeded, Hung: hung, LongestStep: c.longestStep}
 	if s.StartedUp {
 		s.Ran = end.Sub(c.upAt)
 	}

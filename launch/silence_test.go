@@ -3,6 +3,7 @@ package launch
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -103,5 +104,43 @@ func TestRunStartupTimeout(t *testing.T) {
 			}
 			tt.check(t, res.Silences[0])
 		})
+	}
+}
+
+// TestRunStepStall: workers that go on printing but make no training
+// step are a hang once Options.StepTimeout has passed since the last
+// step, named as stalled, though no silence is; without a StepTimeout the
+// same attempt runs to its end, and its Silence says the longest span
+// between two steps.
+func TestRunStepStall(t *testing.T) {
+	dump := append(exited(0, 0, -1, 6, true, time.Now()), exited(1, 1, -1, 6, true, time.Now())...)
+	frames := []timedFrame{{0, started(0, 0)}, {0, started(1, 1)}, {0, line(wire.FrameOut, 1, "loading\n")}}
+	for i := 1; i <= 3; i++ {
+		frames = append(frames, timedFrame{20 * ms, line(wire.FrameOut, 0, fmt.Sprintf("step %d loss 0.5\n", i))})
+	}
+	for range 30 { // 750 ms of lines, none a step
+		frames = append(frames, timedFrame{25 * ms, line(wire.FrameOut, 0, "logging from a thread\n")})
+	}
+	frames = append(frames, timedFrame{0, exited(0, 0, 0, 0, false, time.Now())}, timedFrame{0, exited(1, 1, 0, 0, false, time.Now())})
+	sc := script{stopCode: 143, frames: frames, after: 900 * ms, onTell: map[byte][]byte{wire.TellDump: dump}}
+
+	var diag syncBuffer
+	c := &cluster{plan: [][]script{{sc}}}
+	_, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 5 * time.Second, StepTimeout: 200 * ms, Diag: &diag})
+	var jf *JobFailed
+	if !errors.As(err, &jf) || jf.ExitCode() != ExitHang || !strings.Contains(jf.Failure.Reason, "no training step for 200ms") {
+		t.Fatalf("err = %v, want a hang for want of steps:\n%s", err, diag.String())
+	}
+	if d := diag.String(); !strings.Contains(d, "gorun: hang: no worker made a training step for 200ms") || !strings.Contains(d, "gorun:   stalled: node1 rank 0") {
+		t.Errorf("diag:\n%s", d)
+	}
+
+	c = &cluster{plan: [][]script{{sc}}}
+	res, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 5 * time.Second})
+	if err != nil {
+		t.Fatalf("without StepTimeout: %v", err)
+	}
+	if s := res.Silences[0]; s.LongestStep < 10*ms || s.LongestStep > 150*ms {
+		t.Errorf("longest span between steps %v, want about 20 ms", s.LongestStep)
 	}
 }

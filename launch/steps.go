@@ -44,7 +44,8 @@ var (
 // Both of the worker's streams feed it.
 type stepTrack struct {
 	steps   Steps
-	counter *stepCounter // the run's; nil: none
+	counter *stepCounter        // the run's; nil: none
+	stepped func(now time.Time) // told of every step that advances the count (the attempt's silenceClock); nil: none
 
 	mu         sync.Mutex
 	last       int64 // the last step number seen; -1: none yet
@@ -88,8 +89,8 @@ func (t *stepTrack) record(now time.Time) {
 // maxStepSamples bounds the step times kept per worker (the latest win).
 const maxStepSamples = 4096
 
-func newStepTrack(s Steps, c *stepCounter) *stepTrack {
-	return &stepTrack{steps: s, counter: c, last: -1}
+func newStepTrack(s Steps, c *stepCounter, stepped func(time.Time)) *stepTrack {
+	return &stepTrack{steps: s, counter: c, stepped: stepped, last: -1}
 }
 
 // stepCounter counts the run's steps for the status line: in each
@@ -307,6 +308,9 @@ func namedStep(re *regexp.Regexp, seg []byte) (int64, bool) {
 func (t *stepTrack) step(n int64, now time.Time) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if n != t.last && t.stepped != nil {
+		t.stepped(now)
+	}
 	switch {
 	case t.last < 0:
 		t.lastParse = now

@@ -33,7 +33,7 @@ func TestStepPatterns(t *testing.T) {
 		}
 		want, text, _ := strings.Cut(l, "|")
 		lines++
-		tr := newStepTrack(Steps{}, nil)
+		tr := newStepTrack(Steps{}, nil, nil)
 		now := time.Unix(1000, 0)
 		tr.scan([]byte(text+"\n"), now)
 		r := tr.result("n", rankIDs{})
@@ -62,7 +62,7 @@ func TestStepPatterns(t *testing.T) {
 // steps), an epoch's bar beginning again, and repeats; step times from
 // the gaps; a user's pattern replaces the defaults.
 func TestStepCounting(t *testing.T) {
-	tr := newStepTrack(Steps{}, nil)
+	tr := newStepTrack(Steps{}, nil, nil)
 	at := time.Unix(1000, 0)
 	feed := func(d time.Duration, s string) {
 		at = at.Add(d)
@@ -80,7 +80,7 @@ func TestStepCounting(t *testing.T) {
 	if !r.First.Equal(time.Unix(1000, 0)) || !r.Last.Equal(at) {
 		t.Errorf("first %v last %v", r.First, r.Last)
 	}
-	user := newStepTrack(Steps{Step: regexp.MustCompile(`done (?P<step>\d+)`)}, nil)
+	user := newStepTrack(Steps{Step: regexp.MustCompile(`done (?P<step>\d+)`)}, nil, nil)
 	user.scan([]byte("step 4\ndone 9\n"), at)
 	if r := user.result("n", rankIDs{}); r.Steps != 1 || r.LastStep != 9 {
 		t.Errorf("--step-pattern: %+v, want step 9 only", r)
@@ -91,7 +91,7 @@ func TestStepCounting(t *testing.T) {
 // worker's, the attempts before added, so it only grows.
 func TestStepCounter(t *testing.T) {
 	c := &stepCounter{}
-	a, b := newStepTrack(Steps{}, c), newStepTrack(Steps{}, c)
+	a, b := newStepTrack(Steps{}, c, nil), newStepTrack(Steps{}, c, nil)
 	at := time.Unix(1000, 0)
 	a.scan([]byte("step 1\n"), at)
 	a.scan([]byte("step 5\n"), at.Add(time.Second))
@@ -101,7 +101,7 @@ func TestStepCounter(t *testing.T) {
 		t.Fatalf("attempt 1: %d steps, want 5 (the most advanced worker's)", got)
 	}
 	c.attemptEnded()
-	next := newStepTrack(Steps{}, c)
+	next := newStepTrack(Steps{}, c, nil)
 	next.scan([]byte("step 1\n"), at)
 	next.scan([]byte("step 2\n"), at.Add(time.Second))
 	if got := c.total(); got != 7 {
@@ -124,7 +124,7 @@ func BenchmarkStepScan(b *testing.B) {
 			s := newSink(nil)
 			l := newNodeLog("node1", 0, false, false)
 			w := newRankWriter(l, newLineWriter(l, s, io.Discard), wire.WorkerStarted{Rank: 3, LocalRank: 1}, Prefix{}, 1)
-			tr := newStepTrack(Steps{}, &stepCounter{})
+			tr := newStepTrack(Steps{}, &stepCounter{}, nil)
 			now := time.Now()
 			b.SetBytes(int64(len(chunk)))
 			b.ResetTimer()
@@ -146,7 +146,7 @@ func BenchmarkStepScan(b *testing.B) {
 // all the same, and the last one, written too soon to be read at once, is
 // not lost.
 func TestStepScanThrottled(t *testing.T) {
-	tr := newStepTrack(Steps{}, nil)
+	tr := newStepTrack(Steps{}, nil, nil)
 	at := time.Unix(1000, 0)
 	step := 0
 	for range 100 { // 100 chunks of 10 lines, 1 ms apart

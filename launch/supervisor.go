@@ -298,13 +298,24 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		}
 		m.mu.Unlock()
 	}
+	stall := false // no step for StepTimeout, though not silent
 	if wait := time.Until(latest.Add(limit)); wait > 0 {
 		if startingUp {
 			// Start-up may end any moment, and the limit after it be
 			// shorter.
 			return min(wait, startupRecheck)
 		}
-		return wait
+		if sv.opts.StepTimeout <= 0 {
+			return wait
+		}
+		stepAt := sv.clock.lastStep()
+		if stepAt.IsZero() {
+			return min(wait, sv.opts.StepTimeout) // no step yet: look again, as one may come
+		}
+		if stepWait := time.Until(stepAt.Add(sv.opts.StepTimeout)); stepWait > 0 {
+			return min(wait, stepWait)
+		}
+		stall, limit, latest = true, sv.opts.StepTimeout, stepAt
 	}
 	if len(all) == 0 {
 		return limit
@@ -323,10 +334,18 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		waiting, of := sv.clock.pending()
 		what = fmt.Sprintf("for %v in start-up (%d of %d workers had made none yet)", limit, waiting, of)
 	}
-	fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line, a write, or a touch of $%s) %s\n", wire.HeartbeatFileVar, what)
+	if stall {
+		fmt.Fprintf(&b, "gorun: hang: no worker made a training step for %v, though they still printed or wrote (--hang-timeout auto, from the steps of earlier runs)\n", limit)
+	} else {
+		fmt.Fprintf(&b, "gorun: hang: no worker made progress (an output line, a write, or a touch of $%s) %s\n", wire.HeartbeatFileVar, what)
+	}
 	sv.silent = sv.silent[:0]
 	for _, w := range all {
-		if len(all) <= maxSilentLines {
+		switch {
+		case len(all) > maxSilentLines:
+		case stall:
+			fmt.Fprintf(&b, "gorun:   stalled: %s%s, last step %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(latest).Seconds())
+		default:
 			fmt.Fprintf(&b, "gorun:   silent: %s%s, last progress %.0fs ago\n", w.node, rankWords(w.rank, w.lr), time.Since(w.last).Seconds())
 		}
 		names = append(names, fmt.Sprintf("%s%s", w.node, rankWords(w.rank, w.lr)))
@@ -340,7 +359,11 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		// A thousand ranks are one line: which of them matter is the
 		// culprit lines' to say.
 		who = fmt.Sprintf("%d ranks on %d nodes (every worker still running)", len(all), len(nodes))
-		fmt.Fprintf(&b, "gorun:   silent: %s, last progress %.0fs ago\n", who, time.Since(latest).Seconds())
+		if stall {
+			fmt.Fprintf(&b, "gorun:   stalled: %s, last step %.0fs ago\n", who, time.Since(latest).Seconds())
+		} else {
+			fmt.Fprintf(&b, "gorun:   silent: %s, last progress %.0fs ago\n", who, time.Since(latest).Seconds())
+		}
 	}
 	sv.s.message(sv.opts.Diag, b.String())
 	node := strings.Join(nodes, ", ")
@@ -349,7 +372,10 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 	}
 	sv.hang = &Failure{Node: node, Rank: -1, LocalRank: -1, Code: ExitHang, Phase: PhaseHang,
 		Reason: fmt.Sprintf("hang: no progress for %v; silent: %s", limit, who)}
-	if startingUp {
+	switch {
+	case stall:
+		sv.hang.Reason = fmt.Sprintf("hang: no training step for %v; stalled: %s", limit, who)
+	case startingUp:
 		sv.hang.Reason = fmt.Sprintf("hang in start-up: no progress for %v; silent: %s", limit, who)
 	}
 	sv.dumpPending = len(all)

@@ -97,6 +97,12 @@ type Options struct {
 	// ExitHang. StartupTimeout (0: HangTimeout) replaces it while some
 	// worker has made no progress yet: its start-up (imports, loading).
 	HangTimeout, StartupTimeout time.Duration
+	// StepTimeout, when positive, is how long the group may go without a
+	// training step (Steps) once past its start-up and its first step,
+	// even while its workers print: a stall that output hides (a thread
+	// that logs while the training loop waits) is a hang too, diagnosed
+	// the same way.
+	StepTimeout time.Duration
 	// SaveStacks, when set, keeps every rank's stacks of a hung attempt
 	// (k from 0), with the diagnosis's lines, and returns where they are,
 	// which is printed; the console shows the likely culprit's only. It

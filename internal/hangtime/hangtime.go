@@ -16,6 +16,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"time"
 )
 
@@ -37,6 +38,9 @@ type Run struct {
 	When    time.Time     `json:"when"`
 	Startup time.Duration `json:"startup_ns"` // the longest silence in start-up
 	Longest time.Duration `json:"longest_ns"` // the longest silence after it
+	// Step is the longest span after start-up without a training step,
+	// between two (0: the run's output said no steps).
+	Step time.Duration `json:"longest_step_ns,omitempty"`
 }
 
 // Record is a script's file.
@@ -114,6 +118,18 @@ func (r Record) Longest() (startup, after time.Duration, runs int) {
 	return startup, after, len(r.Runs)
 }
 
+// LongestStep is the longest span without a training step over the
+// record's runs, and how many runs saw steps; a run that saw none (its
+// output says no step gorun reads) teaches nothing of steps.
+func (r Record) LongestStep() (step time.Duration, runs int) {
+	for _, run := range r.Runs {
+		if run.Step > 0 {
+			step, runs = max(step, run.Step), runs+1
+		}
+	}
+	return step, runs
+}
+
 // Settings are what the command line asks for.
 type Settings struct {
 	Timeout time.Duration // --hang-timeout; 0 is off
@@ -125,7 +141,10 @@ type Settings struct {
 // Limits are the limits a run applies, and why, in words.
 type Limits struct {
 	Hang, Startup time.Duration // 0: off
-	Why           string
+	// Step is how long the group may go without a training step, though
+	// not silent (launch.Options.StepTimeout); 0: off.
+	Step time.Duration
+	Why  string
 }
 
 // Choose turns the settings and what was learned into the run's limits:
@@ -162,6 +181,16 @@ func Choose(s Settings, rec Record) Limits {
 	}
 	l.Why = fmt.Sprintf("a silence of %v is a hang (%s); in start-up, until every worker has made progress once, %v (%s)",
 		l.Hang, hangWhy, l.Startup, startWhy)
+	if step, stepRuns := rec.LongestStep(); s.Auto && stepRuns > 0 && l.Hang > 0 {
+		// Never less than twice a silence's limit: a phase without
+		// steps (an evaluation, a checkpoint) may print, and must not be
+		// cut sooner than a silent one; and a group that went silent
+		// after its last step is the silence rule's to name.
+		learned, rule := learnedLimit(step, s.Floor)
+		l.Step = max(learned, 2*l.Hang)
+		l.Why += fmt.Sprintf("; and %v without a training step, while the workers still print (%s in %s, never less than twice a silence's)",
+			l.Step, strings.Replace(rule, "silence", "span without a step", 1), plural(stepRuns, "run"))
+	}
 	return l
 }
 

@@ -42,6 +42,39 @@ func TestChoose(t *testing.T) {
 	}
 }
 
+// TestChooseStep: with --hang-timeout auto and runs that saw steps, a
+// span without a step may last Margin times the longest learned, never
+// less than twice a silence; a given timeout, or runs with no step,
+// leave the rule off.
+func TestChooseStep(t *testing.T) {
+	const m = time.Minute
+	steps := Record{Script: "train.py", World: 2, Runs: []Run{
+		{Startup: time.Minute, Longest: 3 * m, Step: 8 * m}, {Startup: time.Minute, Longest: m}}}
+	short := Record{Script: "train.py", World: 2, Runs: []Run{{Startup: time.Minute, Longest: 3 * m, Step: 10 * time.Second}}}
+	none := Record{Script: "train.py", World: 2, Runs: []Run{{Startup: time.Minute, Longest: 3 * m}}}
+	auto := Settings{Auto: true, Floor: 10 * m, Default: 30 * m}
+	tests := []struct {
+		name string
+		s    Settings
+		rec  Record
+		step time.Duration
+		why  string
+	}{
+		{"learned", auto, steps, 40 * m, "; and 40m0s without a training step, while the workers still print (5 × 8m0s, the longest span without a step in 1 run, never less than twice a silence's)"},
+		{"never under twice a silence", auto, short, 30 * m, "; and 30m0s without a training step"},
+		{"no run saw steps", auto, none, 0, ""},
+		{"a given timeout", Settings{Timeout: time.Hour, Default: 30 * m}, steps, 0, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			l := Choose(tt.s, tt.rec)
+			if l.Step != tt.step || !strings.Contains(l.Why, tt.why) || (tt.step == 0) == strings.Contains(l.Why, "training step") {
+				t.Errorf("Choose: step %v, %q\nwant %v, with %q", l.Step, l.Why, tt.step, tt.why)
+			}
+		})
+	}
+}
+
 func TestTeaches(t *testing.T) {
 	tests := []struct {
 		name                       string

@@ -58,7 +58,7 @@ func newHangLimits(cl cmdline.CommandLine, plan envplan.Plan, diag io.Writer) *h
 func (*hangLimits) Name() string { return "hang limits" }
 
 func (h *hangLimits) Configure(o *launch.Options) {
-	o.HangTimeout, o.StartupTimeout = h.limits.Hang, h.limits.Startup
+	o.HangTimeout, o.StartupTimeout, o.StepTimeout = h.limits.Hang, h.limits.Startup, h.limits.Step
 	if h.auto || h.limits.Hang != cmdline.DefaultHangTimeout || h.limits.Startup != h.limits.Hang {
 		fmt.Fprintf(h.diag, "gorun: hangs: %s\n", h.limits.Why)
 	}
@@ -75,6 +75,7 @@ func (h *hangLimits) Finish(_ context.Context, _ *Attempt, res launch.Result, _ 
 	for _, s := range res.Silences {
 		if hangtime.Teaches(s.StartedUp, s.Succeeded, s.Hung, s.Ran) {
 			run.Startup, run.Longest, taught = max(run.Startup, s.Startup), max(run.Longest, s.Longest), true
+			run.Step = max(run.Step, s.LongestStep)
 		}
 	}
 	if !taught {
