@@ -867,32 +867,42 @@ func TestStandbyWithPool(t *testing.T) {
 // used all the same (its process forks no worker, and such a variable
 // only sizes the threads of the process that reads it), and the pool
 // starts with the hand-over: both workers pooled. A variable that shapes
-// more than computing (PYTHONHASHSEED) still starts the job cold.
+// more than computing (PYTHONHASHSEED) still starts the job cold, and so
+// does a program that is no Python script (a shell wrapper: no standby
+// starts at all); their workers are pooled all the same.
 func TestStandbyPoolAtHandOver(t *testing.T) {
 	needPython(t)
 	job, main := standbyPoolJob(t)
-	ahead := job
-	ahead.Pool = nil
-	ahead.Env = maps.Clone(job.Env)
-	delete(ahead.Env, "OMP_NUM_THREADS")
-	job.Env["OMP_NUM_THREADS"] = "1"
+	wrapper := filepath.Join(t.TempDir(), "wrapper")
+	if err := os.WriteFile(wrapper, []byte("#!/bin/sh\nexec /usr/bin/python3 "+main+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	job.Env["PYTHON_EXEC"] = "/usr/bin/python3" // the workers' interpreter, which a wrapper does not name
 	for _, tc := range []struct {
 		name string
 		set  map[string]string
+		prog string
 		warm bool
+		cold string
 	}{
-		{name: "compute variables differ", warm: true},
-		{name: "PYTHONHASHSEED differs", set: map[string]string{"PYTHONHASHSEED": "7"}},
+		{name: "compute variables differ", prog: main, warm: true},
+		{name: "PYTHONHASHSEED differs", prog: main, set: map[string]string{"PYTHONHASHSEED": "7"}, cold: "PYTHONHASHSEED"},
+		{name: "a shell wrapper", prog: wrapper, cold: "/bin/sh"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
+			ahead := job
+			ahead.Argv = []string{tc.prog, "x"}
+			ahead.Pool = nil
+			ahead.Env = maps.Clone(job.Env)
 			l := newTestLocal(t)
 			if err := l.Warm(context.Background(), ahead); err != nil {
 				t.Fatal(err)
 			}
 			time.Sleep(300 * time.Millisecond) // the imports, while preflight runs
 			next := job
-			next.Argv = []string{main, "b"}
+			next.Argv = []string{tc.prog, "b"}
 			next.Env = maps.Clone(job.Env)
+			next.Env["OMP_NUM_THREADS"] = "1" // the plan's, from preflight's facts
 			maps.Copy(next.Env, tc.set)
 			var f frames
 			code := runWarm(t, l, next, &f)
@@ -906,11 +916,8 @@ func TestStandbyPoolAtHandOver(t *testing.T) {
 			if strings.Contains(out, "cold") || strings.Count(out, "pooled pid") != 2 {
 				t.Errorf("want both workers pooled:\n%s", out)
 			}
-			if len(f.start) != 1 || f.start[0].Warm != tc.warm {
-				t.Errorf("start frames: %+v, want warm %v", f.start, tc.warm)
-			}
-			if !tc.warm && (len(f.start) != 1 || !strings.Contains(f.start[0].Cold, "PYTHONHASHSEED")) {
-				t.Errorf("start frames: %+v, want cold for PYTHONHASHSEED", f.start)
+			if len(f.start) != 1 || f.start[0].Warm != tc.warm || !strings.Contains(f.start[0].Cold, tc.cold) {
+				t.Errorf("start frames: %+v, want warm %v, cold for %q", f.start, tc.warm, tc.cold)
 			}
 		})
 	}

@@ -349,6 +349,11 @@ func (a *agent) standBy(ctx context.Context, sj wire.Job, stdout, stderr io.Writ
 	job.Relay = sj.Relay // the relay is the standby's, already in its environment
 	if job.Relay {
 		job.Env = withRelay(job.Env, sj.Env[wire.RelaySocketVar], sj.Env[wire.PoolSocketVar])
+		if job.Pool != nil && a.relay != nil {
+			// Where a standby started without the pool (the first
+			// attempt's, WarmFirst), its job brings it, warm or cold.
+			job.Env[wire.PoolSocketVar] = a.relay.poolPath()
+		}
 		if job.Gated && a.relay != nil {
 			// Handed ahead: the job starts now, its workers when the head
 			// releases it (wire.CtlRelease). Until then the head may still ask
@@ -365,9 +370,6 @@ func (a *agent) standBy(ctx context.Context, sj wire.Job, stdout, stderr io.Writ
 		// the slots' CPUs): the pool starts as the job is handed over,
 		// where the job's start would have started it.
 		late := job.Pool != nil && a.pool == nil && a.relay != nil
-		if late {
-			job.Env[wire.PoolSocketVar] = a.relay.poolPath()
-		}
 		why, err := sb.handOver(job, func() {
 			if late {
 				a.startPool(job)
