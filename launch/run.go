@@ -339,6 +339,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		switch kind {
 		case wire.FrameOut, wire.FrameErr:
 			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
+			m.clock.printed(last)
 			steps.scan(rest, last)
 			out.Write(rest)
 		case wire.FrameCheckpoint:

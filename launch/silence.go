@@ -44,6 +44,8 @@ type silenceClock struct {
 	// none yet), and the longest span between two after start-up.
 	stepAt      time.Time
 	longestStep time.Duration
+	// The workers' output since the last step: its first and its last.
+	outFirst, outLast time.Time
 }
 
 func newSilenceClock(start time.Time, expected int) *silenceClock {
@@ -88,7 +90,39 @@ func (c *silenceClock) stepped(now time.Time) {
 	if !c.stepAt.IsZero() && !c.upAt.IsZero() && c.stepAt.After(c.upAt) {
 		c.longestStep = max(c.longestStep, now.Sub(c.stepAt))
 	}
-	c.stepAt = now
+	c.stepAt, c.outFirst = now, time.Time{}
+}
+
+// printed records output of some worker at now.
+func (c *silenceClock) printed(now time.Time) {
+	if c == nil {
+		return
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.frozen || now.Before(c.stepAt) {
+		return
+	}
+	if c.outFirst.IsZero() {
+		c.outFirst = now
+	}
+	c.outLast = now
+}
+
+// stalled reports whether the group has made no training step for limit,
+// though it printed all along: from within window of its last step until
+// within window of now (window: the silence's limit). A group that went
+// quiet after its step (a checkpoint written without a word) and spoke
+// only later is not stalled, nor is one that stopped printing: silences
+// are the silence rule's.
+func (c *silenceClock) stalled(now time.Time, limit, window time.Duration) bool {
+	if c == nil {
+		return false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return !c.upAt.IsZero() && !c.stepAt.IsZero() && now.Sub(c.stepAt) >= limit &&
+		!c.outFirst.IsZero() && c.outFirst.Sub(c.stepAt) <= window && now.Sub(c.outLast) <= window
 }
 
 // lastStep is when some worker last made a training step; zero: none

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -111,7 +112,8 @@ func TestRunStartupTimeout(t *testing.T) {
 // step are a hang once Options.StepTimeout has passed since the last
 // step, named as stalled, though no silence is; without a StepTimeout the
 // same attempt runs to its end, and its Silence says the longest span
-// between two steps.
+// between two steps. Workers that write without a word after their last
+// step (a checkpoint) and print only at the end are no stall.
 func TestRunStepStall(t *testing.T) {
 	dump := append(exited(0, 0, -1, 6, true, time.Now()), exited(1, 1, -1, 6, true, time.Now())...)
 	frames := []timedFrame{{0, started(0, 0)}, {0, started(1, 1)}, {0, line(wire.FrameOut, 1, "loading\n")}}
@@ -142,5 +144,17 @@ func TestRunStepStall(t *testing.T) {
 	}
 	if s := res.Silences[0]; s.LongestStep < 10*ms || s.LongestStep > 150*ms {
 		t.Errorf("longest span between steps %v, want about 20 ms", s.LongestStep)
+	}
+
+	writes := slices.Clone(frames[:6]) // the start and the steps
+	for range 30 {
+		writes = append(writes, timedFrame{25 * ms, wire.AppendFrame(nil, wire.FrameProgress, wire.AppendRank(nil, 0))})
+	}
+	writes = append(writes, timedFrame{0, line(wire.FrameOut, 0, "checkpoint written\n")}, timedFrame{30 * ms, exited(0, 0, 0, 0, false, time.Now())},
+		timedFrame{0, exited(1, 1, 0, 0, false, time.Now())})
+	c = &cluster{plan: [][]script{{{stopCode: 143, frames: writes, after: 950 * ms, onTell: map[byte][]byte{wire.TellDump: dump}}}}}
+	var quiet syncBuffer
+	if _, err := Run(context.Background(), Options{Attempt: c.attempt, HangTimeout: 5 * time.Second, StepTimeout: 200 * ms, Diag: &quiet}); err != nil {
+		t.Fatalf("a quiet checkpoint taken for a stall: %v\n%s", err, quiet.String())
 	}
 }

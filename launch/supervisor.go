@@ -257,6 +257,10 @@ func (sv *supervisor) workerExited(ev event) bool {
 	return true
 }
 
+// stepRecheck is how often a hang check looks again once the group has
+// made no step for Options.StepTimeout but has not printed all along.
+const stepRecheck = time.Second
+
 // startupRecheck is how often a hang check looks again while the group
 // starts up, so that the limit after start-up applies once it is over.
 const startupRecheck = time.Second
@@ -314,6 +318,9 @@ func (sv *supervisor) hangCheck(attemptStart time.Time) time.Duration {
 		}
 		if stepWait := time.Until(stepAt.Add(sv.opts.StepTimeout)); stepWait > 0 {
 			return min(wait, stepWait)
+		}
+		if !sv.clock.stalled(time.Now(), sv.opts.StepTimeout, limit) {
+			return min(wait, stepRecheck) // past the limit, but not printing all along: look again
 		}
 		stall, limit, latest = true, sv.opts.StepTimeout, stepAt
 	}
