@@ -119,7 +119,9 @@ gorun options:
   --hang-timeout DURATION  no progress from any worker for this long is a hang:
                            stacks printed, attempt failed (default 30m; 0: off;
                            at least 5s); auto: 5 x the longest silence earlier
-                           runs of the script had (30m until one succeeded)
+                           runs of the script had (30m until one succeeded),
+                           and no training step for 5 x the longest span
+                           without one (at least twice that) while they print
   --hang-timeout-floor D   the shortest limit auto may choose (default 10m)
   --flight-recorder DIR    PyTorch's NCCL flight recorder in every worker;
                            every rank's dump gathered under DIR on a failure

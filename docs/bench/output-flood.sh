@@ -11,7 +11,11 @@
 # reader's pipes, no gorun (raw_STYLE): the ceiling rate, and the latency that
 # the machine's own contention gives. The machine is noisy: read the ratios.
 #   usage: [GORUN=path] [STYLES="chunk print"] [CHUNK_LINES=3000000]
-#          [PRINT_LINES=1000000] [TORCHRUN=cmd] [KEEP=dir] [PTY=1] docs/bench/output-flood.sh
+#          [PRINT_LINES=1000000] [TORCHRUN=cmd] [KEEP=dir] [PTY=1]
+#          [GORUN_ARGS="--step-pattern off"] docs/bench/output-flood.sh
+# GORUN_ARGS are more gorun flags. Each gorun phase also says the CPU time
+# of gorun's own process (the head, not its agent or workers: read from
+# /proc as it ends), head_cpu_ms.
 # PTY=1 gives the workers pseudo-terminals, as when gorun's stdout and
 # stderr are a terminal (GORUN_TTY, which gorun sets then; here gorun's
 # stdout stays the pipe floodcheck reads), and the raw phases too (what a
@@ -49,12 +53,27 @@ gorun_phase() {
   mkdir -p "$work/$name"
   t0=$(date +%s%N)
   set +e
+  rm -f "$work/$name.fcrc"
+  # shellcheck disable=SC2086 # GORUN_ARGS: one flag a word
   BENCH_DIR=$work/$name FLOOD_LINES=$n FLOOD_STYLE=$style \
-    "$gorun" --preflight off --torchrun "$torchrun" --nproc-per-node 2 --master-port "$(free_port)" --no-python "$py" "$worker" \
-    2>"$work/$name/stderr" | "$fc" read -name "$name" -flood-lines "$n" -out "$work/$name.json"
-  rc=("${PIPESTATUS[@]}")
+    "$gorun" ${GORUN_ARGS:-} --preflight off --torchrun "$torchrun" --nproc-per-node 2 --master-port "$(free_port)" --no-python "$py" "$worker" \
+    2>"$work/$name/stderr" > >("$fc" read -name "$name" -flood-lines "$n" -out "$work/$name.json"; echo $? >"$work/$name.fcrc") &
+  local pid=$! ticks=0 st
+  # The head's own CPU: utime + stime from its stat, read until it is a
+  # zombie (its last figures), before it is waited for.
+  while st=$(cat "/proc/$pid/stat" 2>/dev/null); do
+    st=${st##*) }
+    read -r -a f <<<"$st"
+    ticks=$((f[11] + f[12]))
+    [ "${f[0]}" = Z ] && break
+    sleep 0.02
+  done
+  wait "$pid"
+  rc=($? 0)
+  until [ -s "$work/$name.fcrc" ]; do sleep 0.02; done
+  rc[1]=$(cat "$work/$name.fcrc")
   set -e
-  echo "phase $name: $(((($(date +%s%N) - t0) / 1000000)))ms gorun_exit=${rc[0]} floodcheck_exit=${rc[1]}"
+  echo "phase $name: $(((($(date +%s%N) - t0) / 1000000)))ms gorun_exit=${rc[0]} floodcheck_exit=${rc[1]} head_cpu_ms=$((ticks * 1000 / $(getconf CLK_TCK)))"
   if [ "${rc[0]}" != 0 ] || [ "${rc[1]}" != 0 ]; then
     tail -20 "$work/$name/stderr"
     exit 1

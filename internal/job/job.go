@@ -209,11 +209,15 @@ func Run(ctx context.Context, cfg Config, ui UI) (err error) {
 	var facts envplan.Facts
 	var preflightText string // for --report
 	if cl.Gorun.Preflight != "off" {
+		var first []launch.Node // the first attempt's torchrun imports while preflight runs
 		if !cl.Gorun.DryRun && sp == nil {
+			first = r.firstJobs()
+		}
+		if first != nil {
 			warmed := make(chan struct{})
 			go func() {
 				defer close(warmed)
-				r.warmFirst(ctx)
+				launch.WarmFirst(ctx, first)
 			}()
 			defer func() { <-warmed }() // before the runners close
 		}

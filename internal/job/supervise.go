@@ -155,22 +155,24 @@ func (r *run) ahead(hooks []Hook, a *Attempt) func(ctx context.Context, k int) [
 	}
 }
 
-// warmFirst starts the first attempt's torchrun ahead on every node while
-// preflight runs (launch.WarmFirst): a torchrun imports for about as long
-// as its workers do, and a worker the pool cannot serve (a script that
-// must start cold) then waits for its own import only, as under
-// torchrun. Its jobs are those of a plan made without preflight's facts:
-// where the facts change a variable read at import, the first attempt
-// starts cold, as it did before.
-func (r *run) warmFirst(ctx context.Context) {
-	if r.cl.Gorun.WarmRestart == "off" {
-		return
+// firstJobs are the first attempt's jobs for starting its torchrun ahead
+// on every node while preflight runs (launch.WarmFirst): most of a
+// torchrun's start is its import of torch, and a worker the pool cannot
+// serve (a script that must start cold) then waits for its own import
+// only, as under torchrun. They are those of a plan made without
+// preflight's facts: where the facts change a variable read at import,
+// the first attempt starts cold, as it did before. Nil: none
+// (--warm-restart off), and none over ssh: gorun goes to a node only
+// once preflight has found a build that fits it.
+func (r *run) firstJobs() []launch.Node {
+	if r.cl.Gorun.WarmRestart == "off" || (len(r.spec.Hosts) > 0 && !r.perPod) {
+		return nil
 	}
 	plan, err := envplan.Build(r.spec, nil)
 	if err != nil {
-		return // said once the plan is made with the facts
+		return nil // said once the plan is made with the facts
 	}
-	launch.WarmFirst(ctx, jobs(plan, r.conns, 0, r.jobSettings()))
+	return jobs(plan, r.conns, 0, r.jobSettings())
 }
 
 // killContext ends when parent does or kill is closed.
