@@ -55,7 +55,7 @@ type stepTrack struct {
 	checkpoint time.Time       // the last checkpoint seen; zero: none
 	per        []time.Duration // each counted step's time (a jump of k steps: k samples of 1/k)
 	series     []StepPoint     // the count over time, for the report; thinned past maxStepPoints
-	lastParse  time.Time       // when a step was last read (stepEvery)
+	lastParse  time.Time       // when the output was last read for a step, found or not (stepEvery)
 	pending    []byte          // a segment written since, not read yet
 	pendingAt  time.Time
 }
@@ -161,6 +161,11 @@ func (t *stepTrack) scan(p []byte, now time.Time) {
 	}
 	t.mu.Lock()
 	due := t.lastParse.IsZero() || now.Sub(t.lastParse) >= stepEvery
+	if due {
+		// Found or not: output with no step in it (a flood of other
+		// lines) is read no more often than output with steps.
+		t.lastParse = now
+	}
 	t.mu.Unlock()
 	if !due {
 		if seg := lastSegment(p); len(seg) > 0 && (t.steps.Step != nil || mayReportStep(seg)) {
@@ -243,20 +248,10 @@ func lastSegment(p []byte) []byte {
 
 // mayReportCheckpoint is a quick look for what the default checkpoint
 // pattern needs: "checkpoint" (any case of its first letter) or "ckpt"
-// (Lightning's file name in its "saving model to" line). One pass over
-// the letter k, which most lines have none of.
+// (Lightning's file name in its "saving model to" line): both hold "ckp",
+// one search of the whole buffer.
 func mayReportCheckpoint(p []byte) bool {
-	for off := 0; ; {
-		i := bytes.IndexByte(p[off:], 'k')
-		if i < 0 {
-			return false
-		}
-		k := off + i
-		if k >= 3 && bytes.HasPrefix(p[k-3:], []byte("heckpoint")) || k >= 1 && bytes.HasPrefix(p[k-1:], []byte("ckpt")) {
-			return true
-		}
-		off = k + 1
-	}
+	return bytes.Contains(p, []byte("ckp"))
 }
 
 // mayReportStep is a quick look for what the default step patterns need:
@@ -313,7 +308,6 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	}
 	switch {
 	case t.last < 0:
-		t.lastParse = now
 		t.first, t.lastAt, t.last = now, now, n
 		t.count = 1
 		t.counter.seen(1)
@@ -322,7 +316,6 @@ func (t *stepTrack) step(n int64, now time.Time) {
 	case n == t.last:
 		return
 	case n > t.last:
-		t.lastParse = now
 		d := n - t.last
 		t.count += d
 		each := now.Sub(t.lastAt) / time.Duration(d)

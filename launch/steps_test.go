@@ -2,6 +2,7 @@ package launch
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -138,6 +139,29 @@ func BenchmarkStepScan(b *testing.B) {
 			w.close()
 			s.close()
 		})
+	}
+}
+
+// BenchmarkStepScanFlood: a worker's flood with no step in it, as
+// docs/bench/output-flood.sh writes it (64 KB writes of numbered lines
+// of letters), a write every 250 us: its output is read for a step no
+// more often than a worker's with steps (stepEvery), and looked at for a
+// checkpoint in one search.
+func BenchmarkStepScanFlood(b *testing.B) {
+	letters := bytes.Repeat([]byte("abcdefghijklmnopqrstuvwxyz"), 10)
+	var all []byte
+	for seq := 0; len(all) < 1<<20; seq++ {
+		off := seq % 26
+		all = fmt.Appendf(all, "F %d %s\n", seq, letters[off:off+seq*7%151])
+	}
+	tr := newStepTrack(Steps{}, &stepCounter{}, nil)
+	now := time.Now()
+	b.SetBytes(64 << 10)
+	b.ResetTimer()
+	for i := range b.N {
+		o := i * (64 << 10) % (len(all) - 64<<10)
+		now = now.Add(250 * time.Microsecond)
+		tr.scan(all[o:o+64<<10], now)
 	}
 }
 
