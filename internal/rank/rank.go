@@ -305,14 +305,14 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, files watched, c
 	}
 	bg.Add(2)
 	go func() { defer bg.Done(); w.forwardSignals(ctx, sigs, pid) }()
-	watched := make(chan struct{})
-	go func() { defer close(watched); w.watch(ctx, pid, files, atoi(getenv("MASTER_PORT"), 0)) }()
+	watchDone := make(chan struct{})
+	go func() { defer close(watchDone); w.watch(ctx, pid, files, atoi(getenv("MASTER_PORT"), 0)) }()
 	go func() { defer bg.Done(); w.listen(ctx, pid) }()
 
 	ws := wait()
 	end := time.Now().UnixNano()
 	cancel()
-	<-watched // its last look (a checkpoint touched just before the end) goes before the exit
+	<-watchDone // its last look (a checkpoint touched just before the end) goes before the exit
 	// The worker's last lines go out before its exit. A process it left
 	// behind may still hold its stdout; torchrun would not wait for that,
 	// so neither does this, past a moment.
