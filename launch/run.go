@@ -469,6 +469,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 		expected += n.Workers
 	}
 	clock := newSilenceClock(time.Now(), expected)
+	clock.watchOutput = opts.StepTimeout > 0 // a stall needs the output since the last step (hangCheck)
 	imports := &importGate{}
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)

@@ -44,8 +44,11 @@ type silenceClock struct {
 	// none yet), and the longest span between two after start-up.
 	stepAt      time.Time
 	longestStep time.Duration
-	// The workers' output since the last step: its first and its last.
+	// The workers' output since the last step: its first and its last;
+	// kept only where a stall is looked for (watchOutput, set before the
+	// attempt starts: each frame of output would take the lock else).
 	outFirst, outLast time.Time
+	watchOutput       bool
 }
 
 func newSilenceClock(start time.Time, expected int) *silenceClock {
@@ -95,7 +98,7 @@ func (c *silenceClock) stepped(now time.Time) {
 
 // printed records output of some worker at now.
 func (c *silenceClock) printed(now time.Time) {
-	if c == nil {
+	if c == nil || !c.watchOutput {
 		return
 	}
 	c.mu.Lock()
