@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/gorun/gorun/hosts"
+	"github.com/gorun/gorun/internal/nccldebug"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
@@ -38,37 +39,6 @@ var leftToNCCL = []string{
 	"NCCL_ALGO", "NCCL_PROTO", "NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL",
 	"NCCL_SHM_DISABLE", "NCCL_IB_DISABLE", "NCCL_IB_HCA",
 	"NCCL_IB_GID_INDEX", "NCCL_NET_GDR_LEVEL", "NCCL_NVLS_ENABLE",
-}
-
-// ncclDebugKnobs are the variables NCCL's documentation (env.rst) files
-// under "Debugging": they "should not be used in production nor retained in
-// scripts", though setting one is legitimate while chasing a problem. The
-// union of the two lists gorun kept before, one here (the debugging members
-// of leftToNCCL) and one in preflight's NCCL lint, which added the channel
-// and ring counts (with their pre-2.17 and pre-2.5 names), NCCL_BUFFSIZE,
-// NCCL_NTHREADS, the NVB/PXN/P2P-direct switches, NCCL_NET_GDR_READ,
-// NCCL_CHECK_POINTERS and NCCL_LAUNCH_MODE. Sorted.
-var ncclDebugKnobs = []string{
-	"NCCL_ALGO", "NCCL_BUFFSIZE", "NCCL_CHECK_POINTERS", "NCCL_IB_DISABLE",
-	"NCCL_LAUNCH_MODE", "NCCL_MAX_CTAS", "NCCL_MAX_NCHANNELS", "NCCL_MAX_NRINGS",
-	"NCCL_MIN_CTAS", "NCCL_MIN_NCHANNELS", "NCCL_MIN_NRINGS", "NCCL_NET_GDR_LEVEL",
-	"NCCL_NET_GDR_READ", "NCCL_NTHREADS", "NCCL_NVB_DISABLE", "NCCL_P2P_DIRECT_DISABLE",
-	"NCCL_P2P_DISABLE", "NCCL_P2P_LEVEL", "NCCL_PROTO", "NCCL_PXN_DISABLE",
-	"NCCL_SHM_DISABLE",
-}
-
-// IsNCCLDebugKnob reports whether name is one of NCCL's debugging
-// variables: the plan keeps one the user set, with a warning, and
-// preflight's NCCL lint warns about it.
-func IsNCCLDebugKnob(name string) bool {
-	_, found := slices.BinarySearch(ncclDebugKnobs, name)
-	return found
-}
-
-// NCCLDebugKnobs returns NCCL's debugging variables (see IsNCCLDebugKnob),
-// sorted.
-func NCCLDebugKnobs() []string {
-	return slices.Clone(ncclDebugKnobs)
 }
 
 // carried reports whether an exported variable reaches the nodes.
@@ -303,7 +273,7 @@ func (b *builder) leftToNCCLNotes() {
 			// set by p2pFaultRule on the nodes whose P2P path failed
 		case !set:
 			left = append(left, name)
-		case IsNCCLDebugKnob(name):
+		case nccldebug.IsKnob(name):
 			b.note(NoteWarn, "%s=%s (%s) is an NCCL debugging knob, not meant for production; kept as set", name, secret.Redact(name, u.Value), u.Reason)
 		case name == "NCCL_IB_GID_INDEX":
 			b.note(NoteWarn, "NCCL_IB_GID_INDEX=%s (%s) applies one GID index on every node, but GID tables differ per node; NCCL picks RoCE v2 itself (NCCL_IB_ROCE_VERSION_NUM, NCCL_IB_ADDR_FAMILY steer it)", secret.Redact(name, u.Value), u.Reason)

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/nccldebug"
 	"github.com/gorun/gorun/internal/secret"
 	"github.com/gorun/gorun/internal/userr"
 )
@@ -121,7 +121,7 @@ var ncclNotSettings = map[string]bool{
 // LintNCCLEnv checks the NCCL_* (and TORCH_NCCL_TIMEOUT) variables of an
 // environment: names NCCL does not read (with a "did you mean"), names that
 // were removed or never existed (with what to use instead), deprecated
-// names, and debugging knobs left set (envplan.IsNCCLDebugKnob). Valid site
+// names, and debugging knobs left set (nccldebug.IsKnob). Valid site
 // settings such as NCCL_NVLS_ENABLE=0 or NCCL_SOCKET_IFNAME are never
 // flagged; they are listed in one ok finding. Findings come in
 // variable-name order. Values in the evidence pass through secret.Redact:
@@ -177,7 +177,7 @@ func LintNCCLEnv(environ map[string]string) []Finding {
 		default:
 			fine = append(fine, ev)
 		}
-		if envplan.IsNCCLDebugKnob(k) {
+		if nccldebug.IsKnob(k) {
 			debug = append(debug, Finding{
 				ID:       "nccl.env.debug-knob",
 				Severity: SeverityWarn,

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/gorun/gorun/envplan"
+	"github.com/gorun/gorun/internal/nccldebug"
 )
 
 func TestLintNCCLEnv(t *testing.T) {
@@ -133,7 +133,7 @@ func TestNCCLListsEmbedded(t *testing.T) {
 			t.Errorf("%s is listed as never existing but the NCCL lists have it", name)
 		}
 	}
-	for _, name := range envplan.NCCLDebugKnobs() {
+	for _, name := range nccldebug.Knobs() {
 		if !n.known[name] {
 			t.Errorf("debugging knob %s is not read by NCCL per the embedded list", name)
 		}
