@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/testenv"
-	"github.com/gorun/gorun/internal/wire"
 )
 
 func TestNVLinkAndPCIeRates(t *testing.T) {
@@ -214,35 +213,6 @@ func TestP2PFaults(t *testing.T) {
 	}
 }
 
-func TestRingRounds(t *testing.T) {
-	for n := 0; n <= 7; n++ {
-		rounds := ringRounds(n)
-		seen := map[[2]int]bool{}
-		for _, r := range rounds {
-			busy := map[int]bool{}
-			for _, p := range r {
-				if busy[p.a] || busy[p.b] {
-					t.Errorf("n=%d: a node in two pairs of one round: %v", n, r)
-				}
-				busy[p.a], busy[p.b] = true, true
-				seen[[2]int{p.a, p.b}] = true
-			}
-		}
-		want := n
-		if n == 2 {
-			want = 1
-		} else if n < 2 {
-			want = 0
-		}
-		if len(seen) != want {
-			t.Errorf("n=%d: %d pairs, want %d", n, len(seen), want)
-		}
-		if n > 2 && len(rounds) > 3 {
-			t.Errorf("n=%d: %d rounds, want at most 3", n, len(rounds))
-		}
-	}
-}
-
 func crossOf(a, b string, gbs float64) CrossResult {
 	return CrossResult{Hosts: []string{a, b}, Figures: []CrossBandwidth{
 		{Backend: "gloo", Bytes: 1 << 20, AlgBW: gbs}, {Backend: "gloo", Bytes: 16 << 20, AlgBW: gbs}}}
@@ -313,28 +283,8 @@ func TestRunStepsReportsAFailedProcess(t *testing.T) {
 	}
 }
 
-// torchPython is an interpreter with torch, for the tests that run the
-// embedded script for real (CPU and gloo); they are skipped without one.
-func torchPython(t *testing.T) string {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("-short")
-	}
-	candidates := []string{"python3", "/usr/bin/python3"}
-	if py := os.Getenv("GORUN_TEST_PYTHON"); py != "" {
-		candidates = []string{py}
-	}
-	for _, py := range candidates {
-		if err := exec.Command(py, "-c", "import torch.distributed as d; assert d.is_gloo_available()").Run(); err == nil {
-			return py
-		}
-	}
-	testenv.Need(t, false, fmt.Sprintf("no torch with gloo in %q (Debian: python3-torch; GORUN_TEST_PYTHON names another)", candidates))
-	return ""
-}
-
 func TestMeasureNodeOnCPU(t *testing.T) {
-	py := torchPython(t)
+	py := testenv.TorchPython(t)
 	f := MeasureNode(context.Background(), BandwidthOptions{Python: py, Environ: os.Environ()})
 	if !f.NoGPUs || len(f.Errors) != 0 || len(f.Stalled) != 0 {
 		t.Fatalf("got %+v", f)
@@ -346,7 +296,7 @@ func TestMeasureNodeOnCPU(t *testing.T) {
 }
 
 func TestMeasureNodeStallHook(t *testing.T) {
-	py := torchPython(t)
+	py := testenv.TorchPython(t)
 	env := append(os.Environ(), "GORUN_BW_TEST_STALL=init", "GORUN_BW_TEST_LIMIT_S=1")
 	start := time.Now()
 	f := MeasureNode(context.Background(), BandwidthOptions{Python: py, Environ: env})
@@ -362,50 +312,8 @@ func TestMeasureNodeStallHook(t *testing.T) {
 	}
 }
 
-// pairAgent answers the collector and the pair measurement on this
-// machine, as two nodes would.
-type pairAgent struct {
-	host, python string
-	env          []string
-}
-
-func (a pairAgent) AgentOutput(ctx context.Context, args ...string) ([]byte, error) {
-	switch args[0] {
-	case wire.CollectCommand:
-		return json.Marshal(Facts{Hostname: a.host, Time: time.Now(), Route: &Route{Target: "127.0.0.1", Interface: "lo", Source: "127.0.0.1"}})
-	case wire.BandwidthCommand:
-		var req PairRequest
-		if err := json.Unmarshal([]byte(args[1]), &req); err != nil {
-			return nil, err
-		}
-		return json.Marshal(MeasurePair(ctx, BandwidthOptions{Python: a.python, Environ: a.env}, req))
-	}
-	return nil, fmt.Errorf("unexpected %q", args)
-}
-
-// TestBandwidthAllGloo runs `--bandwidth all`'s cross-node step for real:
-// two local processes, gloo over the loopback, through preflight.Run.
-func TestBandwidthAllGloo(t *testing.T) {
-	py := torchPython(t)
-	env := append(os.Environ(), "GLOO_SOCKET_IFNAME=lo")
-	targets := []Target{{Host: "n1", Agent: pairAgent{"n1", py, env}}, {Host: "n2", Agent: pairAgent{"n2", py, env}}}
-	rep := Run(context.Background(), targets, RunOptions{Bandwidth: BandwidthAll, NodeTimeout: 30 * time.Second})
-	if len(rep.Cross) != 1 || len(rep.Cross[0].Figures) == 0 {
-		t.Fatalf("cross = %+v", rep.Cross)
-	}
-	c := rep.Cross[0]
-	if c.Figures[0].Backend != "gloo" || c.Figures[0].AlgBW <= 0 || c.Figures[0].BadValues != 0 || strings.Join(c.Hosts, ",") != "n1,n2" {
-		t.Errorf("figures = %+v", c)
-	}
-	var out strings.Builder
-	rep.WriteText(&out)
-	if !strings.Contains(out.String(), "n1↔n2") || !strings.Contains(out.String(), "bandwidth.cross") {
-		t.Errorf("report:\n%s", out.String())
-	}
-}
-
 func TestMeasurePairCorruptHook(t *testing.T) {
-	py := torchPython(t)
+	py := testenv.TorchPython(t)
 	env := append(os.Environ(), "GLOO_SOCKET_IFNAME=lo", "GORUN_BW_TEST_CORRUPT=cross")
 	req := PairRequest{Master: "127.0.0.1:" + fmt.Sprint(41000+os.Getpid()%5000), BudgetSeconds: 0.5, LimitSeconds: 20}
 	var wg sync.WaitGroup
@@ -461,7 +369,7 @@ func TestBandwidthReportGolden(t *testing.T) {
 // TestBandwidthScriptUnit runs the Python unit tests of the embedded
 // script's helpers (testdata/bandwidth_script_test.py) on CPU.
 func TestBandwidthScriptUnit(t *testing.T) {
-	py := torchPython(t)
+	py := testenv.TorchPython(t)
 	out, err := exec.Command(py, "testdata/bandwidth_script_test.py").CombinedOutput()
 	if err != nil {
 		t.Fatalf("%v\n%s", err, out)

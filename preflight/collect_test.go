@@ -152,3 +152,43 @@ func BenchmarkCollectMock8GPU(b *testing.B) {
 		}
 	}
 }
+
+// TestCollectStalledSteps wedges NVML and the torch probe: Collect returns
+// at the step limit and names both, and the checks fail the node.
+func TestCollectStalledSteps(t *testing.T) {
+	block := make(chan struct{})
+	defer close(block)
+	lib := &mock.Interface{InitFunc: func() nvml.Return { <-block; return nvml.SUCCESS }}
+	src := Sources{
+		NVML: lib,
+		Root: t.TempDir(),
+		Torch: func(ctx context.Context) TorchFacts {
+			<-block
+			return TorchFacts{}
+		},
+	}
+	start := time.Now()
+	f := Collect(context.Background(), src, CollectOptions{Host: "n7", StepTimeout: 200 * time.Millisecond})
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("Collect took %v with a 200ms step limit", took)
+	}
+	var steps []string
+	for _, s := range f.Stalled {
+		steps = append(steps, s.Step)
+	}
+	if strings.Join(steps, ",") != "nvml,torch" {
+		t.Fatalf("stalled = %v, want nvml,torch", steps)
+	}
+	var fails []string
+	for _, fd := range Check(f, Want{NProc: "1", GPUsRequested: true}) {
+		if fd.ID == "collect.stalled" {
+			fails = append(fails, fd.Message)
+			if fd.Severity != SeverityFail || fd.Remedy == "" || !strings.Contains(fd.Message, "n7") {
+				t.Errorf("finding %+v: want a fail naming n7, with a remedy", fd)
+			}
+		}
+	}
+	if len(fails) != 2 {
+		t.Errorf("collect.stalled findings = %q, want one per step", fails)
+	}
+}

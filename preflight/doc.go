@@ -3,6 +3,15 @@
 // over them, producing a Report of findings, each with an id, a severity
 // (ok, warn, fail), evidence and a remedy.
 //
+// Which side of the wire: preflight runs on each node (the collector,
+// `gorun _collect`, and a node's side of the bandwidth check, `gorun
+// _bandwidth`, both through internal/node), and its checks, lints and
+// report are pure functions the head calls too. The head's side, which
+// asks every node's agent over sshexec, gathers the reports and measures
+// across node pairs, is preflight/fleet. preflight imports no head-side
+// package (sshexec, envplan, preflight/fleet), so the node side links none
+// of them.
+//
 // preflight knows nothing about ranks or launching. It never creates an
 // NVML handle or runs commands on its own: the caller passes an
 // nvml.Interface (nil when NVML cannot be loaded), a filesystem root and a

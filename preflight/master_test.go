@@ -69,16 +69,3 @@ func TestProbeMaster(t *testing.T) {
 		}
 	})
 }
-
-func TestRunMasterProbe(t *testing.T) {
-	addr := freeAddr(t)
-	rep := Run(context.Background(), []Target{{Host: "localhost", Agent: answer(Facts{Hostname: "pod-1"})}},
-		RunOptions{Master: &MasterProbe{Addr: addr, From: "x", Wait: time.Second}})
-	found := false
-	for _, f := range rep.Nodes[0].Findings {
-		found = found || f.ID == "net.master" && f.Severity == SeverityWarn
-	}
-	if !found {
-		t.Errorf("the node's findings have no net.master warning: %+v", rep.Nodes[0].Findings)
-	}
-}

@@ -15,6 +15,7 @@ import (
 	"github.com/gorun/gorun/hosts"
 	"github.com/gorun/gorun/internal/inputfile"
 	"github.com/gorun/gorun/preflight"
+	"github.com/gorun/gorun/preflight/fleet"
 	"github.com/gorun/gorun/sshexec"
 )
 
@@ -41,7 +42,7 @@ func Preflight(ctx context.Context, cfg Config, ui UI) (preflight.Report, error)
 // maxScriptBytes bounds the training script the head reads for the lint.
 const maxScriptBytes = 16 << 20
 
-// Check runs preflight on every node (preflight.Run), with a progress line
+// Check runs preflight on every node (fleet.Run), with a progress line
 // on a live terminal when there are enough nodes to wait for.
 func Check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI) preflight.Report {
 	return check(ctx, cl, nodes, runners, cfg, ui, false, nil)
@@ -62,7 +63,7 @@ func recheckNodes(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Hos
 // asking a node to read its torch where known says an earlier check found
 // it.
 func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runners map[string]sshexec.Runner, cfg Config, ui UI, skipTorch bool, known map[string]preflight.TorchAt) (report preflight.Report) {
-	targets := []preflight.Target{{Host: "localhost", Agent: runners["localhost"]}}
+	targets := []fleet.Target{{Host: "localhost", Agent: runners["localhost"]}}
 	var unconnected []preflight.NodeReport // a spare that could not be reached: nothing to ask
 	if len(nodes) > 0 {
 		targets = targets[:0]
@@ -73,7 +74,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 					Remedy: "check the node and start the run again to use it"}}})
 				continue
 			}
-			targets = append(targets, preflight.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
+			targets = append(targets, fleet.Target{Host: h.Name, GPUs: h.GPUs, Agent: runners[h.Name]})
 		}
 	}
 	if len(unconnected) > 0 {
@@ -82,7 +83,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 		}()
 	}
 	torchrun, script := nodePaths(cfg.Dir, cl)
-	opts := preflight.RunOptions{
+	opts := fleet.RunOptions{
 		Want:    preflight.Want{NProc: cl.Torchrun.NProcPerNode, GPUsRequested: cl.Torchrun.NProcPerNode == "gpu"},
 		Request: preflight.Request{Torchrun: torchrun, Script: script, SkipTorch: skipTorch},
 		Environ: cfg.Environ,
@@ -99,7 +100,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 			master = cl.Torchrun.MasterAddr
 		}
 		if r := runners[nodes[0].Name]; r != nil {
-			opts.Request.RouteTo, opts.Request.ProbePort = preflight.RouteTarget(master, nodes[0].Name, r.Addr())
+			opts.Request.RouteTo, opts.Request.ProbePort = fleet.RouteTarget(master, nodes[0].Name, r.Addr())
 		}
 	}
 	if t, _ := chooseTransport(cl, nodes, cfg); t == TransportPod {
@@ -116,7 +117,7 @@ func check(ctx context.Context, cl cmdline.CommandLine, nodes []hosts.Host, runn
 	progress := startProgress(ui, "preflight", "checked", len(targets))
 	defer progress.end()
 	opts.Progress = progress.set
-	return preflight.Run(ctx, targets, opts)
+	return fleet.Run(ctx, targets, opts)
 }
 
 // slurmNodeFindings is Slurm's word on the allocation's nodes (drained,

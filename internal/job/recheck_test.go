@@ -119,7 +119,7 @@ func TestRecheckFirstAttemptAndInterrupt(t *testing.T) {
 }
 
 // TestRecheckThroughRealChecks runs the recheck through Check and
-// preflight.Run against fake nodes: one answers, one cannot be reached.
+// fleet.Run against fake nodes: one answers, one cannot be reached.
 func TestRecheckThroughRealChecks(t *testing.T) {
 	cl := parse(t, "--hosts", "node0:1,node1:1", "--nnodes", "1:2", "--preflight", "warn", "x.py")
 	nodes := []hosts.Host{{Name: "node0", Slots: 1}, {Name: "node1", Slots: 1}}
@@ -268,7 +268,7 @@ func TestRecheckWithSpares(t *testing.T) {
 	}
 }
 
-// TestSpareThroughRealChecks: through Check and preflight.Run, a spare
+// TestSpareThroughRealChecks: through Check and fleet.Run, a spare
 // that was never connected (no runner) fails as not reached, without
 // asking anything, and is not used; a node whose connection is lost is
 // replaced by the spare that answers.

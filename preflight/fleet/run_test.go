@@ -1,16 +1,16 @@
-package preflight
+package fleet
 
 import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/NVIDIA/go-nvml/pkg/nvml"
-	"github.com/NVIDIA/go-nvml/pkg/nvml/mock"
 	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/preflight"
 )
 
 // agentFunc is a fake node: it answers the collector's request.
@@ -20,14 +20,14 @@ func (f agentFunc) AgentOutput(ctx context.Context, args ...string) ([]byte, err
 	return f(ctx, args...)
 }
 
-func answer(facts Facts) agentFunc {
+func answer(facts preflight.Facts) agentFunc {
 	return func(ctx context.Context, args ...string) ([]byte, error) {
 		return json.Marshal(facts)
 	}
 }
 
 func TestRun(t *testing.T) {
-	var asked Request
+	var asked preflight.Request
 	healthy := func(ctx context.Context, args ...string) ([]byte, error) {
 		if len(args) != 2 || args[0] != wire.CollectCommand {
 			t.Errorf("args = %q, want [%s REQUEST]", args, wire.CollectCommand)
@@ -35,7 +35,7 @@ func TestRun(t *testing.T) {
 		if err := json.Unmarshal([]byte(args[1]), &asked); err != nil {
 			t.Errorf("request: %v", err)
 		}
-		return json.Marshal(Facts{Hostname: "n0", CPUCount: 4})
+		return json.Marshal(preflight.Facts{Hostname: "n0", CPUCount: 4})
 	}
 	wedged := func(ctx context.Context, args ...string) ([]byte, error) {
 		<-ctx.Done()
@@ -51,12 +51,12 @@ func TestRun(t *testing.T) {
 		{Host: "n1", Agent: agentFunc(wedged)},
 		{Host: "n2", Agent: agentFunc(down)},
 		{Host: "n3", Agent: agentFunc(garbled)},
-		{Host: "n4", Agent: answer(Facts{Hostname: "n4", Stalled: []Stall{{Step: "nvml", Seconds: 20}}})},
+		{Host: "n4", Agent: answer(preflight.Facts{Hostname: "n4", Stalled: []preflight.Stall{{Step: "nvml", Seconds: 20}}})},
 	}
 	var progress []int
 	start := time.Now()
 	rep := Run(context.Background(), targets, RunOptions{
-		Request:     Request{Torchrun: "torchrun", Script: "train.py"},
+		Request:     preflight.Request{Torchrun: "torchrun", Script: "train.py"},
 		NodeTimeout: 300 * time.Millisecond,
 		Progress:    func(done, total int) { progress = append(progress, done) },
 	})
@@ -75,7 +75,7 @@ func TestRun(t *testing.T) {
 	want := map[string]string{"n1": "node.timeout", "n2": "node.reach", "n3": "node.reach", "n4": "collect.stalled"}
 	for _, n := range rep.Nodes {
 		id := ""
-		if len(n.Findings) > 0 && n.Findings[0].Severity == SeverityFail {
+		if len(n.Findings) > 0 && n.Findings[0].Severity == preflight.SeverityFail {
 			id = n.Findings[0].ID
 		}
 		if id != want[n.Host] {
@@ -128,42 +128,21 @@ func TestRouteTarget(t *testing.T) {
 	}
 }
 
-// TestCollectStalledSteps wedges NVML and the torch probe: Collect returns
-// at the step limit and names both, and the checks fail the node.
-func TestCollectStalledSteps(t *testing.T) {
-	block := make(chan struct{})
-	defer close(block)
-	lib := &mock.Interface{InitFunc: func() nvml.Return { <-block; return nvml.SUCCESS }}
-	src := Sources{
-		NVML: lib,
-		Root: t.TempDir(),
-		Torch: func(ctx context.Context) TorchFacts {
-			<-block
-			return TorchFacts{}
-		},
+// TestRunMasterProbe: the master probe's finding joins the first node's.
+func TestRunMasterProbe(t *testing.T) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
 	}
-	start := time.Now()
-	f := Collect(context.Background(), src, CollectOptions{Host: "n7", StepTimeout: 200 * time.Millisecond})
-	if took := time.Since(start); took > time.Second {
-		t.Errorf("Collect took %v with a 200ms step limit", took)
+	addr := l.Addr().String() // nothing listens there once l is closed
+	l.Close()
+	rep := Run(context.Background(), []Target{{Host: "localhost", Agent: answer(preflight.Facts{Hostname: "pod-1"})}},
+		RunOptions{Master: &preflight.MasterProbe{Addr: addr, From: "x", Wait: time.Second}})
+	found := false
+	for _, f := range rep.Nodes[0].Findings {
+		found = found || f.ID == "net.master" && f.Severity == preflight.SeverityWarn
 	}
-	var steps []string
-	for _, s := range f.Stalled {
-		steps = append(steps, s.Step)
-	}
-	if strings.Join(steps, ",") != "nvml,torch" {
-		t.Fatalf("stalled = %v, want nvml,torch", steps)
-	}
-	var fails []string
-	for _, fd := range Check(f, Want{NProc: "1", GPUsRequested: true}) {
-		if fd.ID == "collect.stalled" {
-			fails = append(fails, fd.Message)
-			if fd.Severity != SeverityFail || fd.Remedy == "" || !strings.Contains(fd.Message, "n7") {
-				t.Errorf("finding %+v: want a fail naming n7, with a remedy", fd)
-			}
-		}
-	}
-	if len(fails) != 2 {
-		t.Errorf("collect.stalled findings = %q, want one per step", fails)
+	if !found {
+		t.Errorf("the node's findings have no net.master warning: %+v", rep.Nodes[0].Findings)
 	}
 }

@@ -1,4 +1,4 @@
-package preflight
+package fleet
 
 import (
 	"context"
@@ -9,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/gorun/gorun/preflight"
 )
 
 // factsAgent answers the collector with fixed facts, as a node's agent
@@ -24,9 +26,9 @@ func (a factsAgent) AgentOutput(context.Context, ...string) ([]byte, error) { re
 // cpu-ms/node is the process's CPU per node per preflight; heap-KB/node
 // what the report holds, per node, once Run returns.
 //
-//	go test ./preflight -run '^$' -bench RunScale -benchtime 3x
+//	go test ./preflight/fleet -run '^$' -bench RunScale -benchtime 3x
 func BenchmarkRunScale(b *testing.B) {
-	raw, err := os.ReadFile("testdata/real/h200-2gpu/report.json")
+	raw, err := os.ReadFile("../testdata/real/h200-2gpu/report.json")
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -52,7 +54,7 @@ func BenchmarkRunScale(b *testing.B) {
 				var before runtime.MemStats
 				runtime.ReadMemStats(&before)
 				start := cpuTime()
-				report := Run(context.Background(), targets, RunOptions{Want: Want{NProc: "gpu"}})
+				report := Run(context.Background(), targets, RunOptions{Want: preflight.Want{NProc: "gpu"}})
 				cpu += cpuTime() - start
 				b.StopTimer()
 				if len(report.Nodes) != n {

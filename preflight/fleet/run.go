@@ -1,4 +1,4 @@
-package preflight
+package fleet
 
 import (
 	"context"
@@ -11,46 +11,9 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/internal/wire"
+	"github.com/gorun/gorun/preflight"
 	"github.com/gorun/gorun/sshexec"
 )
-
-// Request tells a node's collector what to look at beyond the node itself.
-// It travels as JSON to wire.CollectCommand on the node.
-type Request struct {
-	// Torchrun is how torchrun starts on the node: the Python and torch
-	// behind it are the ones checked.
-	Torchrun string `json:"torchrun"`
-	// Script is the training script, hashed to compare across nodes.
-	Script string `json:"script"`
-	// RouteTo and ProbePort: see CollectOptions.RouteTarget and ProbePort.
-	RouteTo   string `json:"route_to"`
-	ProbePort int    `json:"probe_port"`
-	// BudgetSeconds bounds the whole collection on the node, so that it
-	// answers, naming its stalled steps, before the head stops waiting.
-	BudgetSeconds float64 `json:"budget_s,omitempty"`
-	// Bandwidth, when set (BandwidthNode or BandwidthAll), makes the node
-	// also run the bandwidth measurement after collecting its facts.
-	Bandwidth string `json:"bandwidth,omitempty"`
-	// SkipTorch: the node does not start an interpreter to find torch (a
-	// recheck of a run without preflight, which is about reach and routes
-	// only); no torch check has anything to say then.
-	SkipTorch bool `json:"skip_torch,omitempty"`
-	// TorchAt, on a recheck during the run, is where an earlier check
-	// found torch on this node (RunOptions.TorchAt): the node reads it
-	// there instead of starting the interpreter to find it (ReadTorchAt).
-	TorchAt *TorchAt `json:"torch_at,omitempty"`
-}
-
-// Budget is how long the collector may take; zero means no bound beyond
-// each step's.
-func (r Request) Budget() time.Duration {
-	return time.Duration(r.BudgetSeconds * float64(time.Second))
-}
-
-// Options returns the CollectOptions the collector runs with.
-func (r Request) Options() CollectOptions {
-	return CollectOptions{Script: r.Script, RouteTarget: r.RouteTo, ProbePort: r.ProbePort}
-}
 
 // Agent runs gorun's hidden subcommands on a node; sshexec.Runner is one.
 type Agent interface {
@@ -68,9 +31,9 @@ type Target struct {
 type RunOptions struct {
 	// Want is what the job needs of every node; GPUIDs comes from each
 	// Target.
-	Want Want
+	Want preflight.Want
 	// Request goes to every node's collector.
-	Request Request
+	Request preflight.Request
 	// NodeTimeout bounds one node's answer; zero means DefaultNodeTimeout.
 	NodeTimeout time.Duration
 	// Environ is the head's environment: the NCCL variables in it are
@@ -85,19 +48,19 @@ type RunOptions struct {
 	Progress func(done, total int)
 	// Across are findings the head made itself (Slurm's word on the
 	// nodes), reported with the others.
-	Across []Finding
-	// Bandwidth (BandwidthNode, BandwidthAll or "") moves real bytes on
+	Across []preflight.Finding
+	// Bandwidth (preflight.BandwidthNode, BandwidthAll or "") moves real bytes on
 	// every node and, for BandwidthAll, between nodes.
 	Bandwidth string
 	// Master, when set, is probed from this machine while the nodes are
-	// checked (ProbeMaster), and its finding joins the first target's: the
+	// checked (preflight.ProbeMaster), and its finding joins the first target's: the
 	// one node of a gorun that runs per pod, whose master is another pod.
-	Master *MasterProbe
+	Master *preflight.MasterProbe
 	// Fanout is how many nodes are asked at once (0: sshexec.DefaultFanout).
 	Fanout int
 	// TorchAt is where an earlier check of this run found torch, by host
-	// (Request.TorchAt).
-	TorchAt map[string]TorchAt
+	// (preflight.Request.TorchAt).
+	TorchAt map[string]preflight.TorchAt
 }
 
 // DefaultNodeTimeout is how long the head waits for one node's facts. The
@@ -115,7 +78,7 @@ const collectorMargin = 5 * time.Second
 // that cannot be reached, or does not answer within the node timeout,
 // gets a fail finding that names it. Run returns early, with what it has,
 // when ctx ends; the caller checks ctx.
-func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
+func Run(ctx context.Context, targets []Target, opts RunOptions) preflight.Report {
 	timeout := opts.NodeTimeout
 	if timeout <= 0 {
 		timeout = DefaultNodeTimeout
@@ -135,11 +98,11 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	for i, t := range targets {
 		hosts[i], index[t.Host] = t.Host, i
 	}
-	reports := make([]NodeReport, len(targets))
-	var master chan Finding
+	reports := make([]preflight.NodeReport, len(targets))
+	var master chan preflight.Finding
 	if opts.Master != nil && len(targets) > 0 {
-		master = make(chan Finding, 1)
-		go func() { master <- ProbeMaster(ctx, *opts.Master) }()
+		master = make(chan preflight.Finding, 1)
+		go func() { master <- preflight.ProbeMaster(ctx, *opts.Master) }()
 	}
 	var mu sync.Mutex
 	done := 0
@@ -168,22 +131,22 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 	if master != nil {
 		reports[0].Findings = append(reports[0].Findings, <-master)
 	}
-	var cross []CrossResult
-	if opts.Bandwidth == BandwidthAll && ctx.Err() == nil {
+	var cross []preflight.CrossResult
+	if opts.Bandwidth == preflight.BandwidthAll && ctx.Err() == nil {
 		cross = measureCross(ctx, targets, reports, opts.Request.Torchrun)
 	}
-	across := CheckAcross(reports)
+	across := preflight.CheckAcross(reports)
 	nics := make(map[string]float64, len(reports))
 	for _, r := range reports {
-		nics[r.Host] = NICRate(r.Facts.RDMA)
+		nics[r.Host] = preflight.NICRate(r.Facts.RDMA)
 	}
-	across = append(across, CheckCross(cross, nics)...)
+	across = append(across, preflight.CheckCross(cross, nics)...)
 	across = append(across, opts.Across...)
-	across = append(across, LintNCCLEnv(opts.Environ)...)
+	across = append(across, preflight.LintNCCLEnv(opts.Environ)...)
 	if opts.Script != nil {
-		across = append(across, LintScript(opts.ScriptName, opts.Script)...)
+		across = append(across, preflight.LintScript(opts.ScriptName, opts.Script)...)
 	}
-	rep := NewReport(reports, across)
+	rep := preflight.NewReport(reports, across)
 	rep.Cross = cross
 	return rep
 }
@@ -194,7 +157,7 @@ func Run(ctx context.Context, targets []Target, opts RunOptions) Report {
 const BandwidthNodeTime = 90 * time.Second
 
 // checkTarget collects one node's facts and checks them.
-func checkTarget(ctx context.Context, t Target, want Want, req string, timeout time.Duration) NodeReport {
+func checkTarget(ctx context.Context, t Target, want preflight.Want, req string, timeout time.Duration) preflight.NodeReport {
 	nctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
 	out, err := t.Agent.AgentOutput(nctx, wire.CollectCommand, req)
@@ -215,22 +178,22 @@ func checkTarget(ctx context.Context, t Target, want Want, req string, timeout t
 		return unreached(t.Host, "node.reach", "cannot collect facts on "+t.Host, err,
 			"check that the node is up and that gorun can run there")
 	}
-	var facts Facts
+	var facts preflight.Facts
 	if err := json.Unmarshal(out, &facts); err != nil {
 		return unreached(t.Host, "node.reach", "cannot read the facts "+t.Host+" sent", err,
 			"run `gorun preflight` on the node itself; the gorun there may be a different version")
 	}
 	facts.Host = t.Host
 	want.GPUIDs = t.GPUs
-	return NodeReport{Host: t.Host, Facts: facts, Findings: Check(facts, want)}
+	return preflight.NodeReport{Host: t.Host, Facts: facts, Findings: preflight.Check(facts, want)}
 }
 
-func unreached(host, id, msg string, err error, remedy string) NodeReport {
-	f := Finding{ID: id, Severity: SeverityFail, Message: msg, Remedy: remedy}
+func unreached(host, id, msg string, err error, remedy string) preflight.NodeReport {
+	f := preflight.Finding{ID: id, Severity: preflight.SeverityFail, Message: msg, Remedy: remedy}
 	if err != nil {
 		f.Evidence = err.Error()
 	}
-	return NodeReport{Host: host, Findings: []Finding{f}}
+	return preflight.NodeReport{Host: host, Findings: []preflight.Finding{f}}
 }
 
 // RouteTarget is the address every node checks its route to: the user's
