@@ -10,7 +10,7 @@
 // asks every node's agent over sshexec, gathers the reports and measures
 // across node pairs, is preflight/fleet. preflight imports no head-side
 // package (sshexec, envplan, preflight/fleet), so the node side links none
-// of them.
+// of them; internal/node's TestSideImports holds it to that.
 //
 // preflight knows nothing about ranks or launching. It never creates an
 // NVML handle or runs commands on its own: the caller passes an
