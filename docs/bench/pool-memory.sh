@@ -6,10 +6,12 @@
 # itself counted then) is read: Rss and Pss from /proc/PID/smaps_rollup. Pss shares each page
 # among the processes that map it, so its sum is what the idle pool costs the node; job_pss_mb
 # sums it over the whole job (the launcher and everything under it). gorun (GORUN) and,
-# with BEFORE=path, an older build take turns, ROUNDS each, both with --prewarm torch.
+# with BEFORE=path, an older build take turns, ROUNDS each, both with --prewarm torch. With
+# PLAIN=1, plain torchrun (--standalone --max_restarts 1) takes its turn too: the same job's
+# summed Pss with no pool (idle=0), the baseline the others are read against.
 #
-#   usage: [NPROC=2] [ROUNDS=3] [SETTLE=10] [PREFLIGHT=off|on] [GORUN=path] [BEFORE=path] [TORCHRUN=cmd]
-#          [PYTHON=path] docs/bench/pool-memory.sh
+#   usage: [NPROC=2] [ROUNDS=3] [SETTLE=10] [PREFLIGHT=off|on] [GORUN=path] [BEFORE=path] [PLAIN=1]
+#          [TORCHRUN=cmd] [PYTHON=path] docs/bench/pool-memory.sh
 #
 # TORCHRUN defaults to examples/testcluster/torchrun-debian-shim where /usr/bin/python3 has
 # torch (this machine), else torchrun; PYTHON to /usr/bin/python3, else python3.
@@ -37,6 +39,7 @@ echo "   NPROC=$nproc ROUNDS=$rounds SETTLE=$settle; python: $python, torch $("$
 echo "   gorun: $gorun ($("$gorun" version 2>&1 | head -1))"
 [ -z "${BEFORE:-}" ] || echo "   before: $BEFORE ($("$BEFORE" version 2>&1 | head -1))"
 echo "   each: BIN --prewarm torch --preflight $preflight --max-restarts 1 --nproc-per-node $nproc sleepy.py; idle = the next attempt's pooled interpreters"
+[ "${PLAIN:-0}" != 1 ] || echo "   torchrun: $torchrun --standalone --max_restarts 1 --nproc_per_node $nproc sleepy.py"
 
 # tree PID: PID and every process under it
 tree() {
@@ -65,8 +68,12 @@ sample() {
 
 run() {
   local label=$1 bin=$2
-  (cd "$work" && exec "$bin" --torchrun "$torchrun" --prewarm torch --preflight "$preflight" --max-restarts 1 \
-    --nproc-per-node "$nproc" sleepy.py >"$work/$label.log" 2>&1) &
+  if [ "$bin" = plain ]; then
+    (cd "$work" && exec "$torchrun" --standalone --max_restarts 1 --nproc_per_node "$nproc" sleepy.py >"$work/$label.log" 2>&1) &
+  else
+    (cd "$work" && exec "$bin" --torchrun "$torchrun" --prewarm torch --preflight "$preflight" --max-restarts 1 \
+      --nproc-per-node "$nproc" sleepy.py >"$work/$label.log" 2>&1) &
+  fi
   local job=$!
   sleep "$settle"
   sample "$label" "$job"
@@ -78,10 +85,14 @@ run() {
 
 tools=(gorun)
 [ -z "${BEFORE:-}" ] || tools+=(before)
+[ "${PLAIN:-0}" != 1 ] || tools+=(torchrun)
 for r in $(seq "$rounds"); do
   for t in "${tools[@]}"; do
-    bin=$gorun
-    [ "$t" = gorun ] || bin=$BEFORE
+    case $t in
+    gorun) bin=$gorun ;;
+    before) bin=$BEFORE ;;
+    torchrun) bin=plain ;;
+    esac
     run "round=$r $t" "$bin" | tee -a "$work/results"
   done
 done
