@@ -113,6 +113,11 @@ gorun options:
   --ssh-user USER, --ssh-port N, --ssh-identity FILE
   --known-hosts FILE       known_hosts to verify host keys against
   --ssh-accept-new         record the key of a host never seen (never a changed one)
+  --ssh-command "ssh [OPTIONS]"
+                           reach the nodes with the system's ssh client
+                           (Kerberos, hostbased, tokens, ProxyCommand: what
+                           "ssh node" does) instead of gorun's own; one
+                           login per node, BatchMode, host keys checked
   --remote-gorun PATH      use this gorun on the nodes instead of uploading it
   --fanout N               nodes dialled, checked or started at once (default
                            32; behind a jump host, under its sshd's MaxStartups)

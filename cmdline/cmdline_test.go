@@ -595,7 +595,7 @@ var torchrunOptions = [][]string{
 var gorunOptions = []string{
 	"--hosts", "--hostfile", "--include", "--exclude", "--env", "--torchrun", "--dry-run", "--format",
 	"--preflight", "--launcher", "--preflight-bandwidth", "--ssh-config", "--ssh-user", "--ssh-port", "--ssh-identity", "--known-hosts",
-	"--ssh-accept-new", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace", "--shutdown-timeout",
+	"--ssh-accept-new", "--ssh-command", "--remote-gorun", "--hang-timeout", "--hang-timeout-floor", "--flight-recorder", "--telemetry", "--telemetry-interval", "--report", "--summary", "--warm-restart", "--stop-grace", "--shutdown-timeout",
 	"--prewarm", "--fanout", "--timestamps", "--worker-timestamps", "--step-pattern", "--checkpoint-pattern",
 }
 
@@ -1220,6 +1220,7 @@ func TestEveryGorunOption(t *testing.T) {
 		"--ssh-identity":        {"id", "SSHIdentity"},
 		"--known-hosts":         {"kh", "KnownHosts"},
 		"--ssh-accept-new":      {"", "SSHAcceptNew"},
+		"--ssh-command":         {"ssh -4", "SSHCommand"},
 		"--remote-gorun":        {"/opt/gorun", "RemoteGorun"},
 		"--hang-timeout":        {"90", "HangTimeout"},
 		"--hang-timeout-floor":  {"2m", "HangTimeoutFloor"},

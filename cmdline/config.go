@@ -73,6 +73,7 @@ type Options struct {
 	SSHIdentity  string   // --ssh-identity FILE
 	KnownHosts   string   // --known-hosts FILE
 	SSHAcceptNew bool     // --ssh-accept-new
+	SSHCommand   string   // --ssh-command "ssh [OPTIONS]": the system's ssh client in place of Go's
 	RemoteGorun  string   // --remote-gorun PATH: an installed gorun on the nodes
 	// Launcher (--launcher auto|ssh|srun) is how the head reaches the
 	// nodes; auto is srun inside a Slurm allocation when no --hosts or

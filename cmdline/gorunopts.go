@@ -51,6 +51,7 @@ func gorunTable() []*optionSpec {
 		gorunText("ssh_identity", "--ssh-identity", func(o *Options) *string { return &o.SSHIdentity }),
 		gorunText("known_hosts", "--known-hosts", func(o *Options) *string { return &o.KnownHosts }),
 		gorunFlag("ssh_accept_new", "--ssh-accept-new", func(o *Options) *bool { return &o.SSHAcceptNew }),
+		gorunText("ssh_command", "--ssh-command", func(o *Options) *string { return &o.SSHCommand }),
 		gorunText("remote_gorun", "--remote-gorun", func(o *Options) *string { return &o.RemoteGorun }),
 		gorunValue("hang_timeout", "--hang-timeout", setHangTimeout).byDefault(DefaultHangTimeout.String()),
 		gorunValue("hang_timeout_floor", "--hang-timeout-floor", setHangTimeoutFloor).byDefault(DefaultHangTimeoutFloor.String()),

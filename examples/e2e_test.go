@@ -76,8 +76,9 @@ func needTorch(t *testing.T) {
 }
 
 type cluster struct {
-	state string
-	nodes []string
+	state      string
+	nodes      []string
+	sshCommand string // --ssh-command: the system's ssh client in place of gorun's own
 }
 
 func needCluster(t *testing.T, n int) cluster {
@@ -105,18 +106,14 @@ func needCluster(t *testing.T, n int) cluster {
 func noAgentDirLeft(t *testing.T) {
 	before := agentDirs()
 	t.Cleanup(func() {
-		var left []string
-		for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(50 * time.Millisecond) {
-			left = left[:0]
+		left := stillThere(5*time.Second, func() (left []string) {
 			for d := range agentDirs() {
 				if !before[d] {
 					left = append(left, d)
 				}
 			}
-			if len(left) == 0 || time.Now().After(deadline) {
-				break
-			}
-		}
+			return left
+		})
 		for _, d := range left {
 			var names []string
 			if entries, err := os.ReadDir(d); err == nil {
@@ -129,6 +126,16 @@ func noAgentDirLeft(t *testing.T) {
 	})
 }
 
+// stillThere is what left returns once it returns nothing, or at the end
+// of d.
+func stillThere(d time.Duration, left func() []string) []string {
+	for deadline := time.Now().Add(d); ; time.Sleep(50 * time.Millisecond) {
+		if l := left(); len(l) == 0 || time.Now().After(deadline) {
+			return l
+		}
+	}
+}
+
 // hostsFlag gives every node the same number of slots.
 func (c cluster) hostsFlag(slots int) string {
 	parts := make([]string, len(c.nodes))
@@ -139,7 +146,63 @@ func (c cluster) hostsFlag(slots int) string {
 }
 
 func (c cluster) sshArgs() []string {
-	return []string{"--ssh-config", filepath.Join(c.state, "ssh_config")}
+	args := []string{"--ssh-config", filepath.Join(c.state, "ssh_config")}
+	if c.sshCommand != "" {
+		args = append(args, "--ssh-command", c.sshCommand)
+	}
+	return args
+}
+
+// eachClient runs body once over gorun's own SSH client and once over the
+// system's (--ssh-command ssh), each a subtest: a launch behaves alike over
+// both, and the system client's processes and control sockets are gone
+// after it.
+func (c cluster) eachClient(t *testing.T, body func(t *testing.T, c cluster)) {
+	t.Run("go-client", func(t *testing.T) { body(t, c) })
+	t.Run("system-ssh", func(t *testing.T) {
+		_, err := exec.LookPath("ssh")
+		need(t, err == nil, "no ssh client on the PATH (apt-get install openssh-client)")
+		noSystemSSHLeft(t)
+		s := c
+		s.sshCommand = "ssh"
+		body(t, s)
+	})
+}
+
+// noSystemSSHLeft fails t if an ssh process of the system client's
+// transport, or a control socket, made during t is still there 5 s after t
+// ends.
+func noSystemSSHLeft(t *testing.T) {
+	socketDir := filepath.Join(os.TempDir(), fmt.Sprintf("gorun-ssh-%d", os.Getuid()))
+	sockets := func() map[string]bool {
+		m := map[string]bool{}
+		found, _ := filepath.Glob(filepath.Join(socketDir, "*"))
+		for _, d := range found {
+			m[d] = true
+		}
+		return m
+	}
+	before := sockets()
+	t.Cleanup(func() {
+		left := stillThere(5*time.Second, func() (left []string) {
+			for d := range sockets() {
+				if !before[d] {
+					left = append(left, "control socket "+d)
+				}
+			}
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				b, err := os.ReadFile(p)
+				if err == nil && bytes.Contains(b, []byte("ControlPath="+socketDir+"/")) {
+					left = append(left, filepath.Base(filepath.Dir(p))+": "+string(bytes.ReplaceAll(b, []byte{0}, []byte(" "))))
+				}
+			}
+			return left
+		})
+		for _, l := range left {
+			t.Errorf("system ssh left behind: %s", l)
+		}
+	})
 }
 
 // marker tags every process of one test run, so "nothing left behind" can
@@ -449,7 +512,10 @@ func TestBadInputExits2(t *testing.T) {
 }
 
 func TestClusterDDP(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterDDP)
+}
+
+func testClusterDDP(t *testing.T, c cluster) {
 	mark := marker(t)
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t), script(t), "--tag", mark)
 	r := startGorun(t, []string{"GORUN_MARK=" + mark}, args...)
@@ -469,7 +535,10 @@ func TestClusterDDP(t *testing.T) {
 }
 
 func TestClusterRestartAfterCrash(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterRestartAfterCrash)
+}
+
+func testClusterRestartAfterCrash(t *testing.T, c cluster) {
 	mark := marker(t)
 	env := []string{"GORUN_MARK=" + mark}
 	crash := []string{"--env", "CRASH_RANK=3", "--env", "CRASH_ON_ATTEMPT=0", "--env", "CRASH_CODE=9"}
@@ -500,7 +569,10 @@ func TestClusterRestartAfterCrash(t *testing.T) {
 }
 
 func TestClusterCtrlC(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterCtrlC)
+}
+
+func testClusterCtrlC(t *testing.T, c cluster) {
 	mark := marker(t)
 	// STEPS and STEP_SLEEP reach the remote workers through --env only.
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
@@ -519,7 +591,10 @@ func TestClusterCtrlC(t *testing.T) {
 }
 
 func TestClusterHeadKilled(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterHeadKilled)
+}
+
+func testClusterHeadKilled(t *testing.T, c cluster) {
 	mark := marker(t)
 	// STEPS and STEP_SLEEP reach the remote workers through --env only.
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),
@@ -533,7 +608,10 @@ func TestClusterHeadKilled(t *testing.T) {
 }
 
 func TestClusterLinkCut(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterLinkCut)
+}
+
+func testClusterLinkCut(t *testing.T, c cluster) {
 	mark := marker(t)
 	// STEPS and STEP_SLEEP reach the remote workers through --env only.
 	args := append(c.sshArgs(), "--hosts", c.hostsFlag(2), "--torchrun", shim(t),

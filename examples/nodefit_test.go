@@ -144,7 +144,8 @@ func TestNodeFit(t *testing.T) {
 // TestClusterHostCertificate: a node whose real sshd presents a host
 // certificate signed by a CA is reached with a known_hosts that holds
 // only "@cert-authority * CA" (no line of the node's own key); with
-// another CA there it is refused as unknown, nothing started.
+// another CA there it is refused as unknown, nothing started. Both by
+// gorun's own client and by the system's (--ssh-command ssh).
 func TestClusterHostCertificate(t *testing.T) {
 	c := needCluster(t, 2)
 	dir := t.TempDir()
@@ -186,25 +187,28 @@ func TestClusterHostCertificate(t *testing.T) {
 	hup := func() { reloadSSHD(t, c, 1) }
 	hup()
 	t.Cleanup(func() { os.WriteFile(conf, orig, 0o644); hup() })
-	for _, tc := range []struct {
-		ca   string
-		code int
-	}{{"ca", 0}, {"other", 2}} {
-		capub, _ := os.ReadFile(filepath.Join(dir, tc.ca+".pub"))
-		kh := filepath.Join(dir, tc.ca+".known_hosts")
-		if err := os.WriteFile(kh, []byte("@cert-authority * "+string(capub)), 0o644); err != nil {
-			t.Fatal(err)
+	// Over both clients: the system's ssh reads the same --known-hosts.
+	c.eachClient(t, func(t *testing.T, c cluster) {
+		for _, tc := range []struct {
+			ca   string
+			code int
+		}{{"ca", 0}, {"other", 2}} {
+			capub, _ := os.ReadFile(filepath.Join(dir, tc.ca+".pub"))
+			kh := filepath.Join(dir, tc.ca+".known_hosts")
+			if err := os.WriteFile(kh, []byte("@cert-authority * "+string(capub)), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			mark := marker(t)
+			r := startGorun(t, []string{"GORUN_MARK=" + mark}, append(c.sshArgs(), "--known-hosts", kh, "--hosts", c.nodes[1]+":1",
+				"--torchrun", shim(t), "--dry-run", script(t), "--tag", mark)...)
+			code := r.wait(t, 2*time.Minute)
+			if tc.code == 0 && code != 0 {
+				t.Errorf("with the CA that signed the node's certificate: exit %d, want 0:\n%s", code, r.output())
+			}
+			if tc.code != 0 && (code == 0 || !strings.Contains(r.output(), c.nodes[1])) {
+				t.Errorf("with another CA: exit %d, want a refusal naming %s:\n%s", code, c.nodes[1], r.output())
+			}
+			noneLeft(t, mark, 10*time.Second)
 		}
-		mark := marker(t)
-		r := startGorun(t, []string{"GORUN_MARK=" + mark}, append(c.sshArgs(), "--known-hosts", kh, "--hosts", c.nodes[1]+":1",
-			"--torchrun", shim(t), "--dry-run", script(t), "--tag", mark)...)
-		code := r.wait(t, 2*time.Minute)
-		if tc.code == 0 && code != 0 {
-			t.Errorf("with the CA that signed the node's certificate: exit %d, want 0:\n%s", code, r.output())
-		}
-		if tc.code != 0 && (code == 0 || !strings.Contains(r.output(), c.nodes[1])) {
-			t.Errorf("with another CA: exit %d, want a refusal naming %s:\n%s", code, c.nodes[1], r.output())
-		}
-		noneLeft(t, mark, 10*time.Second)
-	}
+	})
 }

@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"io/fs"
 	"net"
+	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"sync"
@@ -24,6 +26,10 @@ type Config struct {
 	Port          int    // --ssh-port (ssh -p)
 	Identity      string // --ssh-identity (ssh -i): tried first, and must be usable (see Check)
 	SSHConfigFile string // ssh -F: used alone instead of ~/.ssh/config and /etc/ssh/ssh_config
+	// SSHCommand, set, is the system's ssh client (its program, then any
+	// options of the user's) that reaches the nodes in place of Go's
+	// client (system.go): --ssh-command.
+	SSHCommand []string
 	// KnownHosts replaces UserKnownHostsFile (default ~/.ssh/known_hosts).
 	// Given, it must exist unless AcceptNew (see Check).
 	KnownHosts string
@@ -77,7 +83,20 @@ const maxJumps = 8
 func (c Config) Check(ctx context.Context) error {
 	var errs []error
 	home := homeDir()
-	if c.SSHConfigFile != "" {
+	if c.SSHCommand != nil {
+		if len(c.SSHCommand) == 0 || c.SSHCommand[0] == "" {
+			errs = append(errs, errNoSSHCommand)
+		} else if _, err := exec.LookPath(c.SSHCommand[0]); err != nil {
+			errs = append(errs, fmt.Errorf("--ssh-command: %w; install OpenSSH's client or name its path", err))
+		}
+	}
+	if c.SSHConfigFile != "" && c.SSHCommand != nil {
+		if f, err := os.Open(c.SSHConfigFile); err != nil {
+			errs = append(errs, fmt.Errorf("ssh config: %w", err))
+		} else {
+			f.Close()
+		}
+	} else if c.SSHConfigFile != "" {
 		if _, err := loadSSHConfig(c.SSHConfigFile, home); err != nil {
 			errs = append(errs, err)
 		}
@@ -206,6 +225,9 @@ func Dial(ctx context.Context, host string, cfg Config) (*Remote, error) {
 // dial connects to host with the fan-out's inputs; its error does not name
 // host (DialAll's *HostError does).
 func (in *inputs) dial(ctx context.Context, host string) (*Remote, error) {
+	if in.cfg.SSHCommand != nil {
+		return dialSystem(ctx, host, in.cfg) // ssh reads its own config
+	}
 	if in.confErr != nil {
 		return nil, in.confErr
 	}
@@ -286,7 +308,7 @@ func (in *inputs) connect(ctx context.Context, target string, s hostSettings, cf
 	defer auth.close()
 	var conn net.Conn
 	if jump != nil {
-		conn, err = jump.client.DialContext(ctx, "tcp", addr)
+		conn, err = jump.link.(goLink).DialContext(ctx, "tcp", addr) // a hop is always Go's client
 	} else {
 		conn, err = (&net.Dialer{}).DialContext(ctx, "tcp", addr)
 	}
@@ -316,18 +338,19 @@ func (in *inputs) connect(ctx context.Context, target string, s hostSettings, cf
 		return nil, fmt.Errorf("ssh handshake with %s: %w", addr, err)
 	}
 
+	client := ssh.NewClient(c, chans, reqs)
 	r := &Remote{
-		node:   target,
-		addr:   addr,
-		user:   s.User,
-		cfg:    cfg,
-		client: ssh.NewClient(c, chans, reqs),
-		jump:   jump,
-		dead:   make(chan struct{}),
-		procs:  map[Process]struct{}{},
+		node:  target,
+		addr:  addr,
+		user:  s.User,
+		cfg:   cfg,
+		link:  goLink{client},
+		jump:  jump,
+		dead:  make(chan struct{}),
+		procs: map[Process]struct{}{},
 	}
 	go r.watch()
-	go r.keepalive(durationOr(cfg.KeepaliveInterval, DefaultKeepaliveInterval), intOr(cfg.KeepaliveMax, DefaultKeepaliveMax))
+	go r.keepalive(client, durationOr(cfg.KeepaliveInterval, DefaultKeepaliveInterval), intOr(cfg.KeepaliveMax, DefaultKeepaliveMax))
 	return r, nil
 }
 

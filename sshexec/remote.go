@@ -1,7 +1,6 @@
 package sshexec
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -17,15 +16,16 @@ import (
 )
 
 // Remote is a Runner for one node over one SSH connection, reused for every
-// command and job. It is safe for concurrent use. OpenSSH's sshd allows 10
-// sessions per connection at once by default (MaxSessions).
+// command and job: Go's client's (Dial) or the system ssh's (Config.SSHCommand).
+// It is safe for concurrent use. OpenSSH's sshd allows 10 sessions per
+// connection at once by default (MaxSessions).
 type Remote struct {
-	node   string
-	addr   string // host:port actually dialled
-	user   string
-	cfg    Config
-	client *ssh.Client
-	jump   *Remote // the ProxyJump hop, owned by this Remote
+	node string
+	addr string // host:port actually dialled
+	user string
+	cfg  Config
+	link link
+	jump *Remote // the ProxyJump hop of Go's client, owned by this Remote
 
 	dead    chan struct{} // closed when the connection is gone
 	deadErr error         // why; written before dead is closed
@@ -42,7 +42,7 @@ var _ Runner = (*Remote)(nil)
 
 // watch records when and why the connection ends.
 func (r *Remote) watch() {
-	err := r.client.Wait()
+	err := r.link.wait()
 	r.mu.Lock()
 	if r.deadErr == nil {
 		r.deadErr = err
@@ -51,11 +51,12 @@ func (r *Remote) watch() {
 	close(r.dead)
 }
 
-// keepalive sends keepalive@openssh.com every interval; after max
-// consecutive requests unanswered within interval, it closes the
+// keepalive sends keepalive@openssh.com over Go's client c every interval;
+// after max consecutive requests unanswered within interval, it closes the
 // connection, so every session's Wait returns an error. Any reply, even a
-// refusal, proves the peer alive.
-func (r *Remote) keepalive(interval time.Duration, max int) {
+// refusal, proves the peer alive. (The system ssh keeps its own:
+// ServerAliveInterval.)
+func (r *Remote) keepalive(c *ssh.Client, interval time.Duration, max int) {
 	t := time.NewTicker(interval)
 	defer t.Stop()
 	missed := 0
@@ -67,7 +68,7 @@ func (r *Remote) keepalive(interval time.Duration, max int) {
 		}
 		reply := make(chan error, 1)
 		go func() {
-			_, _, err := r.client.SendRequest("keepalive@openssh.com", true, nil)
+			_, _, err := c.SendRequest("keepalive@openssh.com", true, nil)
 			reply <- err
 		}()
 		timer := time.NewTimer(interval)
@@ -91,7 +92,7 @@ func (r *Remote) keepalive(interval time.Duration, max int) {
 				r.deadErr = fmt.Errorf("connection lost: %d keepalives in a row unanswered (one every %v)", missed, interval)
 			}
 			r.mu.Unlock()
-			r.client.Close()
+			c.Close()
 			return
 		}
 	}
@@ -139,7 +140,7 @@ func (r *Remote) Node() string { return r.node }
 func (r *Remote) Addr() string { return r.addr }
 
 // newSession opens a session, giving up when ctx ends or the link dies.
-func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {
+func (r *Remote) newSession(ctx context.Context) (session, error) {
 	r.mu.Lock()
 	closed := r.closed
 	r.mu.Unlock()
@@ -147,12 +148,12 @@ func (r *Remote) newSession(ctx context.Context) (*ssh.Session, error) {
 		return nil, ErrClosed
 	}
 	type result struct {
-		s   *ssh.Session
+		s   session
 		err error
 	}
 	ch := make(chan result, 1)
 	go func() {
-		s, err := r.client.NewSession()
+		s, err := r.link.newSession()
 		ch <- result{s, err}
 	}()
 	select {
@@ -192,7 +193,7 @@ func (r *Remote) output(ctx context.Context, argv []string, stdin io.Reader) ([]
 	return r.run(ctx, shell.QuoteArgv(argv), stdin)
 }
 
-// outputCmd runs a command line already quoted; errors wrap *ssh.ExitError
+// outputCmd runs a command line already quoted; errors wrap *ExitError
 // when the command ran and exited non-zero.
 func (r *Remote) outputCmd(ctx context.Context, cmd string) ([]byte, error) {
 	return r.run(ctx, cmd, nil)
@@ -204,28 +205,34 @@ func (r *Remote) run(ctx context.Context, cmd string, stdin io.Reader) ([]byte, 
 		return nil, fmt.Errorf("run %s: %w", cmd, err)
 	}
 	defer sess.Close()
-	var stdout, stderr bytes.Buffer
-	sess.Stdout, sess.Stderr, sess.Stdin = &stdout, &stderr, stdin
-	done := make(chan error, 1)
-	go func() { done <- sess.Run(cmd) }()
+	type result struct {
+		stdout, stderr []byte
+		err            error
+	}
+	done := make(chan result, 1)
+	go func() {
+		stdout, stderr, err := runSession(sess, cmd, stdin)
+		done <- result{stdout, stderr, err}
+	}()
+	var res result
 	select {
-	case err = <-done:
+	case res = <-done:
 	case <-ctx.Done():
 		sess.Close()
 		return nil, fmt.Errorf("run %s: %w", cmd, ctx.Err())
 	}
-	if err == nil {
-		return stdout.Bytes(), nil
+	if res.err == nil {
+		return res.stdout, nil
 	}
-	tail := strings.TrimSpace(lastBytes(stderr.Bytes(), wire.StderrTail))
-	var ee *ssh.ExitError
-	if errors.As(err, &ee) {
-		return stdout.Bytes(), &ExitError{Cmd: cmd, Code: ee.ExitStatus(), Stderr: tail}
+	tail := strings.TrimSpace(lastBytes(res.stderr, wire.StderrTail))
+	if code, ok := exitStatus(res.err); ok {
+		return res.stdout, &ExitError{Cmd: cmd, Code: code, Stderr: tail}
 	}
+	err = res.err
 	if lost := r.lostAfter(2 * time.Second); lost != nil {
 		err = lost
 	}
-	return stdout.Bytes(), fmt.Errorf("run %s: %w", cmd, err)
+	return res.stdout, fmt.Errorf("run %s: %w", cmd, err)
 }
 
 // ExitError is a command that ran on the node and exited non-zero.
@@ -311,12 +318,11 @@ func (r *Remote) start(ctx context.Context, job wire.Job, stdout, stderr io.Writ
 		err := sess.Wait()
 		sess.Close()
 		r.forget(tracked)
-		var ee *ssh.ExitError
-		switch {
-		case err == nil:
+		if err == nil {
 			return 0, nil
-		case errors.As(err, &ee):
-			return ee.ExitStatus(), nil
+		}
+		if code, ok := exitStatus(err); ok {
+			return code, nil
 		}
 		if lost := r.lostAfter(2 * time.Second); lost != nil {
 			return -1, fmt.Errorf("node %s: agent lost: %w", r.node, lost)
@@ -395,7 +401,7 @@ func (r *Remote) Close() error {
 		case <-r.dead:
 		}
 	}
-	err := r.client.Close()
+	err := r.link.close()
 	<-r.dead
 	if r.jump != nil {
 		r.jump.Close()

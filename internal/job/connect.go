@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"syscall"
 
 	"github.com/gorun/gorun/cmdline"
@@ -107,7 +108,8 @@ func connectSSH(ctx context.Context, o cmdline.Options, nodes []hosts.Host, self
 		User: o.SSHUser, Port: o.SSHPort, Identity: o.SSHIdentity,
 		SSHConfigFile: o.SSHConfig, KnownHosts: o.KnownHosts,
 		AcceptNew: o.SSHAcceptNew, RemoteGorun: o.RemoteGorun,
-		Warn: func(m string) { fmt.Fprintln(diag, "gorun: warning:", m) },
+		SSHCommand: sshCommand(o.SSHCommand),
+		Warn:       func(m string) { fmt.Fprintln(diag, "gorun: warning:", m) },
 	}
 	runners := make(map[string]sshexec.Runner)
 	var remote []string
@@ -278,4 +280,13 @@ func otherBuilds(self, own string) []sshexec.Binary {
 		}
 	}
 	return out
+}
+
+// sshCommand is --ssh-command's words (nil: Go's client), split at spaces
+// as a command line without quotes.
+func sshCommand(flag string) []string {
+	if flag == "" {
+		return nil
+	}
+	return append([]string{}, strings.Fields(flag)...)
 }
