@@ -993,7 +993,14 @@ def _slot(i, n, slot, agent, server, libc, ready_r, ready_w, held, mask):
     _as_cold()
     # SIGINT still held as it starts: never delivered there.
     def started():
-        _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared))
+        # The thread is running before the script is: one still starting
+        # as a short script's interpreter finalizes writes to a thread
+        # state the finalization freed (a pooled worker then died by
+        # SIGSEGV instead of its exit code, 3 times in 30 here).
+        running = _thread.allocate_lock()
+        running.acquire()
+        _thread.start_new_thread(_own_later, (libc, _OWN_LATER_S, shared, running))
+        running.acquire()
         _watch(dict(os.environ))
 
     _run(job, job["mode"], job["target"], mask, started)
@@ -1091,7 +1098,8 @@ def _has_children():
     return False
 
 
-def _own_later(libc, delay, ranges):
+def _own_later(libc, delay, ranges, running):
+    running.release()
     time.sleep(delay)
     if _has_children():
         # Forked already (DataLoader workers): they share these pages too,
