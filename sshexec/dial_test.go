@@ -200,6 +200,33 @@ func TestDialSucceedsAndCloses(t *testing.T) {
 	}
 }
 
+// TestSessionRefused: a session the server refuses is an error and no
+// session, also for a caller whose ctx ended meanwhile (its late result
+// is closed only if there is one: a nil *ssh.Session in a session
+// interface crashed gorun on a Ctrl-C during a start).
+func TestSessionRefused(t *testing.T) {
+	home := isolate(t)
+	serverKey, _ := newTestKey(t)
+	port := testSSHServer(t, serverKey) // refuses every channel
+	kh := writeFile(t, filepath.Join(home, "kh"), knownhosts.Line([]string{fmt.Sprintf("[127.0.0.1]:%d", port)}, serverKey.PublicKey())+"\n", 0o600)
+	r, err := Dial(context.Background(), "127.0.0.1", Config{SSHConfigFile: os.DevNull, KnownHosts: kh, Port: port, User: "u"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	if s, err := r.link.newSession(); err == nil || s != nil {
+		t.Fatalf("a refused session: %v, %v; want an error and no session", s, err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	for range 20 {
+		if _, err := r.Output(ctx, []string{"true"}); err == nil {
+			t.Fatal("a command ran on a server that refuses every session")
+		}
+	}
+	time.Sleep(100 * time.Millisecond) // the late results, closed (or not) meanwhile
+}
+
 // TestDialCancelledDuringHandshake: a server that accepts TCP and never
 // answers must not hold the dial past ctx's end.
 func TestDialCancelledDuringHandshake(t *testing.T) {

@@ -37,9 +37,16 @@ type session interface {
 // goLink is Go's SSH client as a link.
 type goLink struct{ *ssh.Client }
 
-func (l goLink) newSession() (session, error) { return l.NewSession() }
-func (l goLink) wait() error                  { return l.Wait() }
-func (l goLink) close() error                 { return l.Close() }
+func (l goLink) newSession() (session, error) {
+	s, err := l.NewSession()
+	if err != nil {
+		return nil, err // not a nil *ssh.Session in a session that is not nil
+	}
+	return s, nil
+}
+
+func (l goLink) wait() error  { return l.Wait() }
+func (l goLink) close() error { return l.Close() }
 
 // exitStatus is the status of a command that ran and exited non-zero, from
 // a session's Wait: ok is false for any other end (the link lost, the
