@@ -11,6 +11,7 @@ import (
 	"maps"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -186,7 +187,6 @@ type member struct {
 
 	shown   []int        // Options.LocalRanks
 	prefix  Prefix       // Options.Prefix
-	steps   Steps        // Options.Steps
 	counter *stepCounter // the run's, for the status line
 
 	attempt   int                                            // from 0
@@ -303,7 +303,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 			w.stacks = &d
 		}
 		m.mu.Unlock()
-	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameCheckpoint, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
+	case wire.FrameOut, wire.FrameErr, wire.FrameProgress, wire.FrameCheckpoint, wire.FrameStep, wire.FrameInit, wire.FrameDumped, wire.FrameRASDone:
 		lr, rest, err := wire.SplitRank(p)
 		if err != nil {
 			return
@@ -340,11 +340,17 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		case wire.FrameOut, wire.FrameErr:
 			m.firstLine.Do(func() { events <- event{i: m.index, kind: evFirstLine} })
 			m.clock.printed(last)
-			steps.scan(rest, last)
 			out.Write(rest)
 		case wire.FrameCheckpoint:
 			ago, _ := strconv.ParseInt(string(rest), 10, 64)
-			steps.checkpointAt(last.Add(-time.Duration(min(max(ago, 0), int64(checkpointAgeMax)))))
+			steps.checkpointAt(last.Add(-frameAge(ago)))
+		case wire.FrameStep:
+			n, ago, ok := strings.Cut(string(rest), " ")
+			step, err1 := strconv.ParseInt(n, 10, 64)
+			age, err2 := strconv.ParseInt(ago, 10, 64)
+			if ok && err1 == nil && err2 == nil {
+				steps.step(step, last.Add(-frameAge(age)))
+			}
 		case wire.FrameDumped:
 			events <- event{i: m.index, kind: kind, lr: lr}
 		case wire.FrameRASDone:
@@ -359,7 +365,7 @@ func (m *member) handleFrame(kind byte, p []byte, events chan<- event) {
 		if json.Unmarshal(p, &st) != nil || st.LocalRank < 0 {
 			return
 		}
-		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.steps, m.counter, m.clock.stepped),
+		w := &workerState{started: st, last: time.Now(), teeHead: m.prefix.torchrunTee(st), steps: newStepTrack(m.counter, m.clock.stepped),
 			out: newRankWriter(m.log, m.stdout, st, m.prefix, 1), err: newRankWriter(m.log, m.stderr, st, m.prefix, 2)}
 		if m.shown != nil && !slices.Contains(m.shown, st.LocalRank) {
 			w.out.out, w.err.out = io.Discard, io.Discard
@@ -474,7 +480,7 @@ func runAttempt(ctx context.Context, opts Options, s *sink, nodes []Node, k int,
 	for i, n := range nodes {
 		l := newNodeLog(n.Name, i, opts.Color, opts.Plain)
 		l.stamp = opts.Prefix.Stamp
-		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix, steps: opts.Steps, counter: counter,
+		m := &member{index: i, node: n, log: l, workers: map[int]*workerState{}, shown: opts.LocalRanks, prefix: opts.Prefix, counter: counter,
 			attempt: k, clock: clock, imports: imports}
 		if n.Workers > 0 {
 			imports.waiting++ // a node of unknown size holds no other's standby
@@ -808,9 +814,15 @@ func attemptJob(opts Options, job wire.Job) wire.Job {
 	return job
 }
 
-// checkpointAgeMax bounds how long before its frame a checkpoint's touch
-// is taken to be: the supervisor looks once a second.
-const checkpointAgeMax = 5 * time.Second
+// frameAgeMax bounds how long before its frame a checkpoint or step is
+// taken to be: the supervisor looks for a touch once a second, and tells
+// a pending step within stepscan.Every.
+const frameAgeMax = 5 * time.Second
+
+// frameAge is a frame's age of what it tells, in ns, within frameAgeMax.
+func frameAge(ns int64) time.Duration {
+	return time.Duration(min(max(ns, 0), int64(frameAgeMax)))
+}
 
 // warmStartTimeout bounds starting the next attempt's agent on standby.
 const warmStartTimeout = 30 * time.Second

@@ -108,6 +108,13 @@ func TestRunStartupTimeout(t *testing.T) {
 	}
 }
 
+// stepLine is a worker's line reporting step n, and what its supervisor
+// then tells of it (wire.FrameStep, internal/stepscan).
+func stepLine(lr, n int) []byte {
+	b := line(wire.FrameOut, lr, fmt.Sprintf("step %d loss 0.5\n", n))
+	return wire.AppendFrame(b, wire.FrameStep, fmt.Appendf(wire.AppendRank(nil, lr), "%d 0", n))
+}
+
 // TestRunStepStall: workers that go on printing but make no training
 // step are a hang once Options.StepTimeout has passed since the last
 // step, named as stalled, though no silence is; without a StepTimeout the
@@ -118,7 +125,7 @@ func TestRunStepStall(t *testing.T) {
 	dump := append(exited(0, 0, -1, 6, true, time.Now()), exited(1, 1, -1, 6, true, time.Now())...)
 	frames := []timedFrame{{0, started(0, 0)}, {0, started(1, 1)}, {0, line(wire.FrameOut, 1, "loading\n")}}
 	for i := 1; i <= 3; i++ {
-		frames = append(frames, timedFrame{20 * ms, line(wire.FrameOut, 0, fmt.Sprintf("step %d loss 0.5\n", i))})
+		frames = append(frames, timedFrame{20 * ms, stepLine(0, i)})
 	}
 	for range 30 { // 750 ms of lines, none a step
 		frames = append(frames, timedFrame{25 * ms, line(wire.FrameOut, 0, "logging from a thread\n")})

@@ -71,9 +71,6 @@ type Options struct {
 	// Prefix says how the workers' lines are marked: the node and local
 	// and global rank ("[node1 3 r11] "), or torchrun's template.
 	Prefix Prefix
-	// Steps says how training steps and checkpoints are recognised in the
-	// workers' output (Result.Steps).
-	Steps Steps
 	// Kill, when closed, turns a graceful stop into an immediate one (second
 	// Ctrl-C).
 	Kill <-chan struct{}
@@ -236,7 +233,8 @@ type Result struct {
 	// went without progress, in start-up and after it.
 	Silences []Silence
 	// Steps has one entry per attempt, in order: the training steps and
-	// checkpoints the workers' output reported (Options.Steps).
+	// checkpoints the workers' output reported, as their supervisors read
+	// it (wire.StepsVar, internal/stepscan).
 	Steps []AttemptSteps
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/gorun/gorun/cmdline"
 	"github.com/gorun/gorun/envplan"
 	"github.com/gorun/gorun/internal/cpuset"
+	"github.com/gorun/gorun/internal/stepscan"
 	"github.com/gorun/gorun/internal/userr"
 	"github.com/gorun/gorun/internal/wire"
 	"github.com/gorun/gorun/launch"
@@ -64,7 +65,6 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 		Plain:       len(r.spec.Hosts) == 0, // one local node: print exactly what torchrun prints
 		Color:       r.ui.Color,
 		Prefix:      r.prefix(plan),
-		Steps:       steps(r.cl.Gorun),
 		Kill:        r.ui.Kill,
 		StopGrace:   r.cl.Gorun.StopGrace,
 		Signals:     r.ui.Signals,
@@ -93,10 +93,11 @@ func (r *run) supervise(ctx context.Context, plan envplan.Plan, hooks []Hook) er
 	}
 }
 
-// steps is how training steps and checkpoints are recognised: the
-// user's patterns (checked as they were parsed) or launch's defaults.
-func steps(o cmdline.Options) launch.Steps {
-	st := launch.Steps{Off: o.StepsOff()}
+// steps is how each worker's supervisor recognises training steps and
+// checkpoints in its output: the user's patterns (checked as they were
+// parsed) or stepscan's defaults.
+func steps(o cmdline.Options) stepscan.Patterns {
+	st := stepscan.Patterns{Off: o.StepsOff()}
 	if o.StepPattern != "" && !st.Off {
 		st.Step = regexp.MustCompile(o.StepPattern)
 	}
@@ -215,6 +216,9 @@ func jobs(plan envplan.Plan, runners map[string]sshexec.Runner, k int, js jobSet
 		}
 		if js.tty != "" {
 			env[wire.TTYVar] = js.tty
+		}
+		if js.steps != "" {
+			env[wire.StepsVar] = js.steps
 		}
 		if js.runID != "" {
 			env[wire.RunIDVar] = js.runID
@@ -335,6 +339,7 @@ type jobSettings struct {
 	prewarmAuto bool     // --prewarm auto: no pool where the node has too few CPUs (wire.Pool.Auto)
 	merged      bool     // UI.Merged
 	tty         string   // wire.TTYVar's value; "": no terminal
+	steps       string   // wire.StepsVar's value; "": no steps read
 	stdin       *os.File // local rank 0's stdin on a local node; nil: /dev/null
 	stopGrace   time.Duration
 	maxRestarts int   // the group's, which its workers see as torchrun's (wire.MaxRestartsVar)
@@ -347,7 +352,7 @@ type jobSettings struct {
 
 func (r *run) jobSettings() jobSettings {
 	js := jobSettings{dir: r.cfg.Dir, runID: r.cfg.RunID, warm: r.cl.Gorun.WarmRestart != "off", early: r.cl.Gorun.WarmRestart == "early", prewarm: r.cl.Gorun.Prewarm, prewarmAuto: r.cl.Gorun.PrewarmAuto, merged: r.ui.Merged,
-		tty: wire.FormatTTY(r.ui.TTY), stopGrace: r.cl.Gorun.StopGrace, maxRestarts: r.cl.Torchrun.MaxRestarts}
+		tty: wire.FormatTTY(r.ui.TTY), steps: steps(r.cl.Gorun).Encode(), stopGrace: r.cl.Gorun.StopGrace, maxRestarts: r.cl.Torchrun.MaxRestarts}
 	if r.cl.Set("log_dir") && !r.cl.Torchrun.RunPath {
 		js.logDir = r.cl.Torchrun.LogDir
 	}

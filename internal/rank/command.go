@@ -74,7 +74,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		k, _, _ := strings.Cut(kv, "=")
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
-		case k == wire.RelaySocketVar || k == wire.PoolSocketVar || k == wire.GateVar || k == wire.LogDirVar:
+		case k == wire.RelaySocketVar || k == wire.PoolSocketVar || k == wire.GateVar || k == wire.LogDirVar || k == wire.StepsVar:
 			continue // the worker's own children must not speak for it
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "", k == "TORCHELASTIC_MAX_RESTARTS" && most != "":
 			continue

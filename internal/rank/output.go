@@ -2,12 +2,15 @@ package rank
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"golang.org/x/term"
 
+	"github.com/gorun/gorun/internal/stepscan"
 	"github.com/gorun/gorun/internal/wire"
 )
 
@@ -43,8 +46,11 @@ func (w *worker) forward(kind byte, r *os.File, echo io.Writer, capture, quiet b
 			if echo != nil {
 				_, _ = echo.Write(buf[:n])
 			}
-			if (!capture || !w.dump.take(buf[:n])) && !quiet { // faulthandler's dump: sent whole at the end (stacks.go)
-				w.send(kind, append(frame[:4], buf[:n]...))
+			if !capture || !w.dump.take(buf[:n]) { // faulthandler's dump: sent whole at the end (stacks.go)
+				if !quiet {
+					w.send(kind, append(frame[:4], buf[:n]...))
+				}
+				w.steps.Scan(buf[:n], time.Now()) // what --redirects keeps off the console too
 			}
 		}
 		if err != nil {
@@ -97,4 +103,22 @@ func isTTY(f *os.File) bool {
 	tty := false
 	rc.Control(func(fd uintptr) { tty = term.IsTerminal(int(fd)) })
 	return tty
+}
+
+// stepScanner reads the worker's output for its steps and checkpoints as
+// the head's patterns say (wire.StepsVar: none when unset), and tells the
+// head each step that advances and each checkpoint line, with how long
+// ago it was written.
+func (w *worker) stepScanner(patterns string) *stepscan.Scanner {
+	p, err := stepscan.Decode(patterns)
+	if err != nil {
+		fmt.Fprintf(w.stderr, "gorun %s: no training steps read: %v\n", wire.RankCommand, err)
+		return nil
+	}
+	rank := wire.AppendRank(nil, w.localRank)
+	return stepscan.New(p, func(n int64, at time.Time) {
+		w.send(wire.FrameStep, fmt.Appendf(slices.Clip(rank), "%d %d", n, time.Since(at).Nanoseconds()))
+	}, func(at time.Time) {
+		w.send(wire.FrameCheckpoint, fmt.Appendf(slices.Clip(rank), "%d", time.Since(at).Nanoseconds()))
+	})
 }

@@ -21,6 +21,7 @@ import (
 
 	"github.com/gorun/gorun/internal/cpuset"
 	"github.com/gorun/gorun/internal/logdir"
+	"github.com/gorun/gorun/internal/stepscan"
 	"github.com/gorun/gorun/internal/term"
 	"github.com/gorun/gorun/internal/wire"
 )
@@ -116,6 +117,8 @@ type worker struct {
 
 	dump stackCapture // the worker's stderr while faulthandler dumps (stacks.go)
 
+	steps *stepscan.Scanner // reads the worker's output for its training steps (wire.StepsVar); nil: none
+
 	ras     bool   // this worker speaks to NCCL's RAS for the job (rasReporter)
 	rasAddr string // NCCL_RAS_ADDR; "" for NCCL's default
 
@@ -166,6 +169,9 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, files watched, c
 			atoi(getenv(wire.RestartCountVar), 0), filepath.Dir(sock)); err != nil {
 			fmt.Fprintf(w.stderr, "gorun %s: --log-dir: this attempt's folder stays where torchrun made it: %v\n", wire.RankCommand, err)
 		}
+	}
+	if w.conn != nil {
+		w.steps = w.stepScanner(getenv(wire.StepsVar))
 	}
 	echo := wire.StdStreams(getenv(wire.WorkerEchoVar), localRank)
 	merged := getenv(wire.MergedOutputVar) == "1" && echo == 0
@@ -326,6 +332,7 @@ func (w *worker) run(cmd *exec.Cmd, getenv func(string) string, files watched, c
 		}
 		<-drained
 	}
+	w.steps.Close() // a step still pending goes before the exit
 	if ws.Signaled() && !w.isStopped() {
 		// A signal sent to the whole tree may reach the worker a moment
 		// before this process is told of its own copy.

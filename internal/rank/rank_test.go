@@ -71,9 +71,10 @@ type relayServer struct {
 	path    string
 	conn    chan net.Conn
 	frames  chan frameSeen
-	stacks  []pystack.Dump // FrameStacks seen by collect
-	early   []frameSeen    // frames waitOut read past, for collect
-	rasDone string         // what followed the rank in FrameRASDone: the lagging ranks
+	stacks  []pystack.Dump  // FrameStacks seen by collect
+	early   []frameSeen     // frames waitOut read past, for collect
+	rasDone string          // what followed the rank in FrameRASDone: the lagging ranks
+	tap     func(frameSeen) // sees every frame collect reads; nil: none
 }
 
 type frameSeen struct {
@@ -144,6 +145,9 @@ func (r *relayServer) collect(t *testing.T) (started wire.WorkerStarted, out, er
 		case f, ok := <-frames:
 			if !ok {
 				return
+			}
+			if r.tap != nil {
+				r.tap(f)
 			}
 			kinds += string(f.kind)
 			switch f.kind {
@@ -234,6 +238,59 @@ func TestWorkerRelays(t *testing.T) {
 	}
 	if exit.Code != 3 || exit.Signal != 0 || exit.Stopped || exit.LocalRank != 1 || exit.Time < started.Time {
 		t.Errorf("exit = %+v", exit)
+	}
+}
+
+// TestWorkerTellsSteps: with wire.StepsVar set, the supervisor reads its
+// worker's output for steps and checkpoints and tells the head each step
+// that advances (wire.FrameStep, the last one before the exit, though it
+// came within stepscan.Every of the one before) and each checkpoint line
+// (wire.FrameCheckpoint), stderr's too; the worker does not see the
+// variable. Unset, it tells nothing.
+func TestWorkerTellsSteps(t *testing.T) {
+	script := `for i in 1 2 3; do echo "step $i loss 0.1"; done; echo "checkpoint saved" >&2; echo "steps=${GORUN_STEPS:-unset}"; exit 0`
+	for _, tc := range []struct {
+		name, env string
+		on        bool
+	}{
+		{"defaults", wire.StepsVar + "={}", true},
+		{"off", "GORUN_OTHER=1", false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			r := newRelayServer(t)
+			cmd := rankCmd(t, []string{wire.RelaySocketVar + "=" + r.path, tc.env}, "--no-python", "--", "/bin/sh", "-c", script)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			var steps []string
+			checkpoints := 0
+			r.tap = func(f frameSeen) {
+				_, p, _ := wire.SplitRank(f.payload)
+				switch f.kind {
+				case wire.FrameStep:
+					n, age, _ := strings.Cut(string(p), " ")
+					if a, err := strconv.ParseInt(age, 10, 64); err != nil || a < 0 || a > int64(time.Second) {
+						t.Errorf("step frame %q: its age is no duration under a second", p)
+					}
+					steps = append(steps, n)
+				case wire.FrameCheckpoint:
+					checkpoints++
+				}
+			}
+			_, out, _, _, _ := r.collect(t)
+			// Which steps between come depends on how the lines were read;
+			// they go up, and the last is 3.
+			ordered := slices.IsSortedFunc(steps, func(a, b string) int { return strings.Compare(a, b) }) && !slices.Contains(steps, "")
+			switch {
+			case tc.on && (len(steps) == 0 || steps[len(steps)-1] != "3" || !ordered || checkpoints != 1):
+				t.Errorf("told steps %q and %d checkpoints, want steps rising to 3 and 1 checkpoint", steps, checkpoints)
+			case !tc.on && (len(steps) != 0 || checkpoints != 0):
+				t.Errorf("told steps %q and %d checkpoints with %s unset, want none", steps, checkpoints, wire.StepsVar)
+			}
+			if !strings.Contains(out, "steps=unset") {
+				t.Errorf("the worker sees %s: %q", wire.StepsVar, out)
+			}
+		})
 	}
 }
 

@@ -31,6 +31,12 @@ const PoolSocketVar = "GORUN_POOL_SOCK"
 // environment.
 const PoolRoomVar = "GORUN_POOL_ROOM"
 
+// StepsVar holds, in the job's environment, how each worker's supervisor
+// recognises training steps and checkpoints in its worker's output
+// (stepscan.Patterns.Encode: JSON, "{}" for the defaults); unset, it reads
+// none (--step-pattern off). The worker does not see it.
+const StepsVar = "GORUN_STEPS"
+
 // RankCPUsVar carries each local rank's CPU set to the worker's supervisor:
 // cpulists in local-rank order, separated by ';' ("0-11;12-23").
 const RankCPUsVar = "GORUN_RANK_CPUS"

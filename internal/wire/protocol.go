@@ -10,7 +10,10 @@ import "fmt"
 // misread in ways no later check would catch. Raise it with every change
 // that a gorun of the previous version would not understand. A job line
 // without a version comes from a gorun older than the check (0).
-const Protocol = 1
+//
+//	1: the check itself
+//	2: each worker's supervisor reads its steps (StepsVar, FrameStep)
+const Protocol = 2
 
 // ProtocolMismatch is the one line an agent of version agent says, and
 // stops, when the head that sent its job speaks version head.

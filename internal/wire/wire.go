@@ -20,7 +20,8 @@ const (
 	FrameOut        byte = 'o' // local rank, then bytes of the worker's stdout
 	FrameErr        byte = 'e' // local rank, then bytes of its stderr
 	FrameProgress   byte = 'p' // local rank: $GORUN_HEARTBEAT_FILE was touched
-	FrameCheckpoint byte = 'c' // local rank, then how long ago $GORUN_CHECKPOINT_FILE was touched, in ns as text (progress too)
+	FrameCheckpoint byte = 'c' // local rank, then how long ago $GORUN_CHECKPOINT_FILE was touched or a checkpoint line written, in ns as text (progress too)
+	FrameStep       byte = 's' // local rank, then "N AGE": the worker's output reported step N, AGE ns ago (StepsVar)
 	FrameInit       byte = 'i' // local rank: the worker joined the rendezvous store
 	FrameDumped     byte = 'd' // local rank: a requested stack dump is written
 	FrameRASDone    byte = 'r' // local rank: NCCL's RAS report is written (or there is none)
