@@ -88,7 +88,7 @@ func dialSystem(ctx context.Context, host string, cfg Config) (*Remote, error) {
 	bound := systemReadyFactor * durationOr(cfg.ConnectTimeout, DefaultConnectTimeout)
 	if err := l.ready(ctx, bound); err != nil {
 		l.close()
-		return nil, fmt.Errorf("%w; the same login by hand: %s %s true", err, strings.Join(argv, " "), host)
+		return nil, fmt.Errorf("%w; the same login by hand: %s", err, loginHint(cfg, argv, host))
 	}
 	r := &Remote{
 		node:  host,
@@ -133,6 +133,17 @@ func systemArgv(cfg Config) []string {
 		argv = append(argv, "-o", "ConnectTimeout="+strconv.Itoa(int(max(time.Second, cfg.ConnectTimeout).Seconds())))
 	}
 	return argv
+}
+
+// loginHint is the login dialSystem tried, to try by hand: --ssh-command's
+// options are not repeated (one may hold a secret, as sshpass -p does).
+func loginHint(cfg Config, argv []string, host string) string {
+	words := append([]string{}, argv[0])
+	if len(cfg.SSHCommand) > 1 {
+		words = append(words, "[--ssh-command's options]")
+	}
+	words = append(words, argv[len(cfg.SSHCommand):]...)
+	return strings.Join(append(words, host, "true"), " ")
 }
 
 // systemResolve asks ssh where host leads (ssh -G): the address dialled
