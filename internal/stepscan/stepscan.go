@@ -118,6 +118,8 @@ type Scanner struct {
 	pendingAt time.Time
 	timer     *time.Timer // reads pending once its read is due
 	closed    bool
+
+	timerMu sync.Mutex // held by the timer's read, so that Close waits for one under way
 }
 
 // New is a Scanner that tells step and checkpoint what it finds; nil
@@ -155,7 +157,7 @@ func (s *Scanner) Scan(p []byte, now time.Time) {
 		if seg := s.lastCandidate(p); len(seg) > 0 {
 			s.pending, s.pendingAt = append(s.pending[:0], seg...), now
 			if s.timer == nil && !s.closed {
-				s.timer = time.AfterFunc(Every-now.Sub(s.lastParse), s.readPending)
+				s.timer = time.AfterFunc(Every-now.Sub(s.lastParse), s.timerRead)
 			}
 		}
 		s.mu.Unlock()
@@ -179,7 +181,7 @@ func (s *Scanner) Scan(p []byte, now time.Time) {
 }
 
 // Close reads what is pending and stops the timer: the worker's output
-// has ended.
+// has ended. Nothing is told after Close returns.
 func (s *Scanner) Close() {
 	if s == nil {
 		return
@@ -190,7 +192,21 @@ func (s *Scanner) Close() {
 		s.timer.Stop()
 	}
 	s.mu.Unlock()
+	s.timerMu.Lock() // a timer's read under way ends first
+	defer s.timerMu.Unlock()
 	s.readPending()
+}
+
+// timerRead is the timer's read of what is pending, unless Close came first.
+func (s *Scanner) timerRead() {
+	s.timerMu.Lock()
+	defer s.timerMu.Unlock()
+	s.mu.Lock()
+	closed := s.closed
+	s.mu.Unlock()
+	if !closed {
+		s.readPending()
+	}
 }
 
 // readPending counts the step of a segment left pending by a write that
