@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/telemetry"
 )
 
 // Goodput is where the run's wall time went, from gorun's start to its
@@ -53,7 +54,30 @@ type Straggler struct {
 	MedianMS float64 `json:"step_median_ms"`
 	OthersMS float64 `json:"others_median_ms"`
 	Ratio    float64 `json:"ratio"`
+	// GPU is what GPU telemetry saw of its GPU in that attempt (null:
+	// telemetry off, or no sample named the rank).
+	GPU *StragglerGPU `json:"gpu"`
 }
+
+// StragglerGPU is what GPU telemetry saw of a straggler's GPU over its
+// attempt, beside the other ranks' GPUs.
+type StragglerGPU struct {
+	Node    string `json:"node"`
+	GPU     int    `json:"gpu"` // NVML index
+	Samples int    `json:"samples"`
+	// SMPct is the mean of its utilization samples; OthersSMPct the mean
+	// of the other timed ranks' means (null: not reported).
+	SMPct       *float64 `json:"sm_pct"`
+	OthersSMPct *float64 `json:"others_sm_pct"`
+	PowerW      *float64 `json:"power_w"` // the mean of its power samples
+	// ClockReasons are the clock-event reasons active in at least a
+	// quarter of its samples, most frequent first.
+	ClockReasons []string `json:"clock_reasons"`
+}
+
+// gpuSaw is what GPU telemetry saw of a rank's GPU in an attempt (from
+// 1); nil, or false, where telemetry is off or saw nothing of it.
+type gpuSaw func(attempt, rank int) (telemetry.Use, bool)
 
 // Straggler thresholds: a rank is named when its median step time is
 // more than stragglerRatio times the others' (the median of their
@@ -64,7 +88,7 @@ const (
 )
 
 // findStragglers names, per attempt, the ranks whose steps lagged.
-func findStragglers(attempts []launch.AttemptSteps) []Straggler {
+func findStragglers(attempts []launch.AttemptSteps, saw gpuSaw) []Straggler {
 	out := []Straggler{}
 	for _, a := range attempts {
 		var timed []launch.RankSteps
@@ -89,19 +113,76 @@ func findStragglers(attempts []launch.AttemptSteps) []Straggler {
 				om = (others[len(others)/2-1] + others[len(others)/2]) / 2
 			}
 			if ratio := float64(r.Median) / float64(om); ratio > stragglerRatio {
-				out = append(out, Straggler{Attempt: a.Attempt + 1, Node: r.Node, Rank: r.Rank, MedianMS: ms(r.Median), OthersMS: ms(om), Ratio: ratio})
+				out = append(out, Straggler{Attempt: a.Attempt + 1, Node: r.Node, Rank: r.Rank, MedianMS: ms(r.Median), OthersMS: ms(om), Ratio: ratio,
+					GPU: stragglerGPU(saw, a.Attempt+1, r.Rank, timed)})
 			}
 		}
 	}
 	return out
 }
 
-// StragglerLines says each straggler, a line each.
+// stragglerGPU is what telemetry saw of rank's GPU in attempt, beside
+// the GPUs of the other ranks in timed; nil where it saw nothing of it.
+func stragglerGPU(saw gpuSaw, attempt, rank int, timed []launch.RankSteps) *StragglerGPU {
+	if saw == nil {
+		return nil
+	}
+	u, ok := saw(attempt, rank)
+	if !ok {
+		return nil
+	}
+	g := &StragglerGPU{Node: u.Node, GPU: u.GPU, Samples: u.Samples, ClockReasons: u.ReasonsIn(0.25)}
+	if u.HaveSM {
+		g.SMPct = &u.SMPct
+	}
+	if u.HavePower {
+		g.PowerW = &u.PowerW
+	}
+	var sum float64
+	n := 0
+	for _, o := range timed {
+		if o.Rank == rank {
+			continue
+		}
+		if ou, ok := saw(attempt, o.Rank); ok && ou.HaveSM {
+			sum += ou.SMPct
+			n++
+		}
+	}
+	if n > 0 {
+		others := sum / float64(n)
+		g.OthersSMPct = &others
+	}
+	return g
+}
+
+// StragglerLines says each straggler, a line each, with what GPU
+// telemetry saw of its GPU where it was on.
 func (g Goodput) StragglerLines() []string {
 	var out []string
 	for _, s := range g.Stragglers {
-		out = append(out, fmt.Sprintf("gorun: straggler: %s rank %d (attempt %d): step time %.0f ms (median), %.2fx the other ranks' %.0f ms",
-			s.Node, s.Rank, s.Attempt, s.MedianMS, s.Ratio, s.OthersMS))
+		line := fmt.Sprintf("gorun: straggler: %s rank %d (attempt %d): step time %.0f ms (median), %.2fx the other ranks' %.0f ms",
+			s.Node, s.Rank, s.Attempt, s.MedianMS, s.Ratio, s.OthersMS)
+		if gpu := s.GPU; gpu != nil {
+			var saw []string
+			if gpu.SMPct != nil {
+				sm := fmt.Sprintf("SM busy %.0f%%", *gpu.SMPct)
+				if gpu.OthersSMPct != nil {
+					sm += fmt.Sprintf(" (the others' %.0f%%)", *gpu.OthersSMPct)
+				}
+				saw = append(saw, sm)
+			}
+			if gpu.PowerW != nil {
+				saw = append(saw, fmt.Sprintf("%.0f W", *gpu.PowerW))
+			}
+			if len(gpu.ClockReasons) > 0 {
+				saw = append(saw, "clocks held by "+strings.Join(gpu.ClockReasons, ", "))
+			}
+			if len(saw) > 0 {
+				line += fmt.Sprintf("; its GPU (%s GPU %d, %d samples): %s", gpu.Node, gpu.GPU, gpu.Samples, strings.Join(saw, ", "))
+			}
+		}
+		out = append(out, line)
 	}
 	return out
 }
@@ -144,7 +225,7 @@ func goodputParts() [][2]string {
 }
 
 // computeGoodput reads the run from start to end, attempts in order.
-func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodput {
+func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps, saw gpuSaw) Goodput {
 	g := Goodput{WallSeconds: end.Sub(start).Seconds(), Parts: []GoodputPart{}, Steps: []AttemptStepsSummary{}, Stragglers: []Straggler{}}
 	since := func(t time.Time) *float64 {
 		if t.IsZero() {
@@ -168,7 +249,7 @@ func computeGoodput(start, end time.Time, attempts []launch.AttemptSteps) Goodpu
 		}
 		g.Steps = append(g.Steps, as)
 	}
-	g.Stragglers = findStragglers(attempts)
+	g.Stragglers = findStragglers(attempts, saw)
 	if !seen {
 		g.Why = "no training step was recognised in the workers' output (--step-pattern REGEX names one)"
 		if len(attempts) == 0 {
@@ -338,6 +419,7 @@ type goodputLine struct {
 	cacheDir string // the user's cache ("": none kept)
 	runID    string
 	out      *goodputResult
+	gpu      *gpuWatch // nil: telemetry off
 }
 
 // goodputResult is what goodputLine worked out, for the summary.
@@ -350,7 +432,11 @@ type goodputResult struct {
 func (*goodputLine) Name() string { return "goodput" }
 
 func (h *goodputLine) Finish(_ context.Context, _ *Attempt, res launch.Result, _ error) error {
-	g := computeGoodput(h.start, time.Now(), res.Steps)
+	var saw gpuSaw
+	if h.gpu != nil {
+		saw = h.gpu.rankUse
+	}
+	g := computeGoodput(h.start, time.Now(), res.Steps, saw)
 	for _, l := range g.StragglerLines() {
 		fmt.Fprintln(h.w, l)
 	}

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/gorun/gorun/launch"
+	"github.com/gorun/gorun/telemetry"
 )
 
 // TestGoodputSchedule: a known schedule, second by second: preflight
@@ -28,7 +29,7 @@ func TestGoodputSchedule(t *testing.T) {
 		{Attempt: 0, Start: at(10), Failed: at(75), End: at(75.5), Ranks: []launch.RankSteps{rank(20, 70, 60), rank(21, 69, 0)}},
 		{Attempt: 1, Start: at(76), Failed: at(180), End: at(181), Hang: true, Ranks: []launch.RankSteps{rank(90, 150, 0), rank(91, 149, 0)}},
 	}
-	g := computeGoodput(t0, at(182), attempts)
+	g := computeGoodput(t0, at(182), attempts, nil)
 	want := map[string]float64{"preflight": 10, "startup": 10, "productive": 40 + 60, "lost_progress": 15, "restart": 15, "hang": 30, "end": 2}
 	got := map[string]float64{}
 	sum := 0.0
@@ -58,7 +59,7 @@ func TestGoodputSchedule(t *testing.T) {
 // TestGoodputUnknown: no step recognised: unknown, and said so.
 func TestGoodputUnknown(t *testing.T) {
 	t0 := time.Unix(1_000_000, 0)
-	g := computeGoodput(t0, t0.Add(time.Minute), []launch.AttemptSteps{{Start: t0, End: t0.Add(time.Minute), Ranks: []launch.RankSteps{{Node: "n0"}}}})
+	g := computeGoodput(t0, t0.Add(time.Minute), []launch.AttemptSteps{{Start: t0, End: t0.Add(time.Minute), Ranks: []launch.RankSteps{{Node: "n0"}}}}, nil)
 	if g.Known || len(g.Parts) != 0 || !strings.Contains(g.Line(), "goodput unknown: no training step was recognised") {
 		t.Errorf("got %+v, line %q", g, g.Line())
 	}
@@ -74,9 +75,53 @@ func TestStragglers(t *testing.T) {
 		{Attempt: 0, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 104*time.Millisecond, 50), r(2, 200*time.Millisecond, 50), r(3, 98*time.Millisecond, 50)}},
 		{Attempt: 1, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 120*time.Millisecond, 50)}},
 		{Attempt: 2, Ranks: []launch.RankSteps{r(0, 100*time.Millisecond, 50), r(1, 900*time.Millisecond, 5)}},
-	})
-	if len(got) != 1 || got[0].Rank != 2 || got[0].Attempt != 1 || math.Abs(got[0].Ratio-2) > 0.01 {
-		t.Errorf("stragglers %+v, want rank 2 of attempt 1 at 2.00x", got)
+	}, nil)
+	if len(got) != 1 || got[0].Rank != 2 || got[0].Attempt != 1 || math.Abs(got[0].Ratio-2) > 0.01 || got[0].GPU != nil {
+		t.Errorf("stragglers %+v, want rank 2 of attempt 1 at 2.00x, no GPU without telemetry", got)
+	}
+}
+
+// TestStragglerTelemetry: where GPU telemetry was on, a step straggler
+// says what it saw of the rank's GPU in that attempt beside the other
+// ranks' GPUs: SM busy, power, the clock-event reasons of a quarter of
+// its samples or more; samples of another attempt do not count, and a
+// rank no sample named gets nothing.
+func TestStragglerTelemetry(t *testing.T) {
+	f := func(v float64) *float64 { return &v }
+	use := telemetry.NewRankUse()
+	for i := range 8 {
+		var slow []string
+		if i < 6 {
+			slow = []string{"sw_power_cap"}
+		}
+		if i == 0 {
+			slow = append(slow, "hw_slowdown")
+		}
+		use.Observe(telemetry.Sample{Node: "n1", GPU: 3, Ranks: []int{2}, Attempt: 1, SMPct: f(40), PowerW: f(210), ClockReasons: slow})
+		use.Observe(telemetry.Sample{Node: "n0", GPU: 0, Ranks: []int{0}, Attempt: 1, SMPct: f(96), PowerW: f(690)})
+		use.Observe(telemetry.Sample{Node: "n0", GPU: 1, Ranks: []int{1}, Attempt: 1, SMPct: f(98), PowerW: f(695)})
+		use.Observe(telemetry.Sample{Node: "n1", GPU: 3, Ranks: []int{2}, Attempt: 2, SMPct: f(99)}) // another attempt
+	}
+	r := func(node string, rank int, med time.Duration) launch.RankSteps {
+		return launch.RankSteps{Node: node, Rank: rank, Steps: 50, Median: med}
+	}
+	g := Goodput{Stragglers: findStragglers([]launch.AttemptSteps{
+		{Attempt: 0, Ranks: []launch.RankSteps{r("n0", 0, 100*time.Millisecond), r("n0", 1, 100*time.Millisecond), r("n1", 2, 200*time.Millisecond), r("n1", 3, 300*time.Millisecond)}},
+	}, use.Get)}
+	if len(g.Stragglers) != 2 {
+		t.Fatalf("stragglers %+v, want ranks 2 and 3", g.Stragglers)
+	}
+	gpu := g.Stragglers[0].GPU
+	if gpu == nil || gpu.Node != "n1" || gpu.GPU != 3 || gpu.Samples != 8 || *gpu.SMPct != 40 || *gpu.OthersSMPct != 97 || *gpu.PowerW != 210 ||
+		strings.Join(gpu.ClockReasons, ",") != "sw_power_cap" {
+		t.Errorf("rank 2's GPU %+v", gpu)
+	}
+	lines := g.StragglerLines()
+	if want := "; its GPU (n1 GPU 3, 8 samples): SM busy 40% (the others' 97%), 210 W, clocks held by sw_power_cap"; !strings.HasSuffix(lines[0], want) {
+		t.Errorf("line %q, want it to end %q", lines[0], want)
+	}
+	if g.Stragglers[1].GPU != nil || strings.Contains(lines[1], "its GPU") {
+		t.Errorf("rank 3, no sample of it: %+v, %q", g.Stragglers[1].GPU, lines[1])
 	}
 }
 

@@ -110,7 +110,7 @@ func (r *run) hooks(outs outputs, preflightText string, plan envplan.Plan) ([]Ho
 	if !r.cl.Gorun.StepsOff() {
 		gp = &goodputResult{}
 		cache, _ := os.UserCacheDir()
-		hs = append(hs, &goodputLine{start: r.start, w: r.ui.Err, out: gp, runID: r.cfg.RunID, cacheDir: cache,
+		hs = append(hs, &goodputLine{start: r.start, w: r.ui.Err, out: gp, runID: r.cfg.RunID, cacheDir: cache, gpu: watch,
 			chain: chainKey(r.cfg.Getenv, r.cl.Torchrun.RdzvID, r.cl.Set("rdzv_id"))})
 	}
 	if path := r.cl.Gorun.Summary; path != "" {

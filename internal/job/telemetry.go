@@ -44,6 +44,7 @@ type gpuWatch struct {
 	mu       sync.Mutex // frames come from every node's stream at once
 	det      *telemetry.Detector
 	status   *telemetry.Status
+	use      *telemetry.RankUse // by attempt and rank, for the step stragglers (goodputLine)
 	report   *telemetry.Report
 	jsonl    *telemetry.JSONL
 	file     *os.File
@@ -67,7 +68,7 @@ func newGPUWatch(cl cmdline.CommandLine, args []string, preflightText string, st
 	}
 	g := &gpuWatch{interval: o.TelemetryInterval, reportPath: o.Report, preflight: preflightText, ui: ui,
 		command: "gorun " + shell.QuoteArgv(secret.RedactArgs(args)), // the report is shared: no secret in it
-		det:     telemetry.NewDetector(), status: telemetry.NewStatus(), start: time.Now(),
+		det:     telemetry.NewDetector(), status: telemetry.NewStatus(), use: telemetry.NewRankUse(), start: time.Now(),
 		notices: notices{said: map[string]bool{}, heard: map[string]bool{}}}
 	if o.Report != "" {
 		g.report = telemetry.NewReport()
@@ -178,6 +179,7 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 		g.writeErr = g.jsonl.Write(s)
 	}
 	g.status.Observe(s)
+	g.use.Observe(s)
 	if g.report != nil {
 		g.report.Add(s)
 	}
@@ -191,6 +193,13 @@ func (g *gpuWatch) frame(node string, attempt int, payload []byte) string {
 		msg.WriteByte('\n')
 	}
 	return msg.String()
+}
+
+// rankUse is what telemetry saw of rank's GPU in attempt (from 1).
+func (g *gpuWatch) rankUse(attempt, rank int) (telemetry.Use, bool) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.use.Get(attempt, rank)
 }
 
 // statusLine is launch.Options.Status, before fitting.
@@ -269,7 +278,7 @@ func (g *gpuWatch) writeReport(res launch.Result, runErr error) error {
 // stragglers (findStragglers) marked.
 func addSteps(r *telemetry.Report, attempts []launch.AttemptSteps) {
 	slow := map[[2]int]bool{} // attempt (from 1), rank
-	for _, s := range findStragglers(attempts) {
+	for _, s := range findStragglers(attempts, nil) {
 		slow[[2]int{s.Attempt, s.Rank}] = true
 	}
 	for _, a := range attempts {
