@@ -75,7 +75,7 @@ func workerEnv(env []string, getenv func(string) string) []string {
 		haveFH = haveFH || k == "PYTHONFAULTHANDLER"
 		switch {
 		case k == wire.RelaySocketVar || k == wire.PoolSocketVar || k == wire.GateVar || k == wire.LogDirVar || k == wire.StepsVar:
-			continue // the worker's own children must not speak for it
+			continue // gorun's own: the worker's children must not speak for it, nor the worker see them
 		case k == "TORCHELASTIC_RESTART_COUNT" && count != "", k == "TORCHELASTIC_MAX_RESTARTS" && most != "":
 			continue
 		}
