@@ -166,8 +166,8 @@ func (s *Scanner) Scan(p []byte, now time.Time) {
 	// Found or not: output with no step in it (a flood of other lines)
 	// is read no more often than output with steps.
 	s.lastParse = now
-	s.pending = s.pending[:0]
 	s.mu.Unlock()
+	s.readPending() // an earlier write's step, first: this write may hold none
 	forSegmentsBack(p, func(seg []byte) bool {
 		if s.p.Step == nil && !mayReportStep(seg) {
 			return true

@@ -158,6 +158,24 @@ func TestCloseReadsPending(t *testing.T) {
 	}
 }
 
+// TestDueReadKeepsPending: a step left pending by a write too soon is
+// told when the next read is due, though that write holds no step.
+func TestDueReadKeepsPending(t *testing.T) {
+	var f found
+	s := f.scanner(Patterns{})
+	now := time.Now()
+	s.Scan([]byte("step 5\n"), now)
+	s.Scan([]byte("step 6\n"), now.Add(5*time.Millisecond))      // pending
+	s.Scan([]byte("a log line\n"), now.Add(12*time.Millisecond)) // due, no step
+	f.mu.Lock()
+	got := fmt.Sprint(f.steps)
+	f.mu.Unlock()
+	s.Close()
+	if got != "[5 6]" {
+		t.Errorf("told %s by the due read, want [5 6]", got)
+	}
+}
+
 // BenchmarkScanFlood: a worker's flood with no step in it, as
 // docs/bench/output-flood.sh writes it (64 KB writes of numbered lines
 // of letters), a write every 250 us: its output is read for a step no
