@@ -41,7 +41,8 @@ type identityEntry struct {
 	err  error
 }
 
-// newInputs reads ssh_config (the rest is read on first use) and connects
+// newInputs reads ssh_config for Go's client (the rest is read on first
+// use) and connects
 // to ssh-agent lazily, within ctx, which bounds the fan-out: when it ends,
 // the agent connection is cut.
 func newInputs(ctx context.Context, cfg Config, w *warner) *inputs {
@@ -53,7 +54,9 @@ func newInputs(ctx context.Context, cfg Config, w *warner) *inputs {
 		known:     newKnownHosts(),
 		ids:       map[string]*identityEntry{},
 	}
-	in.conf, in.confErr = loadSSHConfig(cfg.SSHConfigFile, in.home)
+	if cfg.SSHCommand == nil { // the system's ssh reads its own
+		in.conf, in.confErr = loadSSHConfig(cfg.SSHConfigFile, in.home)
+	}
 	if in.conf != nil {
 		in.conf.home, in.conf.localUser = in.home, in.localUser
 	}

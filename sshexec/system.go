@@ -17,6 +17,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // The transport over the system's OpenSSH client (Config.SSHCommand,
@@ -69,7 +71,7 @@ func dialSystem(ctx context.Context, host string, cfg Config) (*Remote, error) {
 		return nil, err
 	}
 	l := &systemLink{argv: argv, host: host, sock: sock, done: make(chan struct{})}
-	stderr := &tailWriter{max: 4096}
+	stderr := &wire.Tail{Max: 4096} // read once the master has exited
 	l.master = exec.Command(argv[0], append(argv[1:], "-o", "ControlMaster=yes", "-o", "ControlPersist=no",
 		"-o", "ControlPath="+l.sock, "-N", "-T", "--", host)...)
 	l.master.Stderr = stderr
@@ -351,29 +353,6 @@ func (c *closingReader) Read(p []byte) (int, error) {
 		c.once.Do(func() { c.f.Close() })
 	}
 	return n, err
-}
-
-// tailWriter keeps the last max bytes written to it.
-type tailWriter struct {
-	mu  sync.Mutex
-	max int
-	b   []byte
-}
-
-func (t *tailWriter) Write(p []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = append(t.b[:0], t.b[len(t.b)-t.max:]...)
-	}
-	return len(p), nil
-}
-
-func (t *tailWriter) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.b)
 }
 
 // errNoSSHCommand is an empty --ssh-command.
