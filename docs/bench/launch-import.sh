@@ -20,12 +20,14 @@ trap 'rm -rf "$work"' EXIT
 # guarantees"): what such a script costs against torchrun's own start.
 {
   echo 'import os, time'
+  echo 't1 = time.time()'
   [ "${COLD_SCRIPT:-0}" = 1 ] && echo 'os.environ["OMP_NUM_THREADS"] = "2"'
   echo 'import torch'
-  echo 'print("imported", os.environ["RANK"], "%.6f" % time.time(), flush=True)'
+  echo 'print("imported", os.environ["RANK"], "%.6f" % time.time(), "%.6f" % t1, flush=True)'
 } >"$work/job.py"
 port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
-# one LAUNCHER: prints its figure (ms from its start to the last rank past the import)
+# one LAUNCHER: prints its figure (ms from its start to the last rank past the import),
+# then the longest a rank took from its script's first line past the import (ms)
 one() {
   local c out t0
   case $1 in
@@ -36,8 +38,8 @@ one() {
   c+=(--nproc_per_node "$nproc" --master_port "$(port)" "$work/job.py")
   t0=$EPOCHREALTIME
   out=$(timeout 120 "${c[@]}" 2>&1) || { echo "launch-import.sh: $1 failed:" >&2; tail -20 <<<"$out" >&2; exit 1; }
-  awk -v t0="$t0" -v n="$nproc" '$1 == "imported" || $3 == "imported" { for (i = 1; i <= NF; i++) if ($i == "imported") t = $(i + 2); if (t > hi) hi = t; k++ }
-    END { if (k != n) { print "want " n " ranks, saw " k > "/dev/stderr"; exit 1 } printf "%.0f\n", (hi - t0) * 1000 }' <<<"$out"
+  awk -v t0="$t0" -v n="$nproc" '$1 == "imported" || $3 == "imported" { for (i = 1; i <= NF; i++) if ($i == "imported") { t = $(i + 2); s = $(i + 3) } if (t > hi) hi = t; if (t - s > imp) imp = t - s; k++ }
+    END { if (k != n) { print "want " n " ranks, saw " k > "/dev/stderr"; exit 1 } printf "%.0f %.0f\n", (hi - t0) * 1000, imp * 1000 }' <<<"$out"
 }
 launchers=(torchrun gorun)
 [ -z "${BEFORE:-}" ] || launchers+=(before)
@@ -47,8 +49,9 @@ echo "   gorun=$gorun${BEFORE:+ before=$BEFORE}"
 for l in "${launchers[@]}"; do one "$l" >/dev/null; done # warm-up: the page cache
 for ((r = 1; r <= rounds; r++)); do
   for l in "${launchers[@]}"; do
-    ms=$(one "$l")
-    echo "round=$r $l launch_import_all_ms=$ms"
+    row=$(one "$l")
+    read -r ms imp <<<"$row"
+    echo "round=$r $l launch_import_all_ms=$ms worker_import_ms=$imp"
     echo "$l $ms" >>"$work/rows"
   done
 done

@@ -27,6 +27,7 @@ const (
 // start-up.
 func (w *worker) watch(ctx context.Context, pid int, files watched, storePort int) {
 	joined := storePort <= 0
+	store := newJoinWatch(pid, storePort)
 	every := pollEvery
 	if !joined {
 		every = pollJoining
@@ -46,7 +47,7 @@ func (w *worker) watch(ctx context.Context, pid int, files watched, storePort in
 			return
 		case <-t.C:
 		}
-		if !joined && connectedTo(pid, storePort) {
+		if !joined && store.joined() {
 			joined = true
 			w.send(wire.FrameInit, wire.AppendRank(nil, w.localRank))
 			t.Reset(pollEvery)

@@ -2,6 +2,7 @@ package rank
 
 import (
 	"context"
+	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -104,5 +105,39 @@ func TestWrittenBytesGone(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	if _, ok := writtenBytes(cmd.Process.Pid); ok {
 		t.Error("a reaped process still has a write count")
+	}
+}
+
+// TestJoinWatch: a connection to the store's port is seen as a join, with
+// the node's TCP table read at the look that found the new socket; while
+// the worker's sockets do not change, the table is read once in
+// tableEvery looks, not at every look.
+func TestJoinWatch(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	port := ln.Addr().(*net.TCPAddr).Port
+	j := newJoinWatch(os.Getpid(), port)
+	reads := 0
+	j.established = func(pid, port int) map[string]bool { reads++; return readEstablished(pid, port) }
+	for range 3 * tableEvery {
+		if j.joined() {
+			t.Fatal("joined before any connection to the store")
+		}
+	}
+	// The listener is this process's own socket: new at the first look,
+	// so read then and at the two looks after; then once in tableEvery.
+	if want := 3 + 3; reads > want {
+		t.Errorf("the TCP table was read %d times in %d looks with no new socket, want at most %d", reads, 3*tableEvery, want)
+	}
+	c, err := net.Dial("tcp", ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if !j.joined() {
+		t.Errorf("a connection to port %d, made just before the look, was not seen as a join", port)
 	}
 }
