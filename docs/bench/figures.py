@@ -59,6 +59,7 @@ def ratio(a, b):
 
 DEV = "docs/device/h100-1gpu/fidelity/final-81addeb/"
 RES = "docs/bench/results/"
+JW = "docs/device/h100-1gpu/joinwatch-774a6ff/"
 
 
 def figures():
@@ -84,6 +85,33 @@ def figures():
     g, b, t = rounds(wp, "gorun", m), rounds(wp, "before", m), rounds(wp, "torchrun", m)
     out.append(("docs/BENCHMARKS.md", wp, "%d ms (%s) | %d ms (%s), %s× | %d ms (%s), %s×" % (
         median(t), ms_range(t), median(g), ms_range(g), ratio(g, t), median(b), ms_range(b), ratio(b, t))))
+    # the store watch off the workers' CPUs: here and on one H100 (BENCHMARKS.md's table, compatibility.md)
+    jw = JW + "launch-import-cold-script.txt"
+    for raw, label in ((RES + "launch-import-cold-joinwatch-2026-12-07.txt", "cold here"), (jw, "cold H100"),
+                       (JW + "launch-import-pooled-1.txt", "pooled 1"), (JW + "launch-import-pooled-2.txt", "pooled 2")):
+        g, b, t = rounds(raw, "gorun", m), rounds(raw, "before", m), rounds(raw, "torchrun", m)
+        bold = "**" if label.startswith("cold") else ""
+        out.append(("docs/BENCHMARKS.md", raw, "| %d ms (%s) | %d ms (%s), %s%s×%s | %d ms (%s), %s× |" % (
+            median(t), ms_range(t), median(g), ms_range(g), bold, ratio(g, t), bold, median(b), ms_range(b), ratio(b, t))))
+        if label.startswith("cold"):
+            out.append(("docs/compatibility.md", raw, "%s× against d87c74b's %s× (%s against %s ms, torchrun %s, %d rounds" % (
+                ratio(g, t), ratio(b, t), ms_range(g), ms_range(b), ms_range(t), len(g))))
+    # the end of a successful run (BENCHMARKS.md)
+    er = RES + "end-of-run-2026-12-07.txt"
+    g, t = rounds(er, "gorun", "end_ms"), rounds(er, "torchrun", "end_ms")
+    out.append(("docs/BENCHMARKS.md", er, "torchrun %d ms (%s), gorun %d ms (%s), %s×" % (
+        median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
+    old = [int(x) for x in re.findall(r"^\d+ new (\d+)", open(RES + "end-of-run-2026-12-06.txt").read(), re.M)]
+    out.append(("docs/BENCHMARKS.md", RES + "end-of-run-2026-12-06.txt", "ended %s ms after its last worker line" % ms_range(old)))
+    # telemetry's overhead with 774a6ff's sampler (BENCHMARKS.md, the guide)
+    to = JW + "telemetry/overhead.txt"
+    off = re.findall(r"telemetry off ([0-9.]+) steps/s", open(to).read())
+    on = re.findall(r"on \(1 s\) ([0-9.]+) steps/s", open(to).read())
+    r = statistics.median(map(float, on)) / statistics.median(map(float, off))
+    out.append(("docs/BENCHMARKS.md", to, "| telemetry off | %s | %s |" % (", ".join(off), statistics.median(sorted(off, key=float)))))
+    out.append(("docs/BENCHMARKS.md", to, "| telemetry on, 1 s | %s | %s |" % (", ".join(on), statistics.median(sorted(on, key=float)))))
+    out.append(("docs/BENCHMARKS.md", to, "Ratio of medians on/off: **%.4f**" % r))
+    out.append(("docs/guide.md", to, "on an H100: %.4f of the job's steps/s" % r))
     rd = DEV + "restart-device.txt"
     g, t = rounds(rd, "gorun", "import_all_ms"), rounds(rd, "torchrun", "import_all_ms")
     out.append(("docs/BENCHMARKS.md", rd, "%d ms (%s) | **%d ms (%s)**, %s×" % (median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
