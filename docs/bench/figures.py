@@ -96,6 +96,25 @@ def figures():
         if label.startswith("cold"):
             out.append(("docs/compatibility.md", raw, "%s× against d87c74b's %s× (%s against %s ms, torchrun %s, %d rounds" % (
                 ratio(g, t), ratio(b, t), ms_range(g), ms_range(b), ms_range(t), len(g))))
+    # a start-up crash's restart, early and default, on the test cluster (the guide's warm restart)
+    cg = RES + "crash-gone-2026-12-07.txt"
+    started = re.findall(r"all started ([0-9.]+)(ms|s) after the crash \(target ([0-9.]+s)\)", open(cg).read())
+    early = [float(v) for v, u, tgt in started if u == "ms"]
+    default = [float(v) for v, u, tgt in started if u == "s"]
+    out.append(("docs/guide.md", cg, "started %d–%d ms after a start-up crash on node1, against %.3f–%.3f s with `--warm-restart on`, %d runs" % (
+        min(early), max(early), min(default), max(default), len(early))))
+    # the stop cases on the test cluster (BENCHMARKS.md, the guide's SSH section)
+    sc = open(RES + "stop-cases-2026-12-07.txt").read()
+    sec = lambda v: float(v[:-2]) / 1000 if v.endswith("ms") else float(v[:-1])
+    cut = [sec(v) for v in re.findall(r"noticed after ([0-9.]+m?s)", sc)]
+    ctrlc = [sec(v) for v in re.findall(r"gone ([0-9.]+m?s) after SIGINT", sc)]
+    head = [sec(v) * 1000 for v in re.findall(r"gone ([0-9.]+m?s) after SIGKILL of gorun", sc)]
+    out.append(("docs/BENCHMARKS.md", RES + "stop-cases-2026-12-07.txt", "the group stopped in %.1f–%.1f s" % (min(cut), max(cut))))
+    out.append(("docs/guide.md", RES + "stop-cases-2026-12-07.txt", "%.1f–%.1f s in `TestClusterLinkCut`" % (min(cut), max(cut))))
+    out.append(("docs/BENCHMARKS.md", RES + "stop-cases-2026-12-07.txt", "is gone %.2f–%.2f s later" % (min(ctrlc), max(ctrlc))))
+    out.append(("docs/BENCHMARKS.md", RES + "stop-cases-2026-12-07.txt", "after SIGKILL of gorun itself, %d–%d ms" % (round(min(head)), round(max(head)))))
+    ss = [int(x) for x in re.findall(r"^session_ms=(\d+)", open(RES + "ssh-session-setup-2026-12-07.txt").read(), re.M)]
+    out.append(("docs/guide.md", RES + "ssh-session-setup-2026-12-07.txt", "%s ms each for %d sessions" % (ms_range(ss), len(ss))))
     # the end of a successful run (BENCHMARKS.md)
     er = RES + "end-of-run-2026-12-07.txt"
     g, t = rounds(er, "gorun", "end_ms"), rounds(er, "torchrun", "end_ms")
