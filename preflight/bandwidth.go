@@ -15,6 +15,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/gorun/gorun/internal/wire"
 )
 
 // Bandwidth modes (`gorun preflight --bandwidth MODE`, and
@@ -241,7 +243,7 @@ func runSteps(ctx context.Context, argv, env []string) BandwidthFacts {
 	// A worker that outlived the script (in a group of its own, say) keeps
 	// stderr open; Wait then gives up on the copy instead of waiting.
 	cmd.WaitDelay = 2 * time.Second
-	stderr := &tailBuffer{max: 4096}
+	stderr := &wire.Tail{Max: 4096}
 	cmd.Stderr = stderr
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -337,22 +339,6 @@ loop:
 	f.Seconds = time.Since(start).Seconds()
 	return f
 }
-
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
-	max int
-	b   []byte
-}
-
-func (t *tailBuffer) Write(p []byte) (int, error) {
-	t.b = append(t.b, p...)
-	if len(t.b) > t.max {
-		t.b = t.b[len(t.b)-t.max:]
-	}
-	return len(p), nil
-}
-
-func (t *tailBuffer) String() string { return string(t.b) }
 
 func truncate(s string, n int) string {
 	if len(s) <= n {
