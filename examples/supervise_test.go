@@ -665,9 +665,13 @@ func TestClusterHangCaught(t *testing.T) {
 
 // TestClusterCtrlCEachPhase: SIGINT while the nodes are checked and
 // connected, while torchrun starts, and while workers start up (before
-// init_process_group): exit 130 and nothing left on any node.
+// init_process_group): exit 130 and nothing left on any node, over gorun's
+// own ssh client and over the system's.
 func TestClusterCtrlCEachPhase(t *testing.T) {
-	c := needCluster(t, 3)
+	needCluster(t, 3).eachClient(t, testClusterCtrlCEachPhase)
+}
+
+func testClusterCtrlCEachPhase(t *testing.T, c cluster) {
 	phases := []struct {
 		name  string
 		after string // the line to wait for before SIGINT; "" for at once
