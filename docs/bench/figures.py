@@ -115,6 +115,11 @@ def figures():
     out.append(("docs/BENCHMARKS.md", RES + "stop-cases-2026-12-07.txt", "after SIGKILL of gorun itself, %d–%d ms" % (round(min(head)), round(max(head)))))
     ss = [int(x) for x in re.findall(r"^session_ms=(\d+)", open(RES + "ssh-session-setup-2026-12-07.txt").read(), re.M)]
     out.append(("docs/guide.md", RES + "ssh-session-setup-2026-12-07.txt", "%s ms each for %d sessions" % (ms_range(ss), len(ss))))
+    # main_test.go's hostile inputs and stops (the guide)
+    mt = open(RES + "main-test.txt").read()
+    hi, st = len(re.findall(r"--- PASS: TestHostileInput/", mt)), len(re.findall(r"--- PASS: TestInterrupted/", mt))
+    out.append(("docs/guide.md", RES + "main-test.txt", "the real binary through %d such inputs" % hi))
+    out.append(("docs/guide.md", RES + "main-test.txt", "output, %d and %d passed" % (hi, st)))
     # the end of a successful run (BENCHMARKS.md)
     er = RES + "end-of-run-2026-12-07.txt"
     g, t = rounds(er, "gorun", "end_ms"), rounds(er, "torchrun", "end_ms")
