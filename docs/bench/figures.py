@@ -127,6 +127,13 @@ def figures():
         median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
     old = [int(x) for x in re.findall(r"^\d+ new (\d+)", open(RES + "end-of-run-2026-12-06.txt").read(), re.M)]
     out.append(("docs/BENCHMARKS.md", RES + "end-of-run-2026-12-06.txt", "ended %s ms after its last worker line" % ms_range(old)))
+    # the restart on a fresh H100 with 774a6ff's build (BENCHMARKS.md's table)
+    rr = JW + "restart-device.txt"
+    for metric in ("import_all_ms", "launch_import_all_ms"):
+        g, t = rounds(rr, "gorun", metric), rounds(rr, "torchrun", metric)
+        bold = "**" if metric == "import_all_ms" else ""
+        out.append(("docs/BENCHMARKS.md", rr, "| %d ms (%s) | %s%d ms (%s)%s, %s× |" % (
+            median(t), ms_range(t), bold, median(g), ms_range(g), bold, ratio(g, t))))
     # telemetry's overhead with 774a6ff's sampler (BENCHMARKS.md, the guide)
     to = JW + "telemetry/overhead.txt"
     off = re.findall(r"telemetry off ([0-9.]+) steps/s", open(to).read())
