@@ -12,9 +12,10 @@ import (
 // reaches in init_process_group).
 //
 // Reading /proc/PID/net/tcp walks the kernel's whole connection hash,
-// whatever the process holds: about a millisecond of CPU on a large
-// machine, which, 20 times a second per rank, slowed the workers' own
-// import of torch beside it. So the table is read only when the worker's
+// whatever the process holds: read 20 times a second per rank, it cost
+// 40-70 ms of CPU per rank during the workers' own import of torch on a
+// 2-CPU machine, and slowed that import (docs/BENCHMARKS.md, "The store
+// watch off the workers' CPUs"). So the table is read only when the worker's
 // sockets changed at this look or at one of the two before (a connect
 // completes a moment after its socket is made), and once in tableEvery
 // looks otherwise; the worker's open files are cheap to list.
