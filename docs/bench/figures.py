@@ -88,7 +88,8 @@ def figures():
     # the store watch off the workers' CPUs: here and on one H100 (BENCHMARKS.md's table, compatibility.md)
     jw = JW + "launch-import-cold-script.txt"
     for raw, label in ((RES + "launch-import-cold-joinwatch-2026-12-07.txt", "cold here"), (jw, "cold H100"),
-                       (JW + "launch-import-pooled-1.txt", "pooled 1"), (JW + "launch-import-pooled-2.txt", "pooled 2")):
+                       (JW + "launch-import-pooled-1.txt", "pooled 1"), (JW + "launch-import-pooled-2.txt", "pooled 2"),
+                       (RES + "launch-import-pooled-joinwatch-2026-12-07.txt", "pooled here")):
         g, b, t = rounds(raw, "gorun", m), rounds(raw, "before", m), rounds(raw, "torchrun", m)
         bold = "**" if label.startswith("cold") else ""
         out.append(("docs/BENCHMARKS.md", raw, "| %d ms (%s) | %d ms (%s), %s%s×%s | %d ms (%s), %s× |" % (

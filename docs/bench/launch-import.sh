@@ -23,7 +23,9 @@ trap 'rm -rf "$work"' EXIT
   echo 't1 = time.time()'
   [ "${COLD_SCRIPT:-0}" = 1 ] && echo 'os.environ["OMP_NUM_THREADS"] = "2"'
   echo 'import torch'
-  echo 'print("imported", os.environ["RANK"], "%.6f" % time.time(), "%.6f" % t1, flush=True)'
+  # one write(2) per line: under plain torchrun the ranks share its stdout, and
+  # print(), unbuffered (python -u), writes each of its arguments apart
+  echo 'os.write(1, ("imported %s %.6f %.6f\n" % (os.environ["RANK"], time.time(), t1)).encode())'
 } >"$work/job.py"
 port() { "$python" -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'; }
 # one LAUNCHER: prints its figure (ms from its start to the last rank past the import),
@@ -39,7 +41,8 @@ one() {
   t0=$EPOCHREALTIME
   out=$(timeout 120 "${c[@]}" 2>&1) || { echo "launch-import.sh: $1 failed:" >&2; tail -20 <<<"$out" >&2; exit 1; }
   awk -v t0="$t0" -v n="$nproc" '$1 == "imported" || $3 == "imported" { for (i = 1; i <= NF; i++) if ($i == "imported") { t = $(i + 2); s = $(i + 3) } if (t > hi) hi = t; if (t - s > imp) imp = t - s; k++ }
-    END { if (k != n) { print "want " n " ranks, saw " k > "/dev/stderr"; exit 1 } printf "%.0f %.0f\n", (hi - t0) * 1000, imp * 1000 }' <<<"$out"
+    END { if (k != n) exit 1; printf "%.0f %.0f\n", (hi - t0) * 1000, imp * 1000 }' <<<"$out" ||
+    { echo "launch-import.sh: $1 exited 0 but not all $nproc ranks printed; its output:" >&2; tail -20 <<<"$out" >&2; exit 1; }
 }
 launchers=(torchrun gorun)
 [ -z "${BEFORE:-}" ] || launchers+=(before)
