@@ -18,13 +18,13 @@ func TestWrapWorkers(t *testing.T) {
 		wantVar string
 	}{
 		{"python script", []string{"--nproc_per_node=2"}, "train.py", []string{"--lr", "1"},
-			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testGorun, "_rank", "--", "train.py", "--lr", "1"},
+			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--monitor_interval=0.1", "--no_python", testGorun, "_rank", "--", "train.py", "--lr", "1"},
 			"0-3;4-7"},
 		{"module: the supervisor runs python -m, torchrun gets no --module", []string{"--nproc_per_node=2", "--module"}, "pkg.train", nil,
-			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", testGorun, "_rank", "-m", "--", "pkg.train"},
+			[]string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--monitor_interval=0.1", "--no_python", testGorun, "_rank", "-m", "--", "pkg.train"},
 			"0-3;4-7"},
 		{"no-python: the supervisor runs the program itself", []string{"--nproc_per_node=4", "--no_python"}, "./train.sh", []string{"x"},
-			[]string{"torchrun", "--nproc_per_node=4", "--no_python", "--max_restarts=0", testGorun, "_rank", "--no-python", "--", "./train.sh", "x"},
+			[]string{"torchrun", "--nproc_per_node=4", "--no_python", "--max_restarts=0", "--monitor_interval=0.1", testGorun, "_rank", "--no-python", "--", "./train.sh", "x"},
 			"0-1;2-3;4-5;6-7"},
 	}
 	for _, tt := range tests {
@@ -52,7 +52,7 @@ func TestWrapWithoutFacts(t *testing.T) {
 		t.Fatal(err)
 	}
 	n := p.Nodes[0]
-	want := []string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
+	want := []string{"torchrun", "--nproc_per_node=2", "--max_restarts=0", "--monitor_interval=0.1", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 	if !slices.Equal(n.Command, want) {
 		t.Fatalf("command = %q, want %q", n.Command, want)
 	}

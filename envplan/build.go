@@ -642,6 +642,9 @@ func (b *builder) closingNotes() {
 	} else {
 		b.note(NoteInfo, "torchrun runs with --max-restarts=0: when any worker fails, gorun stops the whole group and starts a fresh torchrun on every node, up to --max-restarts=%d times; workers see the attempt number (0 first) in GORUN_RESTART_COUNT and TORCHELASTIC_RESTART_COUNT", b.cfg.MaxRestarts)
 	}
+	if !b.spec.Set("monitor_interval") {
+		b.note(NoteInfo, "torchrun looks at its workers every 0.1 s (%s, torch 2.2's default): the 5 s of an older torchrun would hold a run whose workers have ended up to 5 s more (set --monitor-interval to choose)", monitorInterval)
+	}
 	if why := b.spec.Gorun.PrewarmSkipped; why != "" {
 		b.note(NoteInfo, "no worker pool (--prewarm auto): %s, so each worker starts its own interpreter; --prewarm torch starts the pool anyway", why)
 	}
@@ -682,6 +685,13 @@ type overridden struct {
 	gorun Var
 }
 
+// monitorInterval is how often torchrun looks at its workers where the
+// user set nothing (neither --monitor-interval nor PET_MONITOR_INTERVAL):
+// torch 2.2's default, so that an older torchrun, whose default is 5 s,
+// does not hold a run whose workers have all ended for up to 5 s more.
+// Its workers see nothing of it.
+const monitorInterval = "--monitor_interval=0.1"
+
 // command returns the torchrun argv of node i. Local mode passes the
 // user's options through as given; head-node mode first writes what gorun
 // decides per node, then the user's other options untouched, in their
@@ -703,6 +713,9 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 		// gorun restarts the group itself, with a fresh torchrun; a
 		// PET_MAX_RESTARTS in the environment is overridden here too.
 		argv = append(argv, "--max_restarts=0")
+		if !b.spec.Set("monitor_interval") {
+			argv = append(argv, monitorInterval)
+		}
 		return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
 	}
 
@@ -730,6 +743,9 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 		}
 	}
 	argv = append(argv, "--max_restarts=0")
+	if !b.spec.Set("monitor_interval") {
+		argv = append(argv, monitorInterval)
+	}
 	for _, a := range b.spec.Given {
 		if !decided[a.Dest] {
 			argv = appendArg(argv, a)

@@ -146,6 +146,7 @@ func TestBuild(t *testing.T) {
 			s.Given = append(s.Given, cmdline.Arg{Name: "--monitor-interval", Dest: "monitor_interval", Value: "1", FromEnv: true})
 			return s
 		}, nil, func(t *testing.T, p Plan) {
+			// PET_MONITOR_INTERVAL is the user's: torchrun reads it, gorun adds no --monitor_interval
 			want := []string{"torchrun", "--nproc_per_node=4", "--rdzv_id=x", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py", "--x"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q, want %q", p.Nodes[0].Command, want)
@@ -179,7 +180,7 @@ func TestBuild(t *testing.T) {
 			return s
 		}, twoNodes, func(t *testing.T, p Plan) {
 			want := []string{"torchrun", "--nnodes=2", "--nproc_per_node=2", "--node_rank=1",
-				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0",
+				"--master_addr=10.0.0.1", "--master_port=29500", "--max_restarts=0", "--monitor_interval=0.1",
 				"--no_python", testGorun, "_rank", "--", "train.py", "--lr", "1"}
 			if !slices.Equal(p.Nodes[1].Command, want) {
 				t.Errorf("command = %q,\nwant %q", p.Nodes[1].Command, want)
@@ -482,7 +483,7 @@ func TestBuild(t *testing.T) {
 			s.Gorun.Torchrun = "python3  -m torch.distributed.run"
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"python3", "-m", "torch.distributed.run", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
+			want := []string{"python3", "-m", "torch.distributed.run", "--max_restarts=0", "--monitor_interval=0.1", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
@@ -492,7 +493,7 @@ func TestBuild(t *testing.T) {
 			s.Given = []cmdline.Arg{{Name: "-r", Dest: "redirects", Value: "3"}}
 			return s
 		}, nil, func(t *testing.T, p Plan) {
-			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
+			want := []string{"torchrun", "-r", "3", "--max_restarts=0", "--monitor_interval=0.1", "--no_python", wire.SelfArg, "_rank", "--", "train.py"}
 			if !slices.Equal(p.Nodes[0].Command, want) {
 				t.Errorf("command = %q", p.Nodes[0].Command)
 			}
@@ -692,5 +693,36 @@ func TestMixedSlotsWithNProc(t *testing.T) {
 	}
 	if len(p.Nodes) != 2 || len(p.Nodes[0].Ranks) != 8 || len(p.Nodes[1].Ranks) != 4 {
 		t.Errorf("ranks per node: %d and %d, want 8 and 4", len(p.Nodes[0].Ranks), len(p.Nodes[1].Ranks))
+	}
+}
+
+// TestMonitorInterval: where the user set no --monitor-interval, torchrun
+// gets 0.1 s (an older torchrun's 5 s would hold a finished run); one the
+// user gave on the command line is passed as given, and no other is added.
+func TestMonitorInterval(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		args  []string
+		want  []string // in the command
+		never string   // not in the command
+	}{
+		{"unset", []string{"--nproc_per_node=2"}, []string{"--monitor_interval=0.1"}, ""},
+		{"given", []string{"--nproc_per_node=2", "--monitor-interval=2"}, []string{"--monitor_interval=2"}, "--monitor_interval=0.1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p, err := Build(newSpec(tc.args, "train.py"), nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			cmd := p.Nodes[0].Command
+			for _, w := range tc.want {
+				if !slices.Contains(cmd, w) {
+					t.Errorf("command %q has no %s", cmd, w)
+				}
+			}
+			if tc.never != "" && slices.Contains(cmd, tc.never) {
+				t.Errorf("command %q has %s beside the user's own", cmd, tc.never)
+			}
+		})
 	}
 }

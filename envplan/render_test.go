@@ -436,7 +436,7 @@ func TestShellHiddenValues(t *testing.T) {
 			}
 			got := strings.Split(strings.TrimSuffix(stdout.String(), "\x00"), "\x00")
 			want := []string{"hf_s3cr3t", "s3cr3t-value", "postgres://app:s3cr3t-pw@db:5432/x", "s3cr3t-exported",
-				"--max_restarts=0", "--no_python", "{gorun}", "_rank", "--", "train.py", "--hub-token", "hf_s3cr3tAbCdEfGhIjKlMnOpQrStUvWxYz0123"}
+				"--max_restarts=0", "--monitor_interval=0.1", "--no_python", "{gorun}", "_rank", "--", "train.py", "--hub-token", "hf_s3cr3tAbCdEfGhIjKlMnOpQrStUvWxYz0123"}
 			if strings.Join(got, "|") != strings.Join(want, "|") {
 				t.Errorf("the program got %q, want %q", got, want)
 			}

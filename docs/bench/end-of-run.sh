@@ -4,8 +4,11 @@
 # another gorun build, alternating, ROUNDS rounds; medians at the end.
 # Both launchers get --monitor_interval MONITOR (default 0.1, torchrun's own
 # default since torch 2.2; torch 1.13's is 5 s, whose phase would decide the
-# figure): what is left is the launcher's own end.
-#   usage: GORUN=path [BEFORE=path] [ROUNDS=5] [MONITOR=0.1] [TORCHRUN=torchrun] [PYTHON=python3]
+# figure): what is left is the launcher's own end. MONITOR=default gives
+# neither the option, so each uses its own default (gorun sets 0.1 where the
+# user set none), and the job runs 0.6 s longer each round, so that its end
+# falls at another point of a 5 s loop.
+#   usage: GORUN=path [BEFORE=path] [ROUNDS=5] [MONITOR=0.1|default] [TORCHRUN=torchrun] [PYTHON=python3]
 #          docs/bench/end-of-run.sh
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -22,7 +25,9 @@ one() { # LAUNCHER: ms from the last worker line to its exit
   gorun) c=("$gorun" --torchrun "$torchrun") ;;
   before) c=("$BEFORE" --torchrun "$torchrun") ;;
   esac
-  c+=(--nproc_per_node 2 --monitor_interval "$monitor" --master_port "$(port)" examples/testcluster/train_ddp.py --tag end)
+  c+=(--nproc_per_node 2 --master_port "$(port)")
+  [ "$monitor" = default ] || c+=(--monitor_interval "$monitor")
+  c+=(examples/testcluster/train_ddp.py --tag end)
   while IFS= read -r l; do
     case $l in *"allreduce="*) last=$EPOCHREALTIME ;; esac
   done < <(timeout 120 "${c[@]}" 2>&1)
@@ -37,6 +42,7 @@ echo "   gorun=$gorun${BEFORE:+ before=$BEFORE}"
 rows=$(mktemp)
 trap 'rm -f "$rows"' EXIT
 for ((r = 1; r <= rounds; r++)); do
+  [ "$monitor" != default ] || STEPS=$((20 + 3 * r))
   for l in "${launchers[@]}"; do
     ms=$(one "$l")
     echo "round=$r $l end_ms=$ms"
