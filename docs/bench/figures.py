@@ -131,6 +131,11 @@ def figures():
     g, t = rounds(er, "gorun", "end_ms"), rounds(er, "torchrun", "end_ms")
     out.append(("docs/BENCHMARKS.md", er, "torchrun %d ms (%s), gorun %d ms (%s), %s×" % (
         median(t), ms_range(t), median(g), ms_range(g), ratio(g, t))))
+    ed = RES + "end-of-run-default-2026-12-07.txt"
+    g, b, t = rounds(ed, "gorun", "end_ms"), rounds(ed, "before", "end_ms"), rounds(ed, "torchrun", "end_ms")
+    out.append(("docs/BENCHMARKS.md", ed, "torchrun %d ms (%s), gorun 4c273ea %d ms (%s), gorun c255d0a %d ms (%s)" % (
+        median(t), ms_range(t), median(b), ms_range(b), median(g), ms_range(g))))
+    out.append(("docs/guide.md", ed, "torchrun %s ms, gorun %s ms, %d rounds" % (ms_range(t), ms_range(g), len(g))))
     old = [int(x) for x in re.findall(r"^\d+ new (\d+)", open(RES + "end-of-run-2026-12-06.txt").read(), re.M)]
     out.append(("docs/BENCHMARKS.md", RES + "end-of-run-2026-12-06.txt", "ended %s ms after its last worker line" % ms_range(old)))
     # the restart on a fresh H100 with 774a6ff's build (BENCHMARKS.md's table)
