@@ -692,6 +692,19 @@ type overridden struct {
 // Its workers see nothing of it.
 const monitorInterval = "--monitor_interval=0.1"
 
+// ownOptions are the torchrun options gorun adds on every node, in local
+// and head-node mode alike: --max_restarts=0, since gorun restarts the
+// group itself with a fresh torchrun (a PET_MAX_RESTARTS in the
+// environment is overridden too), and monitorInterval where the user set
+// none.
+func (b *builder) ownOptions() []string {
+	opts := []string{"--max_restarts=0"}
+	if !b.spec.Set("monitor_interval") {
+		opts = append(opts, monitorInterval)
+	}
+	return opts
+}
+
 // command returns the torchrun argv of node i. Local mode passes the
 // user's options through as given; head-node mode first writes what gorun
 // decides per node, then the user's other options untouched, in their
@@ -710,12 +723,7 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 				argv = appendArg(argv, a)
 			}
 		}
-		// gorun restarts the group itself, with a fresh torchrun; a
-		// PET_MAX_RESTARTS in the environment is overridden here too.
-		argv = append(argv, "--max_restarts=0")
-		if !b.spec.Set("monitor_interval") {
-			argv = append(argv, monitorInterval)
-		}
+		argv = append(argv, b.ownOptions()...)
 		return append(append(argv, b.cfg.TrainingScript), b.cfg.TrainingScriptArgs...)
 	}
 
@@ -742,10 +750,7 @@ func (b *builder) command(h hosts.Host, i, nproc int, nprocKnown bool) []string 
 			argv = append(argv, "--master_addr="+b.masterAddr.Value, "--master_port="+b.masterPort.Value)
 		}
 	}
-	argv = append(argv, "--max_restarts=0")
-	if !b.spec.Set("monitor_interval") {
-		argv = append(argv, monitorInterval)
-	}
+	argv = append(argv, b.ownOptions()...)
 	for _, a := range b.spec.Given {
 		if !decided[a.Dest] {
 			argv = appendArg(argv, a)
