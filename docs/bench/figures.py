@@ -145,6 +145,17 @@ def figures():
         bold = "**" if metric == "import_all_ms" else ""
         out.append(("docs/BENCHMARKS.md", rr, "| %d ms (%s) | %s%d ms (%s)%s, %s× |" % (
             median(t), ms_range(t), bold, median(g), ms_range(g), bold, ratio(g, t))))
+    # gorun _rank's own CPU beside its worker, before and after the join watch (BENCHMARKS.md)
+    rc = RES + "rank-cpu-joinwatch-2026-12-07.txt"
+    runs = re.split(r"^== run \d+ ", open(rc).read(), flags=re.M)[1:]
+    ticks = {"old": [], "head": []}
+    for r in runs:
+        who = "old" if r.startswith("/tmp/gorun-old") else "head"
+        ts = [int(t) for t in re.findall(r"^\s*(\d+) ticks\s+\S+ _rank", r, re.M)]
+        ticks[who] += ts + [0] * (2 - len(ts))  # a rank under a tick is not listed
+    out.append(("docs/BENCHMARKS.md", rc, "%d–%d ms of CPU per rank (%d–%d ticks of `gorun _rank`, against %d–%d since, %d runs" % (
+        10 * min(ticks["old"]), 10 * max(ticks["old"]), min(ticks["old"]), max(ticks["old"]),
+        min(ticks["head"]), max(ticks["head"]), len(runs) // 2)))
     # telemetry's overhead with 774a6ff's sampler (BENCHMARKS.md, the guide)
     to = JW + "telemetry/overhead.txt"
     off = re.findall(r"telemetry off ([0-9.]+) steps/s", open(to).read())

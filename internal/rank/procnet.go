@@ -13,7 +13,7 @@ import (
 //
 // Reading /proc/PID/net/tcp walks the kernel's whole connection hash,
 // whatever the process holds: read 20 times a second per rank, it cost
-// 40-70 ms of CPU per rank during the workers' own import of torch on a
+// 50-70 ms of CPU per rank during the workers' own import of torch on a
 // 2-CPU machine, and slowed that import (docs/BENCHMARKS.md, "The store
 // watch off the workers' CPUs"). So the table is read only when the worker's
 // sockets changed at this look or at one of the two before (a connect
